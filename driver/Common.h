@@ -1,0 +1,31 @@
+// Helpers shared by the sgc subcommands: loading a model (ONNX or IR text),
+// converting between safetensors and IR tensors, reporting errors.
+#pragma once
+#include "ir/Error.h"
+#include "ir/Graph.h"
+#include "runtime/Safetensors.h"
+
+#include <memory>
+#include <string>
+
+namespace sgc::driver {
+
+/// Loads an ONNX model, or IR text when the path ends in .sgcir.
+Expected<std::unique_ptr<ir::Graph>> loadModel(const std::string& path);
+
+Expected<ir::Tensor> fromSafetensors(const rt::StTensor& t, const std::string& what);
+rt::StTensor toSafetensors(const ir::Tensor& t);
+
+/// Prints "sgc: <message>" to stderr and returns exit status 1.
+int reportError(Error e);
+int reportError(const std::string& msg);
+
+/// "1,234,567"
+std::string withCommas(int64_t n);
+
+int inspectMain(int argc, char** argv);
+int compileMain(int argc, char** argv);
+int runMain(int argc, char** argv);
+int optMain(int argc, char** argv);
+
+} // namespace sgc::driver

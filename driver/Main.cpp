@@ -1,0 +1,42 @@
+// The sgc command: dispatches to its subcommands.
+#include "driver/Common.h"
+
+#include <cstdio>
+#include <cstring>
+
+namespace {
+void usage(FILE* f) {
+  fprintf(f, "usage: sgc <command> [options]\n\n"
+             "sgc is an ahead-of-time compiler for deep-learning training graphs.\n\n"
+             "commands:\n"
+             "  inspect MODEL|FILE.safetensors   describe a model or a tensor file\n"
+             "  compile MODEL --emit=ir          import a model and print its IR\n"
+             "  run MODEL --inputs IN -o OUT      evaluate a model on the reference interpreter\n"
+             "  opt FILE --passes=a,b            run IR passes on a model or IR text\n\n"
+             "'sgc <command> --help' describes each command.\n");
+}
+} // namespace
+
+int main(int argc, char** argv) {
+  using namespace sgc::driver;
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    printf("sgc 0.1.0\n");
+    return 0;
+  }
+  if (cmd == "inspect") return inspectMain(argc - 2, argv + 2);
+  if (cmd == "compile") return compileMain(argc - 2, argv + 2);
+  if (cmd == "run") return runMain(argc - 2, argv + 2);
+  if (cmd == "opt") return optMain(argc - 2, argv + 2);
+  fprintf(stderr, "sgc: unknown command '%s'\n", cmd.c_str());
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,171 @@
+// Graph construction and the few whole-graph edits passes share.
+#include "ir/Graph.h"
+
+#include <algorithm>
+#include <cassert>
+#include <set>
+
+namespace sgc::ir {
+
+int64_t Node::getInt(const std::string& a, int64_t def) const {
+  auto it = attrs.find(a);
+  if (it == attrs.end()) return def;
+  if (auto* v = std::get_if<int64_t>(&it->second)) return *v;
+  return def;
+}
+
+double Node::getFloat(const std::string& a, double def) const {
+  auto it = attrs.find(a);
+  if (it == attrs.end()) return def;
+  if (auto* v = std::get_if<double>(&it->second)) return *v;
+  if (auto* v = std::get_if<int64_t>(&it->second)) return (double)*v;
+  return def;
+}
+
+std::string Node::getString(const std::string& a, const std::string& def) const {
+  auto it = attrs.find(a);
+  if (it == attrs.end()) return def;
+  if (auto* v = std::get_if<std::string>(&it->second)) return *v;
+  return def;
+}
+
+std::vector<int64_t> Node::getInts(const std::string& a, std::vector<int64_t> def) const {
+  auto it = attrs.find(a);
+  if (it == attrs.end()) return def;
+  if (auto* v = std::get_if<std::vector<int64_t>>(&it->second)) return *v;
+  return def;
+}
+
+std::vector<double> Node::getFloats(const std::string& a) const {
+  auto it = attrs.find(a);
+  if (it == attrs.end()) return {};
+  if (auto* v = std::get_if<std::vector<double>>(&it->second)) return *v;
+  if (auto* v = std::get_if<std::vector<int64_t>>(&it->second)) return {v->begin(), v->end()};
+  return {};
+}
+
+const Tensor* Node::getTensor(const std::string& a) const {
+  auto it = attrs.find(a);
+  if (it == attrs.end()) return nullptr;
+  return std::get_if<Tensor>(&it->second);
+}
+
+std::string describe(const Node& n) {
+  return "node '" + n.name + "' (" + std::string(opName(n.op)) + ")";
+}
+
+Value* Graph::newValue(const std::string& name, ValueKind kind) {
+  assert(!byName_.count(name) && "value names are unique");
+  values_.push_back(std::make_unique<Value>());
+  Value* v = values_.back().get();
+  v->name = name;
+  v->kind = kind;
+  byName_[name] = v;
+  return v;
+}
+
+std::string Graph::uniqueName(const std::string& base) {
+  std::string b = base.empty() ? "v" : base;
+  if (!byName_.count(b)) return b;
+  for (int i = 1;; ++i) {
+    std::string n = b + "." + std::to_string(i);
+    if (!byName_.count(n)) return n;
+  }
+}
+
+Value* Graph::findValue(const std::string& n) const {
+  auto it = byName_.find(n);
+  return it == byName_.end() ? nullptr : it->second;
+}
+
+Value* Graph::addInput(const std::string& n, Type type) {
+  Value* v = newValue(n, ValueKind::Input);
+  v->type = std::move(type);
+  inputs.push_back(v);
+  return v;
+}
+
+Value* Graph::addParam(const std::string& n, Tensor data) {
+  Value* v = newValue(n, ValueKind::Param);
+  v->type = Type::of(data.dtype, data.shape);
+  v->data = std::make_shared<const Tensor>(std::move(data));
+  params.push_back(v);
+  return v;
+}
+
+Value* Graph::addConst(const std::string& n, Tensor data) {
+  Value* v = newValue(n, ValueKind::Const);
+  v->type = Type::of(data.dtype, data.shape);
+  v->data = std::make_shared<const Tensor>(std::move(data));
+  consts.push_back(v);
+  return v;
+}
+
+Node* Graph::addNode(Op op, std::vector<Value*> ins, int numOutputs, const std::string& n,
+                     const std::vector<std::string>& outNames) {
+  nodes_.push_back(std::make_unique<Node>());
+  Node* node = nodes_.back().get();
+  node->op = op;
+  node->name = n;
+  node->inputs = std::move(ins);
+  for (int i = 0; i < numOutputs; ++i) {
+    std::string on = i < (int)outNames.size() ? outNames[i] : "";
+    if (on.empty()) on = uniqueName((n.empty() ? std::string(opName(op)) : n) + (numOutputs > 1 ? "." + std::to_string(i) : ""));
+    Value* v = newValue(on, ValueKind::Result);
+    v->producer = node;
+    node->outputs.push_back(v);
+  }
+  return node;
+}
+
+void Graph::replaceAllUses(Value* from, Value* to) {
+  for (auto& n : nodes_)
+    std::replace(n->inputs.begin(), n->inputs.end(), from, to);
+  std::replace(outputs.begin(), outputs.end(), from, to);
+}
+
+void Graph::makeConst(Value* v, Tensor data) {
+  assert(v->kind == ValueKind::Result && "only node results become constants");
+  Node* producer = v->producer;
+  v->kind = ValueKind::Const;
+  v->producer = nullptr;
+  v->type = Type::of(data.dtype, data.shape);
+  v->data = std::make_shared<const Tensor>(std::move(data));
+  consts.push_back(v);
+  auto& outs = producer->outputs;
+  for (auto& o : outs)
+    if (o == v) o = nullptr;
+  if (std::all_of(outs.begin(), outs.end(), [](Value* o) { return !o; }))
+    nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(), [&](auto& n) { return n.get() == producer; }));
+}
+
+bool Graph::removeDeadNodes() {
+  std::set<const Value*> used(outputs.begin(), outputs.end());
+  bool changed = false;
+  // Walk backwards so a chain of dead nodes goes in one sweep.
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    Node* n = nodes_[i].get();
+    bool live = std::any_of(n->outputs.begin(), n->outputs.end(), [&](Value* o) { return o && used.count(o); });
+    if (!live) {
+      for (Value* o : n->outputs)
+        if (o) byName_.erase(o->name);
+      nodes_.erase(nodes_.begin() + i);
+      changed = true;
+      continue;
+    }
+    for (Value* in : n->inputs)
+      if (in) used.insert(in);
+  }
+  auto dropUnused = [&](std::vector<Value*>& list) {
+    auto it = std::remove_if(list.begin(), list.end(), [&](Value* v) { return !used.count(v); });
+    for (auto j = it; j != list.end(); ++j) byName_.erase((*j)->name);
+    changed |= it != list.end();
+    list.erase(it, list.end());
+  };
+  dropUnused(consts);
+  // Erase value objects no longer reachable by name (results of removed nodes, dropped consts).
+  std::erase_if(values_, [&](const std::unique_ptr<Value>& v) { return !byName_.count(v->name) || byName_[v->name] != v.get(); });
+  return changed;
+}
+
+} // namespace sgc::ir

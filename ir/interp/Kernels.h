@@ -1,0 +1,39 @@
+// Shared declarations and index helpers of the interpreter's kernels.
+#pragma once
+#include "ir/shapes/Shapes.h"
+
+#include <cstring>
+#include <functional>
+
+namespace sgc::ir {
+
+struct EvalCtx {
+  const Node& node;
+  std::vector<const Tensor*> in; ///< nullptr where absent
+  std::vector<Tensor> out;       ///< allocated from the shape rule's static types
+  InferCtx* shapes = nullptr;    ///< the shape context (for geometry helpers)
+
+  bool present(size_t i) const { return i < in.size() && in[i]; }
+  Error fail(const std::string& msg) const { return makeError(describe(node) + ": " + msg); }
+};
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t>& shape);
+
+/// Calls fn(index) for every multi-index of `shape` in row-major order.
+void forEachIndex(const std::vector<int64_t>& shape, const std::function<void(const std::vector<int64_t>&)>& fn);
+
+/// Offset into a tensor of shape `from` broadcast to the rank of `idx`.
+int64_t broadcastOffset(const std::vector<int64_t>& idx, const std::vector<int64_t>& from);
+
+/// For each output element of shape `out`, the offset into input of shape `in` under broadcasting.
+std::vector<int64_t> broadcastOffsets(const std::vector<int64_t>& out, const std::vector<int64_t>& in);
+
+inline void copyElement(Tensor& dst, int64_t di, const Tensor& src, int64_t si) {
+  size_t s = dtypeSize(src.dtype);
+  std::memcpy(dst.bytes.data() + di * s, src.bytes.data() + si * s, s);
+}
+
+/// double -> int64 without undefined behaviour for NaN or out-of-range values.
+int64_t toInt(double v);
+
+} // namespace sgc::ir

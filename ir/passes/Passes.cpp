@@ -1,0 +1,47 @@
+// The pass registry: flags to functions, from Passes.def.
+#include "ir/passes/Passes.h"
+
+#include "ir/Verifier.h"
+#include "ir/passes/InferShapes.h"
+
+namespace sgc::ir {
+namespace {
+
+Error runInferShapes(Graph& g) { return inferShapes(g); }
+
+Error runDeadCodeElimination(Graph& g) {
+  g.removeDeadNodes();
+  return Error::success();
+}
+
+struct PassEntry {
+  const char* name;
+  Error (*fn)(Graph&);
+};
+constexpr PassEntry kPasses[] = {
+#define PASS(Name, Fn) {Name, Fn},
+#include "ir/passes/Passes.def"
+};
+
+} // namespace
+
+std::vector<std::string> passNames() {
+  std::vector<std::string> r;
+  for (const auto& p : kPasses) r.push_back(p.name);
+  return r;
+}
+
+Error runPasses(Graph& g, const std::vector<std::string>& names, bool verifyEach) {
+  for (const std::string& n : names) {
+    const PassEntry* p = nullptr;
+    for (const auto& e : kPasses)
+      if (n == e.name) p = &e;
+    if (!p) return makeError("unknown pass '" + n + "'");
+    if (Error e = p->fn(g)) return makeError("pass " + n + ": " + errorText(std::move(e)));
+    if (verifyEach)
+      if (Error e = verify(g)) return makeError("after pass " + n + ": " + errorText(std::move(e)));
+  }
+  return Error::success();
+}
+
+} // namespace sgc::ir

@@ -1,0 +1,145 @@
+// Shape rules of MatMul, Gemm, convolution and pooling.
+#include "ir/shapes/Shapes.h"
+
+#include <algorithm>
+
+namespace sgc::ir {
+
+Error inferMatMul(InferCtx& c) {
+  const Type &a = c.in[0], &b = c.in[1];
+  if (a.dtype != b.dtype) return c.fail("operands have different dtypes");
+  if (!a.ranked || !b.ranked) {
+    c.out[0] = Type::unranked(a.dtype);
+    return Error::success();
+  }
+  if (a.rank() < 1 || b.rank() < 1) return c.fail("operands must have rank 1 or more");
+  std::vector<Dim> da = a.dims, db = b.dims;
+  if (da.size() == 1) da.insert(da.begin(), Dim::of(1));
+  if (db.size() == 1) db.push_back(Dim::of(1));
+  Dim k1 = da.back(), k2 = db[db.size() - 2];
+  if (k1.isStatic() && k2.isStatic() && k1.value != k2.value)
+    return c.fail("inner dims differ: " + toString(a) + " x " + toString(b));
+  auto batch = broadcastDims(c, {da.begin(), da.end() - 2}, {db.begin(), db.end() - 2});
+  if (!batch) return batch.takeError();
+  std::vector<Dim> out = *batch;
+  if (a.rank() > 1) out.push_back(da[da.size() - 2]);
+  if (b.rank() > 1) out.push_back(db.back());
+  c.out[0] = Type::ranked_(a.dtype, out);
+  return Error::success();
+}
+
+Error inferGemm(InferCtx& c) {
+  const Type &a = c.in[0], &b = c.in[1];
+  if (a.dtype != b.dtype) return c.fail("operands have different dtypes");
+  if (!a.ranked || !b.ranked) {
+    c.out[0] = Type::unranked(a.dtype);
+    return Error::success();
+  }
+  if (a.rank() != 2 || b.rank() != 2) return c.fail("A and B must be matrices");
+  bool ta = c.node.getInt("transA", 0), tb = c.node.getInt("transB", 0);
+  Dim m = a.dims[ta ? 1 : 0], k1 = a.dims[ta ? 0 : 1], k2 = b.dims[tb ? 1 : 0], n = b.dims[tb ? 0 : 1];
+  if (k1.isStatic() && k2.isStatic() && k1.value != k2.value) return c.fail("inner dims differ");
+  c.out[0] = Type::ranked_(a.dtype, {m, n});
+  if (c.present(2) && c.in[2].ranked) {
+    auto bd = broadcastDims(c, c.out[0].dims, c.in[2].dims);
+    if (!bd) return bd.takeError();
+    if (bd->size() != 2) return c.fail("C must broadcast to [M, N]");
+  }
+  return Error::success();
+}
+
+Expected<Window> windowGeometry(const InferCtx& c, const std::vector<int64_t>& in, const std::vector<int64_t>& kernel) {
+  size_t r = in.size();
+  Window w;
+  w.kernel = kernel;
+  w.strides = c.node.getInts("strides", std::vector<int64_t>(r, 1));
+  w.dilations = c.node.getInts("dilations", std::vector<int64_t>(r, 1));
+  std::vector<int64_t> pads = c.node.getInts("pads", std::vector<int64_t>(2 * r, 0));
+  if (w.kernel.size() != r || w.strides.size() != r || w.dilations.size() != r || pads.size() != 2 * r)
+    return c.fail("kernel_shape, strides, dilations and pads must match the " + std::to_string(r) + " spatial dims");
+  std::string autoPad = c.node.getString("auto_pad", "NOTSET");
+  bool ceil = c.node.getInt("ceil_mode", 0);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t k = w.kernel[i], s = w.strides[i], d = w.dilations[i];
+    if (k < 1 || s < 1 || d < 1 || pads[i] < 0 || pads[i + r] < 0)
+      return c.fail("kernel, strides and dilations must be positive and pads non-negative");
+    int64_t ext = d * (k - 1) + 1, pb = pads[i], pe = pads[i + r], out;
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      out = (in[i] + s - 1) / s;
+      int64_t total = std::max<int64_t>(0, (out - 1) * s + ext - in[i]);
+      pb = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pe = total - pb;
+    } else if (autoPad == "VALID") {
+      pb = pe = 0;
+      out = in[i] >= ext ? (in[i] - ext) / s + 1 : 0;
+    } else if (autoPad == "NOTSET") {
+      int64_t span = in[i] + pb + pe - ext;
+      if (span < 0) return c.fail("the window is larger than the padded input");
+      out = (ceil ? (span + s - 1) / s : span / s) + 1;
+      if (ceil && (out - 1) * s >= in[i] + pb) --out; // the last window must start inside
+    } else {
+      return c.fail("unknown auto_pad '" + autoPad + "'");
+    }
+    w.padBegin.push_back(pb);
+    w.padEnd.push_back(pe);
+    w.outSize.push_back(out);
+  }
+  return w;
+}
+
+/// Output type [N, channels, spatial...] for a window op over input 0.
+static Error windowOutput(InferCtx& c, Dim channels, std::vector<int64_t> kernel) {
+  const Type& x = c.in[0];
+  c.setAll(Type::unranked(x.dtype));
+  if (!x.ranked) return Error::success();
+  if (x.rank() < 3) return c.fail("input must be [N, C, spatial...], got " + toString(x));
+  std::vector<Dim> dims{x.dims[0], channels};
+  std::vector<int64_t> spatial;
+  for (int64_t i = 2; i < x.rank(); ++i) spatial.push_back(x.dims[i].value);
+  if (kernel.empty()) return c.fail("kernel_shape is required");
+  bool known = std::all_of(spatial.begin(), spatial.end(), [](int64_t d) { return d >= 0; });
+  if (!known) {
+    dims.resize(x.rank(), Dim::unknown());
+  } else {
+    auto w = windowGeometry(c, spatial, kernel);
+    if (!w) return w.takeError();
+    for (int64_t o : w->outSize) dims.push_back(Dim::of(o));
+  }
+  c.setAll(Type::ranked_(x.dtype, dims));
+  if (c.out.size() > 1) c.out[1].dtype = DType::I64;
+  return Error::success();
+}
+
+Error inferConv(InferCtx& c) {
+  const Type &x = c.in[0], &w = c.in[1];
+  if (!w.ranked || !x.ranked) {
+    c.out[0] = Type::unranked(x.dtype);
+    return Error::success();
+  }
+  if (w.rank() != x.rank()) return c.fail("weight rank must equal input rank");
+  int64_t group = c.node.getInt("group", 1);
+  if (group < 1) return c.fail("group must be positive");
+  if (x.dims[1].isStatic() && w.dims[1].isStatic() && x.dims[1].value != w.dims[1].value * group)
+    return c.fail("input channels " + toString(x.dims[1]) + " do not match weight " + toString(w) + " with group " +
+                  std::to_string(group));
+  std::vector<int64_t> kernel = c.node.getInts("kernel_shape");
+  if (kernel.empty())
+    for (int64_t i = 2; i < w.rank(); ++i) kernel.push_back(w.dims[i].isStatic() ? w.dims[i].value : 1);
+  return windowOutput(c, w.dims[0], kernel);
+}
+
+Error inferPool(InferCtx& c) {
+  Dim ch = c.in[0].ranked && c.in[0].rank() > 1 ? c.in[0].dims[1] : Dim::unknown();
+  return windowOutput(c, ch, c.node.getInts("kernel_shape"));
+}
+
+Error inferGlobalPool(InferCtx& c) {
+  const Type& x = c.in[0];
+  c.out[0] = x;
+  if (!x.ranked) return Error::success();
+  if (x.rank() < 3) return c.fail("input must be [N, C, spatial...]");
+  for (int64_t i = 2; i < x.rank(); ++i) c.out[0].dims[i] = Dim::of(1);
+  return Error::success();
+}
+
+} // namespace sgc::ir

@@ -1,0 +1,115 @@
+// Shape rules of reductions, normalizations, dropout and losses.
+#include "ir/shapes/Shapes.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace sgc::ir {
+
+/// The sorted, normalized reduction axes of a Reduce* node over rank r, or
+/// nullopt when they are not known. An empty result with noop means identity.
+static Expected<std::optional<std::vector<int64_t>>> reduceAxes(const InferCtx& c, int64_t r) {
+  std::vector<int64_t> axes;
+  if (c.present(1)) {
+    auto v = c.ints(1);
+    if (!v) return std::optional<std::vector<int64_t>>();
+    axes = *v;
+  }
+  if (axes.empty() && !c.node.getInt("noop_with_empty_axes", 0))
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  std::set<int64_t> s;
+  for (int64_t a : axes) {
+    auto n = normalizeAxis(c, a, r);
+    if (!n) return n.takeError();
+    if (!s.insert(*n).second) return c.fail("axis " + std::to_string(a) + " appears twice");
+  }
+  return std::optional<std::vector<int64_t>>(std::vector<int64_t>(s.begin(), s.end()));
+}
+
+Error inferReduce(InferCtx& c) {
+  const Type& x = c.in[0];
+  c.out[0] = Type::unranked(x.dtype);
+  if (!x.ranked) return Error::success();
+  bool keep = c.node.getInt("keepdims", 1);
+  auto axes = reduceAxes(c, x.rank());
+  if (!axes) return axes.takeError();
+  if (!*axes) {
+    if (keep) c.out[0] = Type::ranked_(x.dtype, std::vector<Dim>(x.rank(), Dim::unknown()));
+    return Error::success();
+  }
+  std::set<int64_t> s((*axes)->begin(), (*axes)->end());
+  std::vector<Dim> dims;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (!s.count(i)) dims.push_back(x.dims[i]);
+    else if (keep) dims.push_back(Dim::of(1));
+  }
+  c.out[0] = Type::ranked_(x.dtype, dims);
+  return Error::success();
+}
+
+Error inferArgReduce(InferCtx& c) {
+  const Type& x = c.in[0];
+  c.out[0] = Type::unranked(DType::I64);
+  if (!x.ranked) return Error::success();
+  auto axis = normalizeAxis(c, c.node.getInt("axis", 0), x.rank());
+  if (!axis) return axis.takeError();
+  std::vector<Dim> dims = x.dims;
+  if (c.node.getInt("keepdims", 1)) dims[*axis] = Dim::of(1);
+  else dims.erase(dims.begin() + *axis);
+  c.out[0] = Type::ranked_(DType::I64, dims);
+  return Error::success();
+}
+
+Error inferLayerNorm(InferCtx& c) {
+  const Type& x = c.in[0];
+  c.setAll(x);
+  if (!x.ranked) return Error::success();
+  auto axis = normalizeAxis(c, c.node.getInt("axis", -1), x.rank());
+  if (!axis) return axis.takeError();
+  std::vector<Dim> stat(x.dims.begin(), x.dims.begin() + *axis);
+  stat.resize(x.rank(), Dim::of(1));
+  DType statType = x.dtype == DType::F64 ? DType::F64 : DType::F32;
+  for (size_t i = 1; i < c.out.size(); ++i) c.out[i] = Type::ranked_(statType, stat);
+  return Error::success();
+}
+
+Error inferBatchNorm(InferCtx& c) {
+  const Type& x = c.in[0];
+  c.out[0] = x;
+  if (x.ranked && x.rank() < 2) return c.fail("input must be [N, C, ...]");
+  for (size_t i = 1; i < c.out.size(); ++i) c.out[i] = c.in[3];
+  return Error::success();
+}
+
+Error inferDropout(InferCtx& c) {
+  c.out[0] = c.in[0];
+  if (c.out.size() > 1) {
+    c.out[1] = c.in[0];
+    c.out[1].dtype = DType::Bool;
+  }
+  return Error::success();
+}
+
+/// Loss output: [N, d1, ...] (the target's shape) without reduction, else a scalar.
+static Error lossOutput(InferCtx& c) {
+  const Type &scores = c.in[0], &target = c.in[1];
+  if (!isInteger(target.dtype)) return c.fail("target must be an integer tensor");
+  if (scores.ranked && scores.rank() < 2) return c.fail("scores must be [N, C, ...]");
+  if (scores.ranked && target.ranked && target.rank() != scores.rank() - 1)
+    return c.fail("target rank must be one less than the scores' rank");
+  std::string red = c.node.getString("reduction", "mean");
+  if (red != "none" && red != "sum" && red != "mean") return c.fail("unknown reduction '" + red + "'");
+  c.out[0] = red == "none" ? Type{scores.dtype, target.ranked, target.dims} : Type::ranked_(scores.dtype, {});
+  return Error::success();
+}
+
+Error inferSceLoss(InferCtx& c) {
+  if (Error e = lossOutput(c)) return e;
+  if (c.out.size() > 1) c.out[1] = c.in[0];
+  return Error::success();
+}
+
+Error inferNllLoss(InferCtx& c) { return lossOutput(c); }
+
+} // namespace sgc::ir

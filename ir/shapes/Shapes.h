@@ -1,0 +1,55 @@
+// Shape rules: for each op, the result types from the input types and the
+// values of inputs that are known constants. One rule per row of Ops.def.
+// The same rules serve shape inference (symbolic dims, some values unknown)
+// and the interpreter (static shapes, every value known), so an op's shape
+// semantics live in exactly one place.
+#pragma once
+#include "ir/Error.h"
+#include "ir/Graph.h"
+
+#include <optional>
+#include <vector>
+
+namespace sgc::ir {
+
+struct InferCtx {
+  const Node& node;
+  std::vector<Type> in;              ///< Undefined dtype where an input is absent
+  std::vector<const Tensor*> values; ///< known input values, else nullptr
+  std::vector<Type> out;             ///< filled by the rule, one per node output
+
+  bool present(size_t i) const { return i < in.size() && in[i].dtype != DType::Undefined; }
+  /// An error naming the node.
+  Error fail(const std::string& msg) const { return makeError(describe(node) + ": " + msg); }
+  /// The values of input i as integers, when it is a known constant.
+  std::optional<std::vector<int64_t>> ints(size_t i) const;
+  /// Sets every output to `t`.
+  void setAll(const Type& t) { out.assign(out.size(), t); }
+};
+
+/// Runs the op's shape rule. Fills ctx.out.
+Error inferNode(InferCtx& ctx);
+
+// Helpers shared by rules and interpreter kernels.
+Expected<int64_t> normalizeAxis(const InferCtx& c, int64_t axis, int64_t rank);
+Expected<std::vector<Dim>> broadcastDims(const InferCtx& c, const std::vector<Dim>& a, const std::vector<Dim>& b);
+std::vector<Dim> staticDims(const std::vector<int64_t>& shape);
+/// The product of dims [from, to), or an unknown dim when one is not static.
+Dim dimProduct(const std::vector<Dim>& dims, int64_t from, int64_t to);
+
+/// Geometry of a convolution or pooling window along each spatial dim.
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations, padBegin, padEnd, outSize;
+};
+/// Computes the window from the node's attributes (kernel_shape, strides,
+/// dilations, pads, auto_pad, ceil_mode) and static input spatial sizes.
+Expected<Window> windowGeometry(const InferCtx& c, const std::vector<int64_t>& inSpatial,
+                                const std::vector<int64_t>& kernel);
+
+/// Start, step and count of a Slice along each axis of a static shape.
+struct SliceDim {
+  int64_t start = 0, step = 1, count = 0;
+};
+Expected<std::vector<SliceDim>> sliceGeometry(const InferCtx& c, const std::vector<int64_t>& shape);
+
+} // namespace sgc::ir
