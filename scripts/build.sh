@@ -8,3 +8,11 @@ if [ ! -f "$build/build.ninja" ]; then
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache >/dev/null
 fi
 cmake --build "$build" -- --quiet
+
+# The importer fuzzer (tests/fuzz): its own build with clang-19 and sanitizers.
+fuzz=$build/fuzz
+if [ ! -f "$fuzz/build.ninja" ]; then
+  CXX=clang++-19 cmake -S "$root/tests/fuzz" -B "$fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+fi
+cmake --build "$fuzz" -- --quiet

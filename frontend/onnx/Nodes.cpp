@@ -91,7 +91,7 @@ Error upgrade(ImportCtx& c, Op op, std::map<std::string, Attr>& attrs, std::vect
   if (op == Op::Cast && attrs.count("to")) {
     auto* code = std::get_if<int64_t>(&attrs["to"]);
     auto t = code ? ir::dtypeFromOnnx((int32_t)*code) : std::nullopt;
-    if (!t) return c.fail("attribute 'to' is not a supported dtype code");
+    if (!t) return c.fail("attribute 'to': dtype code " + std::to_string(code ? *code : -1) + " is not supported");
     attrs["to"] = Attr(std::string(ir::dtypeName(*t)));
   }
   if (op == Op::Cast || op == Op::CastLike) attrs.erase("saturate");
@@ -131,6 +131,7 @@ Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
   c.label = c.file + ": node '" + name + "' (" + n.op_type() + ")";
   if (!n.domain().empty() && n.domain() != "ai.onnx")
     return c.fail("ops of domain '" + n.domain() + "' are not supported");
+  if (c.opset == 0) return c.fail("the model imports no opset of the default ONNX domain");
   if (n.op_type() == "Constant") return importConstant(c, n);
   auto op = ir::opFromName(n.op_type());
   if (!op) return c.fail("op " + n.op_type() + " is not supported (opset " + std::to_string(c.opset) + ")");

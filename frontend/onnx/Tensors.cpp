@@ -2,6 +2,8 @@
 // folder (no absolute paths, no '..', no symlinks leading outside).
 #include "frontend/onnx/Internal.h"
 
+#include "ir/shapes/Shapes.h"
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -95,6 +97,7 @@ Expected<ir::Tensor> decodeTensor(const onnx::TensorProto& t, const std::string&
   auto dtype = ir::dtypeFromOnnx(t.data_type());
   if (!dtype) return makeError(what + ": unsupported or unknown dtype code " + std::to_string(t.data_type()));
   if (t.has_segment()) return makeError(what + ": segmented tensors are not supported");
+  if (t.dims_size() > ir::kMaxRank) return makeError(what + ": rank " + std::to_string(t.dims_size()) + " is over " + std::to_string(ir::kMaxRank));
   std::vector<int64_t> shape(t.dims().begin(), t.dims().end());
   for (int64_t d : shape)
     if (d < 0) return makeError(what + ": negative dim " + std::to_string(d));

@@ -35,7 +35,7 @@ Error evalConcat(EvalCtx& c) {
   for (int64_t o = 0; o < outer; ++o)
     for (const Tensor* t : c.in) {
       size_t block = (size_t)(t->numel() / std::max<int64_t>(outer, 1)) * es;
-      std::memcpy(y.bytes.data() + pos, t->bytes.data() + o * block, block);
+      if (block) std::memcpy(y.bytes.data() + pos, t->bytes.data() + o * block, block);
       pos += block;
     }
   return Error::success();
@@ -51,7 +51,7 @@ Error evalSplit(EvalCtx& c) {
   for (int64_t o = 0; o < outer; ++o)
     for (Tensor& t : c.out) {
       size_t block = (size_t)(t.numel() / std::max<int64_t>(outer, 1)) * es;
-      std::memcpy(t.bytes.data() + o * block, x.bytes.data() + pos, block);
+      if (block) std::memcpy(t.bytes.data() + o * block, x.bytes.data() + pos, block);
       pos += block;
     }
   return Error::success();

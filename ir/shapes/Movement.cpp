@@ -21,8 +21,9 @@ Error inferReshape(InferCtx& c) {
   const Type& x = c.in[0];
   auto shape = c.ints(1);
   c.out[0] = Type::unranked(x.dtype);
+  if (shape && (int64_t)shape->size() > kMaxRank) return c.fail("shape has more than " + std::to_string(kMaxRank) + " dims");
   if (!shape) {
-    if (c.in[1].ranked && c.in[1].rank() == 1 && c.in[1].dims[0].isStatic())
+    if (c.in[1].ranked && c.in[1].rank() == 1 && c.in[1].dims[0].isStatic() && c.in[1].dims[0].value <= kMaxRank)
       c.out[0] = Type::ranked_(x.dtype, std::vector<Dim>(c.in[1].dims[0].value, Dim::unknown()));
     return Error::success();
   }
@@ -110,6 +111,7 @@ Error inferUnsqueeze(InferCtx& c) {
   auto v = c.ints(1);
   if (!x.ranked || !v) return Error::success();
   int64_t r = x.rank() + (int64_t)v->size();
+  if (r > kMaxRank) return c.fail("result rank exceeds " + std::to_string(kMaxRank));
   std::set<int64_t> axes;
   for (int64_t a : *v) {
     auto n = normalizeAxis(c, a, r);
@@ -296,6 +298,7 @@ Error inferExpand(InferCtx& c) {
   c.out[0] = Type::unranked(x.dtype);
   auto shape = c.ints(1);
   if (!shape || !x.ranked) return Error::success();
+  if ((int64_t)shape->size() > kMaxRank) return c.fail("shape has more than " + std::to_string(kMaxRank) + " dims");
   for (int64_t s : *shape)
     if (s < 0) return c.fail("shape has negative dim " + std::to_string(s));
   auto dims = broadcastDims(c, x.dims, staticDims(*shape));
@@ -350,10 +353,11 @@ Error inferConstantOfShape(InferCtx& c) {
   DType t = v ? v->dtype : DType::F32;
   auto shape = c.ints(0);
   if (!shape) {
-    bool known = c.in[0].ranked && c.in[0].rank() == 1 && c.in[0].dims[0].isStatic();
+    bool known = c.in[0].ranked && c.in[0].rank() == 1 && c.in[0].dims[0].isStatic() && c.in[0].dims[0].value <= kMaxRank;
     c.out[0] = known ? Type::ranked_(t, std::vector<Dim>(c.in[0].dims[0].value, Dim::unknown())) : Type::unranked(t);
     return Error::success();
   }
+  if ((int64_t)shape->size() > kMaxRank) return c.fail("shape has more than " + std::to_string(kMaxRank) + " dims");
   for (int64_t s : *shape)
     if (s < 0) return c.fail("shape has negative dim " + std::to_string(s));
   if (!checkedNumel(*shape, kMaxElements)) return c.fail("result is too large (over 2^40 elements)");

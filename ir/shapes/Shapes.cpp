@@ -8,12 +8,16 @@ namespace sgc::ir {
 
 Error inferNode(InferCtx& c) {
   c.out.assign(c.node.outputs.size(), Type{});
+  Error e = Error::success();
   switch (c.node.op) {
 #define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel) \
-  case Op::N: return infer##Rule(c);
+  case Op::N: e = infer##Rule(c); break;
 #include "ir/Ops.def"
   }
-  return c.fail("no shape rule");
+  if (e) return e;
+  for (const Type& t : c.out)
+    if (t.rank() > kMaxRank) return c.fail("result rank " + std::to_string(t.rank()) + " exceeds " + std::to_string(kMaxRank));
+  return Error::success();
 }
 
 std::optional<std::vector<int64_t>> InferCtx::ints(size_t i) const {

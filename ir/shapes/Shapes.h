@@ -27,6 +27,9 @@ struct InferCtx {
   void setAll(const Type& t) { out.assign(out.size(), t); }
 };
 
+/// The largest rank sgc accepts; rules that take a rank from a value refuse larger ones.
+constexpr int64_t kMaxRank = 64;
+
 /// Runs the op's shape rule. Fills ctx.out.
 Error inferNode(InferCtx& ctx);
 
