@@ -80,9 +80,8 @@ Error evalConv(EvalCtx& c) {
   int64_t N = x.shape[0], C = x.shape[1], M = wt.shape[0], group = c.node.getInt("group", 1);
   int64_t cPerG = C / group, mPerG = M / group;
   std::vector<int64_t> in = spatial(x.shape), ks = spatial(wt.shape), outS = spatial(y.shape);
-  auto w = windowGeometry(*c.shapes, in, c.node.getInts("kernel_shape", ks));
+  auto w = windowGeometry(*c.shapes, in, ks);
   if (!w) return w.takeError();
-  if (M % group) return c.fail("output channels must divide by group");
   int64_t inPlane = checkedNumel(in).value(), kPlane = checkedNumel(ks).value(), outPlane = checkedNumel(outS).value();
   std::vector<double> xv = x.toF64(), wv = wt.toF64();
   int64_t oi = 0;

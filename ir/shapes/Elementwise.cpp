@@ -4,6 +4,11 @@
 namespace sgc::ir {
 
 Error inferSame(InferCtx& c) {
+  for (size_t i = 1; i < c.in.size(); ++i) { // Clip's min/max, Trilu's k: scalars
+    if (!c.present(i) || !c.in[i].ranked) continue;
+    auto n = c.in[i].staticNumel();
+    if (c.in[i].rank() > 1 || (n && *n != 1)) return c.fail("input " + std::to_string(i) + " must be a scalar");
+  }
   c.setAll(c.in[0]);
   return Error::success();
 }

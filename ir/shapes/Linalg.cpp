@@ -116,15 +116,20 @@ Error inferConv(InferCtx& c) {
     c.out[0] = Type::unranked(x.dtype);
     return Error::success();
   }
+  if (x.rank() < 3) return c.fail("input must be [N, C, spatial...], got " + toString(x));
   if (w.rank() != x.rank()) return c.fail("weight rank must equal input rank");
+  if (c.present(2) && c.in[2].ranked && (c.in[2].rank() != 1 || (c.in[2].dims[0].isStatic() && w.dims[0].isStatic() && c.in[2].dims[0].value != w.dims[0].value)))
+    return c.fail("bias must be a vector of the " + toString(w.dims[0]) + " output channels");
   int64_t group = c.node.getInt("group", 1);
   if (group < 1) return c.fail("group must be positive");
   if (x.dims[1].isStatic() && w.dims[1].isStatic() && x.dims[1].value != w.dims[1].value * group)
     return c.fail("input channels " + toString(x.dims[1]) + " do not match weight " + toString(w) + " with group " +
                   std::to_string(group));
-  std::vector<int64_t> kernel = c.node.getInts("kernel_shape");
-  if (kernel.empty())
-    for (int64_t i = 2; i < w.rank(); ++i) kernel.push_back(w.dims[i].isStatic() ? w.dims[i].value : 1);
+  std::vector<int64_t> kernel;
+  for (int64_t i = 2; i < w.rank(); ++i) kernel.push_back(w.dims[i].isStatic() ? w.dims[i].value : 1);
+  if (c.node.has("kernel_shape") && c.node.getInts("kernel_shape") != kernel && w.isStatic())
+    return c.fail("kernel_shape differs from the weight's spatial dims");
+  if (w.dims[0].isStatic() && w.dims[0].value % group) return c.fail("output channels must divide by group");
   return windowOutput(c, w.dims[0], kernel);
 }
 

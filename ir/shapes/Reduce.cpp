@@ -69,6 +69,13 @@ Error inferLayerNorm(InferCtx& c) {
   if (!axis) return axis.takeError();
   std::vector<Dim> stat(x.dims.begin(), x.dims.begin() + *axis);
   stat.resize(x.rank(), Dim::of(1));
+  std::vector<Dim> normDims(x.dims.begin() + *axis, x.dims.end());
+  for (size_t i = 1; i < 3; ++i) {
+    if (!c.present(i) || !c.in[i].ranked) continue;
+    auto b = broadcastDims(c, normDims, c.in[i].dims);
+    if (!b) return b.takeError();
+    if (*b != normDims) return c.fail(std::string(i == 1 ? "scale" : "bias") + " must broadcast to the normalized dims");
+  }
   DType statType = x.dtype == DType::F64 ? DType::F64 : DType::F32;
   for (size_t i = 1; i < c.out.size(); ++i) c.out[i] = Type::ranked_(statType, stat);
   return Error::success();
@@ -82,7 +89,17 @@ Error inferBatchNorm(InferCtx& c) {
   return Error::success();
 }
 
+/// Input i, when present and ranked, must be a scalar or a one-element vector.
+static Error checkScalar(const InferCtx& c, size_t i, const char* what) {
+  if (!c.present(i) || !c.in[i].ranked) return Error::success();
+  auto n = c.in[i].staticNumel();
+  if (c.in[i].rank() > 1 || (n && *n != 1)) return c.fail(std::string(what) + " must be a scalar");
+  return Error::success();
+}
+
 Error inferDropout(InferCtx& c) {
+  if (Error e = checkScalar(c, 1, "ratio")) return e;
+  if (Error e = checkScalar(c, 2, "training_mode")) return e;
   c.out[0] = c.in[0];
   if (c.out.size() > 1) {
     c.out[1] = c.in[0];
