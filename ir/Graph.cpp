@@ -93,6 +93,14 @@ Value* Graph::addParam(const std::string& n, Tensor data) {
   return v;
 }
 
+Value* Graph::addState(const std::string& n, Tensor data) {
+  Value* v = newValue(n, ValueKind::State);
+  v->type = Type::of(data.dtype, data.shape);
+  v->data = std::make_shared<const Tensor>(std::move(data));
+  state.push_back(v);
+  return v;
+}
+
 Value* Graph::addConst(const std::string& n, Tensor data) {
   Value* v = newValue(n, ValueKind::Const);
   v->type = Type::of(data.dtype, data.shape);
@@ -118,10 +126,19 @@ Node* Graph::addNode(Op op, std::vector<Value*> ins, int numOutputs, const std::
   return node;
 }
 
+Value* Graph::addResult(Node* n, const std::string& name) {
+  Value* v = newValue(uniqueName(name), ValueKind::Result);
+  v->producer = n;
+  n->outputs.push_back(v);
+  return v;
+}
+
 void Graph::replaceAllUses(Value* from, Value* to) {
   for (auto& n : nodes_)
     std::replace(n->inputs.begin(), n->inputs.end(), from, to);
   std::replace(outputs.begin(), outputs.end(), from, to);
+  for (auto& u : updates)
+    if (u.second == from) u.second = to;
 }
 
 void Graph::makeConst(Value* v, Tensor data) {
@@ -141,6 +158,7 @@ void Graph::makeConst(Value* v, Tensor data) {
 
 bool Graph::removeDeadNodes() {
   std::set<const Value*> used(outputs.begin(), outputs.end());
+  for (auto& u : updates) used.insert(u.second);
   bool changed = false;
   // Walk backwards so a chain of dead nodes goes in one sweep.
   for (size_t i = nodes_.size(); i-- > 0;) {

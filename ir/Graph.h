@@ -1,7 +1,9 @@
-// The IR: an SSA tensor graph. Values are graph inputs, parameters
-// (trainable float tensors), constants, or node results; nodes are kept in a
-// topological order. The graph owns everything; pointers stay valid until the
-// value or node is erased.
+// The IR: an SSA tensor graph. Values are graph inputs, parameters (the
+// model's float initializers), state (other persistent tensors, such as
+// optimizer moments), constants, or node results; nodes are kept in a
+// topological order. A training step lists `updates`: after the step, each
+// parameter or state value takes the value of its update. The graph owns
+// everything; pointers stay valid until the value or node is erased.
 #pragma once
 #include "ir/Op.h"
 #include "ir/Tensor.h"
@@ -17,14 +19,14 @@ namespace sgc::ir {
 
 class Node;
 
-enum class ValueKind : uint8_t { Input, Param, Const, Result };
+enum class ValueKind : uint8_t { Input, Param, State, Const, Result };
 
 struct Value {
   std::string name;
   Type type;
   ValueKind kind = ValueKind::Result;
   Node* producer = nullptr;           ///< Result only
-  std::shared_ptr<const Tensor> data; ///< Param and Const only
+  std::shared_ptr<const Tensor> data; ///< Param, State and Const only
 };
 
 using Attr = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>, Tensor>;
@@ -53,15 +55,21 @@ std::string describe(const Node& n);
 class Graph {
 public:
   std::string name = "main";
-  std::vector<Value*> inputs, params, consts, outputs;
+  std::vector<Value*> inputs, params, state, consts, outputs;
+  /// (persistent value, its new value after a step): parameters and state only.
+  std::vector<std::pair<Value*, Value*>> updates;
 
   Value* addInput(const std::string& name, Type type);
   Value* addParam(const std::string& name, Tensor data);
+  Value* addState(const std::string& name, Tensor data);
   Value* addConst(const std::string& name, Tensor data);
   /// Appends a node with `numOutputs` result values named from `outNames`
   /// (or made unique from the node name when a name is empty or missing).
   Node* addNode(Op op, std::vector<Value*> inputs, int numOutputs, const std::string& name = "",
                 const std::vector<std::string>& outNames = {});
+
+  /// Gives an existing node one more result value.
+  Value* addResult(Node* n, const std::string& name);
 
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
   std::vector<std::unique_ptr<Node>>& nodes() { return nodes_; }

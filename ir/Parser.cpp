@@ -159,10 +159,11 @@ private:
   Error expectIdent(const char* p) { return isIdent(p) ? advance() : fail(std::string("'") + p + "'"); }
 
   Error statement() {
-    if (isIdent("input") || isIdent("param") || isIdent("const")) return declaration();
+    if (isIdent("input") || isIdent("param") || isIdent("state") || isIdent("const")) return declaration();
     if (isIdent("output")) return outputs();
+    if (isIdent("update")) return update();
     if (tok_.kind == Tok::Local || isIdent("_")) return node();
-    return fail("'input', 'param', 'const', 'output' or a node");
+    return fail("'input', 'param', 'state', 'const', 'output', 'update' or a node");
   }
 
   Expected<std::string> newName() {
@@ -190,6 +191,7 @@ private:
     auto data = dense(&*t);
     if (!data) return data.takeError();
     if (kind == "param") g_->addParam(*n, std::move(*data));
+    else if (kind == "state") g_->addState(*n, std::move(*data));
     else g_->addConst(*n, std::move(*data));
     return Error::success();
   }
@@ -203,6 +205,17 @@ private:
       if (!isPunct(",")) return Error::success();
       if (Error e = advance()) return e;
     }
+  }
+
+  Error update() {
+    if (Error e = advance()) return e;
+    auto target = valueRef(false);
+    if (!target) return target.takeError();
+    if (Error e = expectPunct("=")) return e;
+    auto next = valueRef(false);
+    if (!next) return next.takeError();
+    g_->updates.push_back({*target, *next});
+    return Error::success();
   }
 
   Expected<Value*> valueRef(bool allowAbsent) {

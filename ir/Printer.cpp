@@ -106,6 +106,8 @@ std::string print(const Graph& g, const PrintOptions& o) {
   for (const Value* v : g.inputs) s += "  input " + valueRef(v) + " : " + toString(v->type) + "\n";
   for (const Value* v : g.params)
     s += "  param " + valueRef(v) + " : " + toString(v->type) + " = " + dense(*v->data, false, o) + "\n";
+  for (const Value* v : g.state)
+    s += "  state " + valueRef(v) + " : " + toString(v->type) + " = " + dense(*v->data, false, o) + "\n";
   for (const Value* v : g.consts)
     s += "  const " + valueRef(v) + " : " + toString(v->type) + " = " + dense(*v->data, false, o) + "\n";
   for (const auto& n : g.nodes()) s += nodeText(*n, o);
@@ -114,6 +116,7 @@ std::string print(const Graph& g, const PrintOptions& o) {
     for (size_t i = 0; i < g.outputs.size(); ++i) s += (i ? ", " : "") + valueRef(g.outputs[i]);
     s += "\n";
   }
+  for (auto& [v, next] : g.updates) s += "  update " + valueRef(v) + " = " + valueRef(next) + "\n";
   return s + "}\n";
 }
 

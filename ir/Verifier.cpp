@@ -7,7 +7,7 @@ namespace sgc::ir {
 namespace {
 
 Error checkData(const Value* v) {
-  const char* kind = v->kind == ValueKind::Param ? "parameter" : "constant";
+  const char* kind = v->kind == ValueKind::Param ? "parameter" : v->kind == ValueKind::State ? "state" : "constant";
   if (!v->data) return makeError(std::string(kind) + " %" + v->name + " has no data");
   const Tensor& t = *v->data;
   auto n = checkedNumel(t.shape);
@@ -48,7 +48,7 @@ Error verify(const Graph& g, bool requireTypes) {
   };
   for (const Value* v : g.inputs)
     if (Error e = define(v, "input")) return e;
-  for (const auto* list : {&g.params, &g.consts})
+  for (const auto* list : {&g.params, &g.state, &g.consts})
     for (const Value* v : *list) {
       if (Error e = define(v, "initializer")) return e;
       if (Error e = checkData(v)) return e;
@@ -66,6 +66,15 @@ Error verify(const Graph& g, bool requireTypes) {
   }
   for (const Value* v : g.outputs)
     if (!v || !defined.count(v)) return makeError("graph output %" + (v ? v->name : std::string("_")) + " is not defined");
+  std::set<const Value*> updated;
+  for (auto& [v, next] : g.updates) {
+    if (!v || !next || !defined.count(v) || !defined.count(next)) return makeError("an update names an undefined value");
+    if (v->kind != ValueKind::Param && v->kind != ValueKind::State)
+      return makeError("update of %" + v->name + ": only parameters and state are updated");
+    if (!updated.insert(v).second) return makeError("%" + v->name + " is updated twice");
+    if (next->type.dtype != v->type.dtype || (next->type.isStatic() && next->type.shape() != v->type.shape()))
+      return makeError("update of %" + v->name + " : " + toString(v->type) + " with %" + next->name + " : " + toString(next->type));
+  }
   return Error::success();
 }
 
@@ -88,7 +97,12 @@ bool equal(const Graph& a, const Graph& b, std::string* why) {
   if (a.name != b.name) return differ("graph names differ");
   if (!sameList(a.inputs, b.inputs)) return differ("inputs differ");
   if (!sameList(a.params, b.params)) return differ("parameters differ");
+  if (!sameList(a.state, b.state)) return differ("state differs");
   if (!sameList(a.consts, b.consts)) return differ("constants differ");
+  if (a.updates.size() != b.updates.size()) return differ("update counts differ");
+  for (size_t i = 0; i < a.updates.size(); ++i)
+    if (!sameValue(a.updates[i].first, b.updates[i].first) || !sameValue(a.updates[i].second, b.updates[i].second))
+      return differ("update " + std::to_string(i) + " differs");
   if (!sameList(a.outputs, b.outputs)) return differ("outputs differ");
   if (a.nodes().size() != b.nodes().size()) return differ("node counts differ");
   for (size_t i = 0; i < a.nodes().size(); ++i) {

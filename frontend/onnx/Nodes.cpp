@@ -99,6 +99,21 @@ Error upgrade(ImportCtx& c, Op op, std::map<std::string, Attr>& attrs, std::vect
   return Error::success();
 }
 
+constexpr const char* kTrainingDomain = "ai.onnx.preview.training";
+
+/// The ONNX domain of an IR op: "" for the default domain, the training
+/// domain for its optimizers, "-" for ops that exist only in sgc's IR.
+std::string onnxDomain(Op op) {
+  switch (op) {
+  case Op::Adagrad: case Op::Momentum: case Op::Adam: return kTrainingDomain;
+  case Op::SumTo: case Op::UnaryGrad: case Op::SoftmaxGrad: case Op::LayerNormGrad: case Op::BatchNormGrad:
+  case Op::SceLossGrad: case Op::NllLossGrad: case Op::SliceGrad: case Op::GatherGrad: case Op::GatherElementsGrad:
+  case Op::ConvGradInput: case Op::ConvGradWeight: case Op::PoolGrad: case Op::SgdUpdate: case Op::AdamUpdate:
+    return "-";
+  default: return "";
+  }
+}
+
 /// The minimum default-domain opset at which an op exists in its IR form.
 int sinceOpset(Op op) {
   switch (op) {
@@ -129,12 +144,14 @@ Error importLegacySoftmax(ImportCtx& c, Op op, const std::string& name, ir::Valu
 Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
   std::string name = n.name().empty() ? n.op_type() + "_" + std::to_string(index) : n.name();
   c.label = c.file + ": node '" + name + "' (" + n.op_type() + ")";
-  if (!n.domain().empty() && n.domain() != "ai.onnx")
-    return c.fail("ops of domain '" + n.domain() + "' are not supported");
-  if (c.opset == 0) return c.fail("the model imports no opset of the default ONNX domain");
-  if (n.op_type() == "Constant") return importConstant(c, n);
+  std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
+  if (!domain.empty() && domain != kTrainingDomain) return c.fail("ops of domain '" + domain + "' are not supported");
+  if (domain.empty() && c.opset == 0) return c.fail("the model imports no opset of the default ONNX domain");
+  if (domain.empty() && n.op_type() == "Constant") return importConstant(c, n);
   auto op = ir::opFromName(n.op_type());
-  if (!op) return c.fail("op " + n.op_type() + " is not supported (opset " + std::to_string(c.opset) + ")");
+  if (!op || onnxDomain(*op) != domain)
+    return c.fail("op " + n.op_type() + (domain.empty() ? " (opset " + std::to_string(c.opset) + ")" : " of domain '" + domain + "'") +
+                  " is not supported");
   if (c.opset < sinceOpset(*op)) return c.fail("op " + n.op_type() + " does not exist in opset " + std::to_string(c.opset));
   std::map<std::string, Attr> attrs;
   for (const auto& a : n.attribute()) {

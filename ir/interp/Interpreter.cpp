@@ -8,13 +8,13 @@
 
 namespace sgc::ir {
 
-#define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel) Error eval##Kernel(EvalCtx&);
+#define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel, Grad) Error eval##Kernel(EvalCtx&);
 #include "ir/Ops.def"
 
 namespace {
 Error dispatch(EvalCtx& c) {
   switch (c.node.op) {
-#define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel) \
+#define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel, Grad) \
   case Op::N: return eval##Kernel(c);
 #include "ir/Ops.def"
   }
@@ -110,7 +110,7 @@ Expected<std::map<std::string, Tensor>> run(const Graph& g, const std::map<std::
   }
   for (auto& [name, t] : inputs)
     if (!g.findValue(name) || g.findValue(name)->kind != ValueKind::Input) return makeError("'" + name + "' is not an input of the graph");
-  for (const auto* list : {&g.params, &g.consts})
+  for (const auto* list : {&g.params, &g.state, &g.consts})
     for (const Value* v : *list) env[v] = v->data.get();
   std::vector<std::unique_ptr<Tensor>> results;
   for (const auto& n : g.nodes()) {

@@ -136,7 +136,10 @@ TEST_F(BadInput, UnknownDTypeAndOp) {
   EXPECT_CONTAINS(importError(m), "input 'x' has unsupported or unknown dtype code 99");
   m = base();
   m.mutable_graph()->mutable_node(0)->set_op_type("FooBar");
-  EXPECT_CONTAINS(importError(m), "node 'relu' (FooBar): op FooBar is not supported");
+  EXPECT_CONTAINS(importError(m), "node 'relu' (FooBar): op FooBar (opset 17) is not supported");
+  m = base();
+  m.mutable_graph()->mutable_node(0)->set_op_type("SumTo"); // an op of sgc's IR, not of ONNX
+  EXPECT_CONTAINS(importError(m), "op SumTo (opset 17) is not supported");
   m = base();
   m.mutable_graph()->mutable_node(0)->set_domain("com.example");
   EXPECT_CONTAINS(importError(m), "node 'relu' (Relu): ops of domain 'com.example' are not supported");

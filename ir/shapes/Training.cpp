@@ -1,0 +1,86 @@
+// Shape rules of the IR-only gradient and optimizer ops.
+#include "ir/shapes/Shapes.h"
+
+namespace sgc::ir {
+
+/// A result of dtype `t` whose shape is the value of input `i` (a shape tensor).
+static Type shapeFromInput(const InferCtx& c, size_t i, DType t) {
+  if (auto s = c.ints(i)) return Type::of(t, *s);
+  const Type& st = c.in[i];
+  if (st.ranked && st.rank() == 1 && st.dims[0].isStatic() && st.dims[0].value <= kMaxRank)
+    return Type::ranked_(t, std::vector<Dim>(st.dims[0].value, Dim::unknown()));
+  return Type::unranked(t);
+}
+
+Error inferSumTo(InferCtx& c) {
+  c.out[0] = shapeFromInput(c, 1, c.in[0].dtype);
+  if (c.out[0].isStatic() && c.in[0].isStatic()) {
+    auto b = broadcastDims(c, c.out[0].dims, c.in[0].dims);
+    if (!b) return b.takeError();
+    if (*b != c.in[0].dims) return c.fail(toString(c.in[0]) + " does not broadcast from " + toString(c.out[0]));
+  }
+  return Error::success();
+}
+
+Error inferUnaryGrad(InferCtx& c) {
+  c.out[0] = c.in[1];
+  return Error::success();
+}
+
+Error inferLayerNormGrad(InferCtx& c) {
+  c.out = {c.in[0], c.in[1], c.in[1]};
+  return Error::success();
+}
+
+Error inferBatchNormGrad(InferCtx& c) {
+  if (c.in[0].ranked && c.in[0].rank() < 2) return c.fail("input must be [N, C, ...]");
+  c.out = {c.in[0], c.in[1], c.in[1]};
+  return Error::success();
+}
+
+Error inferLossGrad(InferCtx& c) {
+  c.out[0] = c.in[0];
+  return Error::success();
+}
+
+Error inferScatterGrad(InferCtx& c) {
+  size_t shapeInput = c.node.op == Op::SliceGrad ? 1 : 2;
+  c.out[0] = shapeFromInput(c, shapeInput, c.in[0].dtype);
+  if (c.out[0].ranked && c.out[0].rank() < 3 && (c.node.op == Op::ConvGradInput || c.node.op == Op::ConvGradWeight))
+    return c.fail("the convolution shape must be [N, C, spatial...]");
+  return Error::success();
+}
+
+Error inferPoolGrad(InferCtx& c) {
+  c.out[0] = c.in[0];
+  std::string mode = c.node.getString("mode", "");
+  if (mode != "max" && mode != "avg") return c.fail("mode must be \"max\" or \"avg\"");
+  return Error::success();
+}
+
+Error inferOptimizerUpdate(InferCtx& c) {
+  int tensors = c.node.op == Op::SgdUpdate ? 3 : 4; // the parameter, its gradient, then state
+  for (int i = 1; i < tensors; ++i)
+    if (c.in[i].ranked && c.in[0].ranked && c.in[i].dims != c.in[0].dims)
+      return c.fail("input " + std::to_string(i) + " must have the parameter's shape " + toString(c.in[0]));
+  c.out[0] = c.in[0];
+  for (int i = 2; i < tensors; ++i) c.out[i - 1] = c.in[i];
+  return Error::success();
+}
+
+/// ONNX's preview optimizers: inputs (R, T, then `groups` lists of n tensors),
+/// outputs (groups - 1) lists: the new X and the new state tensors.
+Error inferPreviewOptimizer(InferCtx& c) {
+  int groups = c.node.op == Op::Adam ? 4 : 3;
+  int64_t rest = (int64_t)c.in.size() - 2;
+  if (rest <= 0 || rest % groups) return c.fail("expected R, T and " + std::to_string(groups) + " lists of tensors of one length");
+  int64_t n = rest / groups;
+  if ((int64_t)c.out.size() != n * (groups - 1)) return c.fail("expected " + std::to_string(n * (groups - 1)) + " outputs");
+  for (int64_t i = 0; i < n; ++i) {
+    c.out[i] = c.in[2 + i]; // new X
+    for (int k = 2; k < groups; ++k) c.out[(k - 1) * n + i] = c.in[2 + k * n + i];
+  }
+  return Error::success();
+}
+
+} // namespace sgc::ir
