@@ -41,6 +41,36 @@ rt::StTensor toSafetensors(const ir::Tensor& t) {
   return rt::StTensor{std::string(ir::dtypeSafetensorsName(t.dtype)), t.shape, t.bytes};
 }
 
+Error saveCheckpoint(const ir::Graph& g, const std::string& path) {
+  rt::StFile file;
+  for (const auto* list : {&g.params, &g.state})
+    for (const ir::Value* v : *list) file[v->name] = toSafetensors(*v->data);
+  std::string error;
+  if (!rt::writeSafetensors(path, file, error)) return makeError(error);
+  return Error::success();
+}
+
+Error loadCheckpoint(ir::Graph& g, const std::string& path) {
+  rt::StFile file;
+  std::string error;
+  if (!rt::readSafetensors(path, file, error)) return makeError(error);
+  std::map<ir::Value*, ir::Tensor> loaded;
+  for (const auto* list : {&g.params, &g.state})
+    for (ir::Value* v : *list) {
+      auto it = file.find(v->name);
+      if (it == file.end()) return makeError(path + ": no tensor '" + v->name + "' (the checkpoint is not of this model)");
+      auto t = fromSafetensors(it->second, path + ": tensor '" + v->name + "'");
+      if (!t) return t.takeError();
+      if (t->dtype != v->data->dtype || t->shape != v->data->shape)
+        return makeError(path + ": tensor '" + v->name + "' is " + ir::toString(ir::Type::of(t->dtype, t->shape)) + ", expected " +
+                         ir::toString(v->type));
+      loaded[v] = std::move(*t);
+    }
+  if (loaded.size() != file.size()) return makeError(path + ": holds tensors the model does not have");
+  for (auto& [v, t] : loaded) v->data = std::make_shared<const ir::Tensor>(std::move(t));
+  return Error::success();
+}
+
 int reportError(const std::string& msg) {
   fprintf(stderr, "sgc: error: %s\n", msg.c_str());
   return 1;

@@ -23,7 +23,14 @@ int reportError(const std::string& msg);
 /// "1,234,567"
 std::string withCommas(int64_t n);
 
+/// Writes every parameter and state tensor of `g` to a safetensors file (atomically).
+Error saveCheckpoint(const ir::Graph& g, const std::string& path);
+/// Loads a checkpoint into `g`'s parameters and state, checking that names,
+/// dtypes and shapes match exactly; `g` is untouched on error.
+Error loadCheckpoint(ir::Graph& g, const std::string& path);
+
 int inspectMain(int argc, char** argv);
+int trainMain(int argc, char** argv);
 int compileMain(int argc, char** argv);
 int runMain(int argc, char** argv);
 int optMain(int argc, char** argv);

@@ -12,7 +12,8 @@ void usage(FILE* f) {
              "  inspect MODEL|FILE.safetensors   describe a model or a tensor file\n"
              "  compile MODEL --emit=ir          import a model and print its IR\n"
              "  run MODEL --inputs IN -o OUT      evaluate a model on the reference interpreter\n"
-             "  opt FILE --passes=a,b            run IR passes on a model or IR text\n\n"
+             "  opt FILE --passes=a,b            run IR passes on a model or IR text\n"
+             "  train MODEL --data D --steps N   train on the reference interpreter (JSON lines)\n\n"
              "'sgc <command> --help' describes each command.\n");
 }
 } // namespace
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   if (cmd == "compile") return compileMain(argc - 2, argv + 2);
   if (cmd == "run") return runMain(argc - 2, argv + 2);
   if (cmd == "opt") return optMain(argc - 2, argv + 2);
+  if (cmd == "train") return trainMain(argc - 2, argv + 2);
   fprintf(stderr, "sgc: unknown command '%s'\n", cmd.c_str());
   usage(stderr);
   return 2;

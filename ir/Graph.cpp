@@ -174,13 +174,16 @@ bool Graph::removeDeadNodes() {
     for (Value* in : n->inputs)
       if (in) used.insert(in);
   }
-  auto dropUnused = [&](std::vector<Value*>& list) {
-    auto it = std::remove_if(list.begin(), list.end(), [&](Value* v) { return !used.count(v); });
-    for (auto j = it; j != list.end(); ++j) byName_.erase((*j)->name);
-    changed |= it != list.end();
-    list.erase(it, list.end());
-  };
-  dropUnused(consts);
+  std::vector<Value*> kept;
+  for (Value* v : consts) {
+    if (used.count(v)) {
+      kept.push_back(v);
+      continue;
+    }
+    byName_.erase(v->name);
+    changed = true;
+  }
+  consts = std::move(kept);
   // Erase value objects no longer reachable by name (results of removed nodes, dropped consts).
   std::erase_if(values_, [&](const std::unique_ptr<Value>& v) { return !byName_.count(v->name) || byName_[v->name] != v.get(); });
   return changed;

@@ -37,8 +37,13 @@ bool differentiable(const Value* v) { return v && isFloat(v->type.dtype); }
 
 Error gradNone(GradCtx& c) { return c.fail("the op has no gradient"); }
 
+/// Names of emitted nodes: the forward node's name (or its first result's) + ".grad".
+static std::string gradName(const Node& n) {
+  return (n.name.empty() && !n.outputs.empty() && n.outputs[0] ? n.outputs[0]->name : n.name) + ".grad";
+}
+
 Node* GradCtx::emitNode(Op op, std::vector<Value*> ins, int outs, std::map<std::string, Attr> attrs) {
-  Node* node = g.addNode(op, std::move(ins), outs, n.name + ".grad");
+  Node* node = g.addNode(op, std::move(ins), outs, gradName(n));
   node->attrs = std::move(attrs);
   return node;
 }
@@ -53,11 +58,11 @@ Value* GradCtx::shapeOf(Value* v) {
 }
 
 Value* GradCtx::scalar(double v, DType t) {
-  return g.addConst(g.uniqueName(n.name + ".grad.c"), Tensor::fromF64(t, {}, {v}));
+  return g.addConst(g.uniqueName(gradName(n) + ".c"), Tensor::fromF64(t, {}, {v}));
 }
 
 Value* GradCtx::ints(const std::vector<int64_t>& v) {
-  return g.addConst(g.uniqueName(n.name + ".grad.c"), Tensor::fromI64(DType::I64, {(int64_t)v.size()}, v));
+  return g.addConst(g.uniqueName(gradName(n) + ".c"), Tensor::fromI64(DType::I64, {(int64_t)v.size()}, v));
 }
 
 Value* GradCtx::sumTo(Value* d, Value* to, Value* from) {

@@ -76,4 +76,28 @@ Error gradTrilu(GradCtx& c) {
   return Error::success();
 }
 
+Error gradPad(GradCtx& c) {
+  if (c.n.getString("mode", "constant") != "constant") return c.fail("only constant-mode Pad is differentiated");
+  Value *x = c.x(0), *pads = c.x(1);
+  if (!x->type.ranked || pads->kind != ValueKind::Const || (c.x(3) && c.x(3)->kind != ValueKind::Const))
+    return c.fail("the pads and the input rank must be known");
+  // dx is dy with the padding sliced off: starts = pads before, ends = starts + dims.
+  int64_t r = x->type.rank();
+  std::vector<int64_t> p = pads->data->toI64(), axes;
+  if (c.x(3)) axes = c.x(3)->data->toI64();
+  else
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  std::vector<int64_t> starts, ends;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
+    const Dim& d = x->type.dims[a];
+    if (!d.isStatic()) return c.fail("padded dims must be static");
+    if (p[i] < 0 || p[i + axes.size()] < 0) return c.fail("negative pads are not differentiated");
+    starts.push_back(p[i]);
+    ends.push_back(p[i] + d.value);
+  }
+  c.dx[0] = c.emit(Op::Slice, {c.dy[0], c.ints(starts), c.ints(ends), c.ints(axes)});
+  return Error::success();
+}
+
 } // namespace sgc::ir

@@ -99,7 +99,11 @@ Error checkInput(const Value& v, const Tensor& t, std::map<std::string, int64_t>
   return Error::success();
 }
 
-Expected<std::map<std::string, Tensor>> run(const Graph& g, const std::map<std::string, Tensor>& inputs) {
+namespace {
+
+/// Evaluates the graph and returns the tensors of `wanted`, in order.
+Expected<std::vector<Tensor>> evaluate(const Graph& g, const std::map<std::string, Tensor>& inputs,
+                                       const std::vector<const Value*>& wanted) {
   std::map<const Value*, const Tensor*> env;
   std::map<std::string, int64_t> symbols;
   for (const Value* v : g.inputs) {
@@ -124,8 +128,30 @@ Expected<std::map<std::string, Tensor>> run(const Graph& g, const std::map<std::
       env[n->outputs[i]] = results.back().get();
     }
   }
+  std::vector<Tensor> out;
+  for (const Value* v : wanted) out.push_back(*env.at(v));
+  return out;
+}
+
+} // namespace
+
+Expected<std::map<std::string, Tensor>> run(const Graph& g, const std::map<std::string, Tensor>& inputs) {
+  auto vals = evaluate(g, inputs, {g.outputs.begin(), g.outputs.end()});
+  if (!vals) return vals.takeError();
   std::map<std::string, Tensor> out;
-  for (const Value* v : g.outputs) out[v->name] = *env.at(v);
+  for (size_t i = 0; i < g.outputs.size(); ++i) out[g.outputs[i]->name] = std::move((*vals)[i]);
+  return out;
+}
+
+Expected<std::map<std::string, Tensor>> runStep(Graph& g, const std::map<std::string, Tensor>& inputs) {
+  std::vector<const Value*> wanted(g.outputs.begin(), g.outputs.end());
+  for (auto& u : g.updates) wanted.push_back(u.second);
+  auto vals = evaluate(g, inputs, wanted);
+  if (!vals) return vals.takeError();
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < g.outputs.size(); ++i) out[g.outputs[i]->name] = (*vals)[i];
+  for (size_t i = 0; i < g.updates.size(); ++i)
+    g.updates[i].first->data = std::make_shared<const Tensor>(std::move((*vals)[g.outputs.size() + i]));
   return out;
 }
 

@@ -22,4 +22,9 @@ Error checkInput(const Value& v, const Tensor& t, std::map<std::string, int64_t>
 /// Runs the graph on the named inputs and returns the graph outputs by name.
 Expected<std::map<std::string, Tensor>> run(const Graph& g, const std::map<std::string, Tensor>& inputs);
 
+/// Runs one step of a graph with updates (a training step): returns the
+/// outputs, then gives each updated parameter or state value its new data.
+/// On error nothing is updated.
+Expected<std::map<std::string, Tensor>> runStep(Graph& g, const std::map<std::string, Tensor>& inputs);
+
 } // namespace sgc::ir

@@ -182,4 +182,38 @@ Error evalTrilu(EvalCtx& c) {
   return Error::success();
 }
 
+Error evalPad(EvalCtx& c) {
+  const Tensor& x = *c.in[0];
+  Tensor& y = c.out[0];
+  auto g = padGeometry(*c.shapes, x.rank());
+  if (!g) return g.takeError();
+  std::string mode = c.node.getString("mode", "constant");
+  for (int64_t d : x.shape)
+    if (d == 0 && mode != "constant" && y.numel() > 0) return c.fail("mode '" + mode + "' cannot pad an empty dim");
+  Tensor fill(x.dtype, {1});
+  if (c.present(2)) copyElement(fill, 0, *c.in[2], 0);
+  auto xs = stridesOf(x.shape);
+  int64_t o = 0;
+  forEachIndex(y.shape, [&](const std::vector<int64_t>& idx) {
+    int64_t off = 0;
+    bool inside = true;
+    for (size_t i = 0; i < idx.size(); ++i) {
+      int64_t d = x.shape[i], j = idx[i] - g->begin[i];
+      if (j < 0 || j >= d) {
+        if (mode == "constant") inside = false;
+        else if (mode == "edge") j = std::clamp<int64_t>(j, 0, d - 1);
+        else if (mode == "wrap") j = ((j % d) + d) % d;
+        else { // reflect, without repeating the edge
+          int64_t period = std::max<int64_t>(2 * (d - 1), 1);
+          j = ((j % period) + period) % period;
+          if (j >= d) j = period - j;
+        }
+      }
+      off += j * xs[i];
+    }
+    copyElement(y, o++, inside ? x : fill, inside ? off : 0);
+  });
+  return Error::success();
+}
+
 } // namespace sgc::ir

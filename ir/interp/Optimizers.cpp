@@ -7,19 +7,21 @@
 namespace sgc::ir {
 
 Error evalSgdUpdate(EvalCtx& c) {
-  const Tensor &p = *c.in[0], &g = *c.in[1], &buf = *c.in[2];
-  if (c.in[3]->numel() != 1 || c.in[4]->numel() != 1) return c.fail("lr and step must be scalars");
-  double lr = c.in[3]->getF(0), momentum = c.node.getFloat("momentum", 0), dampening = c.node.getFloat("dampening", 0),
+  const Tensor &p = *c.in[0], &g = *c.in[1];
+  const Tensor* buf = c.present(4) ? c.in[4] : nullptr;
+  if (c.in[2]->numel() != 1 || c.in[3]->numel() != 1) return c.fail("lr and step must be scalars");
+  double lr = c.in[2]->getF(0), momentum = c.node.getFloat("momentum", 0), dampening = c.node.getFloat("dampening", 0),
          wd = c.node.getFloat("weight_decay", 0);
-  bool nesterov = c.node.getInt("nesterov", 0), first = c.in[4]->getI(0) <= 1;
+  bool nesterov = c.node.getInt("nesterov", 0), first = c.in[3]->getI(0) <= 1;
+  if (momentum != 0 && !buf) return c.fail("momentum needs a buffer input");
   for (int64_t i = 0; i < p.numel(); ++i) {
-    double d = g.getF(i) + wd * p.getF(i), b = buf.getF(i);
+    double d = g.getF(i) + wd * p.getF(i), b = buf ? buf->getF(i) : 0.0;
     if (momentum != 0) {
       b = first ? d : momentum * b + (1 - dampening) * d;
       d = nesterov ? d + momentum * b : b;
     }
     c.out[0].setF(i, p.getF(i) - lr * d);
-    c.out[1].setF(i, b);
+    if (c.out.size() > 1) c.out[1].setF(i, b);
   }
   return Error::success();
 }

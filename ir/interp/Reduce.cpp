@@ -187,7 +187,9 @@ Error evalDropout(EvalCtx& c) {
   bool training = c.present(2) && c.in[2]->getI(0);
   if (ratio < 0 || ratio >= 1) return c.fail("ratio must be in [0, 1)");
   if (!training) ratio = 0;
+  // The step (input 3, in training graphs) selects a fresh stream per step.
   uint64_t seed = (uint64_t)c.node.getInt("seed", 0);
+  if (c.present(3)) seed = seed * 0x100000001b3ull ^ (uint64_t)c.in[3]->getI(0);
   for (int64_t i = 0; i < x.numel(); ++i) {
     bool keep = ratio == 0 || uniform(seed, (uint64_t)i) >= ratio;
     c.out[0].setF(i, keep ? x.getF(i) / (1 - ratio) : 0.0);

@@ -3,6 +3,7 @@
 
 #include "ir/Verifier.h"
 #include "ir/passes/InferShapes.h"
+#include "ir/training/TrainingStep.h"
 
 namespace sgc::ir {
 namespace {
@@ -13,6 +14,9 @@ Error runDeadCodeElimination(Graph& g) {
   g.removeDeadNodes();
   return Error::success();
 }
+
+/// The training step with default options (SGD; the single scalar output is the loss).
+Error runTrainingStep(Graph& g) { return buildTrainingStep(g, TrainingOptions{}); }
 
 struct PassEntry {
   const char* name;

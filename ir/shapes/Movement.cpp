@@ -382,3 +382,49 @@ Error inferRange(InferCtx& c) {
 }
 
 } // namespace sgc::ir
+
+namespace sgc::ir {
+
+Expected<PadGeometry> padGeometry(const InferCtx& c, int64_t rank) {
+  auto pads = c.ints(1);
+  if (!pads) return c.fail("pads must be known");
+  std::vector<int64_t> axes;
+  if (c.present(3)) {
+    auto a = c.ints(3);
+    if (!a) return c.fail("axes must be known");
+    for (int64_t x : *a) {
+      auto n = normalizeAxis(c, x, rank);
+      if (!n) return n.takeError();
+      axes.push_back(*n);
+    }
+  } else {
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  }
+  if (pads->size() != 2 * axes.size()) return c.fail("pads must have two entries per padded axis");
+  PadGeometry g{std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 0)};
+  for (size_t i = 0; i < axes.size(); ++i) {
+    g.begin[axes[i]] = (*pads)[i];
+    g.end[axes[i]] = (*pads)[i + axes.size()];
+  }
+  std::string mode = c.node.getString("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") return c.fail("unknown mode '" + mode + "'");
+  return g;
+}
+
+Error inferPad(InferCtx& c) {
+  const Type& x = c.in[0];
+  c.out[0] = Type{x.dtype, x.ranked, std::vector<Dim>(x.dims.size(), Dim::unknown())};
+  if (c.present(2) && c.in[2].ranked && c.in[2].staticNumel() != 1) return c.fail("constant_value must be a scalar");
+  if (!x.ranked || !c.ints(1) || (c.present(3) && !c.ints(3))) return Error::success();
+  auto g = padGeometry(c, x.rank());
+  if (!g) return g.takeError();
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (!x.dims[i].isStatic()) continue;
+    int64_t d = x.dims[i].value + g->begin[i] + g->end[i];
+    if (d < 0) return c.fail("padding makes dim " + std::to_string(i) + " negative");
+    c.out[0].dims[i] = Dim::of(d);
+  }
+  return checkSize(c, c.out[0].dims);
+}
+
+} // namespace sgc::ir

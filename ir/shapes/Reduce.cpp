@@ -100,6 +100,7 @@ static Error checkScalar(const InferCtx& c, size_t i, const char* what) {
 Error inferDropout(InferCtx& c) {
   if (Error e = checkScalar(c, 1, "ratio")) return e;
   if (Error e = checkScalar(c, 2, "training_mode")) return e;
+  if (Error e = checkScalar(c, 3, "step")) return e;
   c.out[0] = c.in[0];
   if (c.out.size() > 1) {
     c.out[1] = c.in[0];

@@ -55,4 +55,10 @@ struct SliceDim {
 };
 Expected<std::vector<SliceDim>> sliceGeometry(const InferCtx& c, const std::vector<int64_t>& shape);
 
+/// Padding before and after each dim of a Pad node (pads, axes resolved).
+struct PadGeometry {
+  std::vector<int64_t> begin, end;
+};
+Expected<PadGeometry> padGeometry(const InferCtx& c, int64_t rank);
+
 } // namespace sgc::ir

@@ -59,12 +59,12 @@ Error inferPoolGrad(InferCtx& c) {
 }
 
 Error inferOptimizerUpdate(InferCtx& c) {
-  int tensors = c.node.op == Op::SgdUpdate ? 3 : 4; // the parameter, its gradient, then state
-  for (int i = 1; i < tensors; ++i)
-    if (c.in[i].ranked && c.in[0].ranked && c.in[i].dims != c.in[0].dims)
+  // Tensors shaped like the parameter: SgdUpdate (p, g, -, -, buf?), AdamUpdate (p, g, m, v).
+  std::vector<size_t> like = c.node.op == Op::SgdUpdate ? std::vector<size_t>{1, 4} : std::vector<size_t>{1, 2, 3};
+  for (size_t i : like)
+    if (c.present(i) && c.in[i].ranked && c.in[0].ranked && c.in[i].dims != c.in[0].dims)
       return c.fail("input " + std::to_string(i) + " must have the parameter's shape " + toString(c.in[0]));
-  c.out[0] = c.in[0];
-  for (int i = 2; i < tensors; ++i) c.out[i - 1] = c.in[i];
+  c.setAll(c.in[0]);
   return Error::success();
 }
 

@@ -1,0 +1,157 @@
+// sgc train: builds the training step of a model and runs it on the
+// reference interpreter, one JSON line per step.
+#include "driver/Args.h"
+#include "driver/Common.h"
+
+#include "ir/interp/Interpreter.h"
+#include "ir/training/TrainingStep.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace sgc::driver {
+namespace {
+
+const CommandSpec kSpec{
+    "train",
+    "sgc train MODEL.onnx --data DATA.safetensors --steps N [--optimizer sgd|adam|adamw] [--lr X] [options]",
+    "Trains MODEL on the reference interpreter and prints one JSON line per step: {\"step\": i, \"loss\": x}.\n"
+    "DATA holds one tensor per model input, stacked along a new leading dimension; step i uses\n"
+    "slice i % count (steps count on from a --load checkpoint). Trainable: every floating-point initializer the loss depends on, minus --freeze.\n"
+    "Optimizers follow PyTorch (defaults: lr 1e-3, betas 0.9,0.999, eps 1e-8, weight decay 0; AdamW 0.01).",
+    {{"data", "FILE", "safetensors file with the training data (required)"},
+     {"steps", "N", "number of steps (required)"},
+     {"optimizer", "NAME", "sgd (default), adam or adamw"},
+     {"lr", "X", "learning rate (default 1e-3)"},
+     {"momentum", "X", "SGD momentum (default 0)"},
+     {"dampening", "X", "SGD dampening (default 0)"},
+     {"nesterov", "", "SGD Nesterov momentum"},
+     {"weight-decay", "X", "weight decay (default 0; adamw 0.01)"},
+     {"betas", "B1,B2", "Adam betas (default 0.9,0.999)"},
+     {"eps", "X", "Adam epsilon (default 1e-8)"},
+     {"clip-grad-norm", "X", "clip gradients to this global L2 norm"},
+     {"loss", "NAME", "the model output that is the loss (default: its single scalar output)"},
+     {"freeze", "REGEX", "parameters whose name matches are not trained"},
+     {"load", "FILE", "start from this checkpoint (parameters and optimizer state)"},
+     {"save", "FILE", "write parameters and optimizer state here at the end"}}};
+
+Expected<double> number(const Args& a, const std::string& name, double def) {
+  if (!a.has(name)) return def;
+  std::string s = a.get(name);
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end || !std::isfinite(v)) return makeError("--" + name + " expects a number, got '" + s + "'");
+  return v;
+}
+
+Expected<ir::TrainingOptions> trainingOptions(const Args& a) {
+  ir::TrainingOptions o;
+  o.loss = a.get("loss");
+  o.freeze = a.get("freeze");
+  auto& opt = o.optimizer;
+  opt.kind = a.get("optimizer", "sgd");
+  opt.nesterov = a.has("nesterov");
+  for (auto [name, field] : std::initializer_list<std::pair<const char*, double*>>{
+           {"lr", &opt.lr}, {"momentum", &opt.momentum}, {"dampening", &opt.dampening},
+           {"weight-decay", &opt.weightDecay}, {"eps", &opt.eps}, {"clip-grad-norm", &opt.clipGradNorm}}) {
+    auto v = number(a, name, *field);
+    if (!v) return v.takeError();
+    *field = *v;
+  }
+  if (a.has("betas")) {
+    std::string b = a.get("betas");
+    char* end = nullptr;
+    opt.beta1 = std::strtod(b.c_str(), &end);
+    if (*end != ',') return makeError("--betas expects B1,B2, got '" + b + "'");
+    char* end2 = nullptr;
+    opt.beta2 = std::strtod(end + 1, &end2);
+    if (*end2) return makeError("--betas expects B1,B2, got '" + b + "'");
+  }
+  if (Error e = ir::checkTrainingOptions(o)) return e;
+  return o;
+}
+
+/// The training data: per model input, the stacked tensor; returns the count of batches.
+Expected<int64_t> loadData(const ir::Graph& g, const std::string& path, std::map<std::string, ir::Tensor>& data) {
+  rt::StFile file;
+  std::string error;
+  if (!rt::readSafetensors(path, file, error)) return makeError(error);
+  int64_t count = -1;
+  for (const ir::Value* v : g.inputs) {
+    if (v->name == ir::kLrInput) continue;
+    auto it = file.find(v->name);
+    if (it == file.end()) return makeError(path + ": no tensor for model input '" + v->name + "'");
+    auto t = fromSafetensors(it->second, path + ": tensor '" + v->name + "'");
+    if (!t) return t.takeError();
+    if (t->rank() < 1 || t->shape[0] < 1)
+      return makeError(path + ": tensor '" + v->name + "' needs a leading batch-count dimension");
+    if (count >= 0 && t->shape[0] != count)
+      return makeError(path + ": tensor '" + v->name + "' holds " + std::to_string(t->shape[0]) + " batches, others " + std::to_string(count));
+    count = t->shape[0];
+    data[v->name] = std::move(*t);
+  }
+  for (auto& [name, st] : file)
+    if (!data.count(name)) return makeError(path + ": tensor '" + name + "' is not an input of the model");
+  return count;
+}
+
+ir::Tensor sliceBatch(const ir::Tensor& t, int64_t i) {
+  ir::Tensor s;
+  s.dtype = t.dtype;
+  s.shape.assign(t.shape.begin() + 1, t.shape.end());
+  size_t bytes = t.bytes.size() / (size_t)t.shape[0];
+  s.bytes.assign(t.bytes.begin() + i * bytes, t.bytes.begin() + (i + 1) * bytes);
+  return s;
+}
+
+} // namespace
+
+int trainMain(int argc, char** argv) {
+  bool help = false;
+  auto args = Args::parse(kSpec, argc, argv, help);
+  if (!args) return help ? 0 : 2;
+  if (args->positional().size() != 1) return reportError("train takes one model (see sgc train --help)");
+  if (!args->has("data") || !args->has("steps")) return reportError("train needs --data FILE and --steps N");
+  auto steps = number(*args, "steps", 0);
+  if (!steps) return reportError(steps.takeError());
+  if (*steps < 0 || *steps != std::floor(*steps)) return reportError("--steps expects a non-negative integer");
+  auto opts = trainingOptions(*args);
+  if (!opts) return reportError(opts.takeError());
+  const std::string& model = args->positional()[0];
+  auto g = loadModel(model);
+  if (!g) return reportError(g.takeError());
+  if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));
+  if (args->has("load"))
+    if (Error e = loadCheckpoint(**g, args->get("load"))) return reportError(std::move(e));
+  std::map<std::string, ir::Tensor> data;
+  auto count = loadData(**g, args->get("data"), data);
+  if (!count) return reportError(count.takeError());
+  std::map<std::string, int64_t> symbols;
+  for (const ir::Value* v : (*g)->inputs)
+    if (v->name != ir::kLrInput)
+      if (Error e = ir::checkInput(*v, sliceBatch(data[v->name], 0), symbols))
+        return reportError(args->get("data") + ": one batch of " + errorText(std::move(e)));
+  // Steps continue from a loaded checkpoint's counter, and so does the choice of batch.
+  int64_t first = (*g)->findValue(ir::kStepState)->data->getI(0);
+  for (int64_t i = first; i < first + (int64_t)*steps; ++i) {
+    std::map<std::string, ir::Tensor> feed;
+    for (auto& [name, t] : data) feed[name] = sliceBatch(t, i % *count);
+    feed[ir::kLrInput] = ir::Tensor::fromF64(ir::DType::F32, {}, {opts->optimizer.lr});
+    auto out = ir::runStep(**g, feed);
+    if (!out) return reportError(model + ": step " + std::to_string(i) + ": " + errorText(out.takeError()));
+    double loss = out->begin()->second.getF(0);
+    if (!std::isfinite(loss)) {
+      printf("{\"step\": %lld, \"loss\": null, \"error\": \"the loss is %s\"}\n", (long long)i, std::isnan(loss) ? "NaN" : "infinite");
+      fflush(stdout);
+      return reportError(model + ": the loss became " + (std::isnan(loss) ? "NaN" : "infinite") + " at step " + std::to_string(i));
+    }
+    printf("{\"step\": %lld, \"loss\": %.9g}\n", (long long)i, loss);
+    fflush(stdout);
+  }
+  if (args->has("save"))
+    if (Error e = saveCheckpoint(**g, args->get("save"))) return reportError(std::move(e));
+  return 0;
+}
+
+} // namespace sgc::driver

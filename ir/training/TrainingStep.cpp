@@ -1,0 +1,155 @@
+// The training-step builder (see TrainingStep.h).
+#include "ir/training/TrainingStep.h"
+
+#include "ir/Verifier.h"
+#include "ir/autodiff/Autodiff.h"
+#include "ir/passes/InferShapes.h"
+
+#include <regex>
+#include <set>
+
+namespace sgc::ir {
+namespace {
+
+Expected<Value*> findLoss(const Graph& g, const std::string& name) {
+  std::string names;
+  for (Value* v : g.outputs) names += (names.empty() ? "" : ", ") + v->name;
+  if (!name.empty()) {
+    for (Value* v : g.outputs)
+      if (v->name == name) return v;
+    return makeError("loss '" + name + "' is not an output of the model (outputs: " + names + ")");
+  }
+  std::vector<Value*> scalars;
+  for (Value* v : g.outputs)
+    if (isFloat(v->type.dtype) && v->type.staticNumel() == 1) scalars.push_back(v);
+  if (scalars.size() == 1) return scalars[0];
+  return makeError("the model has " + std::to_string(scalars.size()) + " scalar outputs (outputs: " + names +
+                   "); name the loss with --loss");
+}
+
+/// Training-mode BatchNormalization: running statistics become updates, not trainable.
+void collectRunningStats(Graph& g, std::set<Value*>& buffers) {
+  for (auto& n : g.nodes()) {
+    if (n->op != Op::BatchNormalization || !n->getInt("training_mode", 0)) continue;
+    while (n->outputs.size() < 3) g.addResult(n.get(), n->name + ".running");
+    for (int i = 1; i <= 2; ++i) {
+      Value* stat = n->inputs[2 + i];
+      if (stat->kind != ValueKind::Param || buffers.count(stat)) continue;
+      if (!n->outputs[i]) { // an unused result: give it a value
+        Value* v = g.addResult(n.get(), n->name + ".running");
+        n->outputs.pop_back();
+        n->outputs[i] = v;
+      }
+      buffers.insert(stat);
+      g.updates.push_back({stat, n->outputs[i]});
+    }
+  }
+}
+
+Value* scalarConst(Graph& g, const std::string& name, double v, DType t) {
+  return g.addConst(g.uniqueName(name), Tensor::fromF64(t, {}, {v}));
+}
+
+Value* emit(Graph& g, Op op, std::vector<Value*> ins, const std::string& name, std::map<std::string, Attr> attrs = {}) {
+  Node* n = g.addNode(op, std::move(ins), 1, name);
+  n->attrs = std::move(attrs);
+  return n->outputs[0];
+}
+
+/// g_i * min(1, max_norm / (||g||_2 + 1e-6)), as torch.nn.utils.clip_grad_norm_.
+void clipByGlobalNorm(Graph& g, std::vector<std::pair<Value*, Value*>>& grads, double maxNorm) {
+  DType t = grads[0].second->type.dtype;
+  Value* total = nullptr;
+  for (auto& [p, grad] : grads) {
+    Value* sq = emit(g, Op::ReduceSumSquare, {grad}, "clip.sq", {{"keepdims", int64_t(0)}});
+    if (sq->type.dtype != t) sq = emit(g, Op::Cast, {sq}, "clip.cast", {{"to", std::string(dtypeName(t))}});
+    total = total ? emit(g, Op::Add, {total, sq}, "clip.sum") : sq;
+  }
+  Value* norm = emit(g, Op::Sqrt, {total}, "clip.norm");
+  Value* coef = emit(g, Op::Div, {scalarConst(g, "clip.max", maxNorm, t), emit(g, Op::Add, {norm, scalarConst(g, "clip.eps", 1e-6, t)}, "clip.denom")}, "clip.ratio");
+  coef = emit(g, Op::Min, {coef, scalarConst(g, "clip.one", 1, t)}, "clip.coef");
+  for (auto& [p, grad] : grads) grad = emit(g, Op::Mul, {grad, coef}, p->name + ".clipped");
+}
+
+void addOptimizer(Graph& g, const OptimizerOptions& o, Value* p, Value* grad, Value* lr, Value* step) {
+  auto zeros = [&](const char* suffix) { return g.addState(g.uniqueName(p->name + suffix), Tensor(p->type.dtype, p->type.shape())); };
+  bool adam = o.kind != "sgd";
+  double wd = o.weightDecay >= 0 ? o.weightDecay : (o.kind == "adamw" ? 0.01 : 0.0);
+  if (!adam) {
+    std::vector<Value*> ins{p, grad, lr, step};
+    if (o.momentum != 0) ins.push_back(zeros(".momentum_buffer"));
+    Node* n = g.addNode(Op::SgdUpdate, ins, o.momentum != 0 ? 2 : 1, p->name + ".sgd");
+    n->attrs = {{"momentum", o.momentum}, {"dampening", o.dampening}, {"nesterov", int64_t(o.nesterov)}, {"weight_decay", wd}};
+    g.updates.push_back({p, n->outputs[0]});
+    if (o.momentum != 0) g.updates.push_back({ins[4], n->outputs[1]});
+    return;
+  }
+  Value *m = zeros(".exp_avg"), *v = zeros(".exp_avg_sq");
+  Node* n = g.addNode(Op::AdamUpdate, {p, grad, m, v, lr, step}, 3, p->name + "." + o.kind);
+  n->attrs = {{"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}, {"weight_decay", wd}, {"decoupled", int64_t(o.kind == "adamw")}};
+  g.updates.push_back({p, n->outputs[0]});
+  g.updates.push_back({m, n->outputs[1]});
+  g.updates.push_back({v, n->outputs[2]});
+}
+
+} // namespace
+
+Error checkTrainingOptions(const TrainingOptions& opts) {
+  const OptimizerOptions& o = opts.optimizer;
+  if (o.kind != "sgd" && o.kind != "adam" && o.kind != "adamw")
+    return makeError("unknown optimizer '" + o.kind + "' (expected sgd, adam or adamw)");
+  if (!(o.lr >= 0)) return makeError("the learning rate must be non-negative");
+  if (o.momentum < 0 || o.dampening < 0) return makeError("momentum and dampening must be non-negative");
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) return makeError("nesterov needs a momentum and zero dampening");
+  if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1)) return makeError("betas must be in [0, 1)");
+  if (!(o.eps >= 0) || !(o.clipGradNorm >= 0)) return makeError("eps and clip-grad-norm must be non-negative");
+  try {
+    std::regex r(opts.freeze);
+  } catch (const std::regex_error& e) {
+    return makeError("--freeze '" + opts.freeze + "' is not a valid regular expression");
+  }
+  return Error::success();
+}
+
+Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
+  if (Error e = checkTrainingOptions(opts)) return e;
+  if (Error e = inferShapes(g)) return e;
+  auto loss = findLoss(g, opts.loss);
+  if (!loss) return loss.takeError();
+  if (!isFloat((*loss)->type.dtype) || (*loss)->type.staticNumel() != 1)
+    return makeError("loss '" + (*loss)->name + "' is " + toString((*loss)->type) + ", expected a floating-point scalar");
+  if (g.findValue(kLrInput) || g.findValue(kStepState)) return makeError("the model already has a value named sgc.lr or sgc.step");
+  Value* lr = g.addInput(kLrInput, Type::of(DType::F32, {}));
+  Value* step = g.addState(kStepState, Tensor::scalarI64(0));
+  Value* nextStep = emit(g, Op::Add, {step, g.addConst("sgc.one", Tensor::scalarI64(1))}, "sgc.step.next");
+  g.updates.push_back({step, nextStep});
+
+  std::set<Value*> buffers;
+  collectRunningStats(g, buffers);
+  for (auto& n : g.nodes())
+    if (n->op == Op::Dropout && n->input(2)) {
+      n->inputs.resize(4, nullptr);
+      n->inputs[3] = nextStep;
+    }
+  std::regex freeze(opts.freeze.empty() ? "$^" : opts.freeze);
+  std::vector<Value*> trainable;
+  for (Value* p : g.params)
+    if (!buffers.count(p) && (opts.freeze.empty() || !std::regex_search(p->name, freeze))) trainable.push_back(p);
+  if (trainable.empty())
+    return makeError(g.params.empty() ? "the model has nothing to train (no floating-point initializers)"
+                                      : "nothing to train: --freeze '" + opts.freeze + "' matches every parameter");
+  auto grads = autodiff(g, *loss, trainable);
+  if (!grads) return grads.takeError();
+  std::vector<std::pair<Value*, Value*>> pairs;
+  for (Value* p : trainable)
+    if ((*grads)[p]) pairs.push_back({p, (*grads)[p]});
+  if (pairs.empty()) return makeError("the loss '" + (*loss)->name + "' does not depend on any trainable parameter");
+  if (opts.optimizer.clipGradNorm > 0) clipByGlobalNorm(g, pairs, opts.optimizer.clipGradNorm);
+  for (auto& [p, grad] : pairs) addOptimizer(g, opts.optimizer, p, grad, lr, nextStep);
+  g.outputs = {*loss};
+  if (Error e = inferShapes(g)) return e;
+  g.removeDeadNodes();
+  return verify(g);
+}
+
+} // namespace sgc::ir

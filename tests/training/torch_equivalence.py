@@ -1,0 +1,195 @@
+# PyTorch equivalence of training on the reference interpreter: three models
+# written here (an MLP with LayerNorm, GELU and a residual under MSE + L1; a
+# small CNN with Conv, BatchNorm, ReLU and pooling under log-softmax + NLL; a
+# 2-layer GPT-style decoder with token and position embeddings, a tied output
+# projection, causal masked attention, tanh-GELU and cross-entropy), exported
+# with torch.onnx.export in training mode, then trained from the same weights
+# on the same data by PyTorch and by `sgc train` with each optimizer.
+# Per-step losses must agree within 1e-4 relative and final parameters within
+# 1e-3. Usage: /usr/bin/python3 torch_equivalence.py SGC WORKDIR
+import json, math, os, struct, subprocess, sys
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+STEPS, BATCHES = 12, 3
+LOSS_RTOL, PARAM_TOL = 1e-4, 1e-3
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 16)
+        self.norm, self.head = nn.LayerNorm(16), nn.Linear(16, 4)
+
+    def forward(self, x, y):
+        h = self.norm(x + self.fc2(F.gelu(self.fc1(x))))
+        out = self.head(h)
+        # MSE and L1 written out, as exporters emit them (torch 1.13 exports no mse_loss op).
+        return ((out - y) ** 2).mean() + 0.1 * (out - y).abs().mean()
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        # Convolutions before BatchNorm carry no bias (as usual): BatchNorm subtracts the batch mean,
+        # so such a bias has an identically zero gradient that Adam would turn into rounding noise.
+        self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.c2, self.b2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 2 * 2, 5)
+
+    def forward(self, x, y):
+        h = F.max_pool2d(F.relu(self.b1(self.c1(x))), 2)
+        h = F.avg_pool2d(F.relu(self.b2(self.c2(h))), 2)
+        return F.nll_loss(F.log_softmax(self.fc(h.flatten(1)), dim=1), y)
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        # No qkv bias: the key bias has an identically zero gradient (softmax is shift-invariant), so
+        # under Adam its update is the ratio of two rounding noises that no two implementations share.
+        self.ln1, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d)
+        self.ln2, self.fc, self.fc2 = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = [t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v)]
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
+        att = F.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
+        return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=32, T=8, d=16, layers=2, heads=2):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(T, d)
+        self.blocks = nn.ModuleList([Block(d, heads) for _ in range(layers)])
+        self.lnf, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.wte.weight  # tied
+        self.register_buffer("mask", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
+        self.register_buffer("pos", torch.arange(T))
+
+    def forward(self, idx, tgt):
+        x = self.wte(idx) + self.wpe(self.pos)
+        for b in self.blocks:
+            x = b(x, self.mask)
+        logits = self.head(self.lnf(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
+
+
+def data_for(name, g):
+    if name == "mlp":
+        return torch.randn(BATCHES, 8, 16, generator=g), torch.randn(BATCHES, 8, 4, generator=g)
+    if name == "cnn":
+        return torch.randn(BATCHES, 6, 3, 8, 8, generator=g), torch.randint(0, 5, (BATCHES, 6), generator=g)
+    return torch.randint(0, 32, (BATCHES, 4, 8), generator=g), torch.randint(0, 32, (BATCHES, 4, 8), generator=g)
+
+
+OPTIMIZERS = {
+    "sgd-nesterov": (lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
+                     ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--nesterov", "--weight-decay", "1e-3"], 0),
+    "sgd-dampening": (lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.5, dampening=0.2),
+                      ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.5", "--dampening", "0.2"], 0),
+    "adam": (lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=1e-3),
+             ["--optimizer", "adam", "--lr", "1e-2", "--weight-decay", "1e-3"], 0),
+    "adamw-clip": (lambda p: torch.optim.AdamW(p, lr=1e-2, betas=(0.8, 0.99)),
+                   ["--optimizer", "adamw", "--lr", "1e-2", "--betas", "0.8,0.99", "--clip-grad-norm", "0.5"], 0.5),
+}
+
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        a = tensors[name].detach().contiguous().numpy()
+        dtype = {np.float32: "F32", np.int64: "I64"}[a.dtype.type]
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        blobs.append(a.tobytes())
+        off += a.nbytes
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def read_safetensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    out = {}
+    for k, v in json.loads(b[8:8 + n]).items():
+        s, e = v["data_offsets"]
+        dt = {"F32": np.float32, "I64": np.int64}[v["dtype"]]
+        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype=dt).reshape(v["shape"])
+    return out
+
+
+def run_model(sgc, work, name, cls):
+    torch.manual_seed(0)
+    model = cls()
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+    xs, ys = data_for(name, torch.Generator().manual_seed(1))
+    onnx_path = os.path.join(work, name + ".onnx")
+    data_path = os.path.join(work, name + "_data.safetensors")
+    model.train()
+    torch.onnx.export(model, (xs[0], ys[0]), onnx_path, input_names=["x", "y"], output_names=["loss"], opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    write_safetensors(data_path, {"x": xs, "y": ys})
+    rows = []
+    for opt_name, (make_opt, flags, clip) in OPTIMIZERS.items():
+        model.load_state_dict(init)
+        opt = make_opt(model.parameters())
+        ref = []
+        for i in range(STEPS):
+            loss = model(xs[i % BATCHES], ys[i % BATCHES])
+            opt.zero_grad()
+            loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+            ref.append(loss.item())
+        ckpt = os.path.join(work, f"{name}_{opt_name}.safetensors")
+        cmd = [sgc, "train", onnx_path, "--data", data_path, "--steps", str(STEPS), "--save", ckpt] + flags
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            rows.append((name, opt_name, None, None, proc.stderr.strip()))
+            continue
+        got = [json.loads(line)["loss"] for line in proc.stdout.splitlines()]
+        loss_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, ref)) if len(got) == STEPS else float("inf")
+        saved = read_safetensors(ckpt)
+        param_diff = 0.0
+        for pname, p in model.named_parameters():
+            if pname not in saved:
+                rows.append((name, opt_name, None, None, f"parameter {pname} missing from the sgc checkpoint"))
+                break
+            param_diff = max(param_diff, float(np.max(np.abs(saved[pname] - p.detach().numpy()))))
+        else:
+            rows.append((name, opt_name, loss_rel, param_diff, ""))
+    return rows
+
+
+def main():
+    sgc, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    rows = []
+    for name, cls in (("mlp", MLP), ("cnn", CNN), ("gpt", GPT)):
+        rows += run_model(sgc, work, name, cls)
+    ok = True
+    print(f"{'model':6} {'optimizer':14} {'max loss rel diff':>18} {'max param abs diff':>19}")
+    for model, opt, lrel, pdiff, err in rows:
+        if err:
+            ok = False
+            print(f"{model:6} {opt:14} FAILED: {err}")
+            continue
+        good = lrel <= LOSS_RTOL and pdiff <= PARAM_TOL
+        ok &= good
+        print(f"{model:6} {opt:14} {lrel:18.3e} {pdiff:19.3e}{'' if good else '  <- over tolerance'}")
+    print("torch equivalence:", "passed" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
