@@ -72,7 +72,8 @@ Error verify(const Graph& g, bool requireTypes) {
     if (v->kind != ValueKind::Param && v->kind != ValueKind::State)
       return makeError("update of %" + v->name + ": only parameters and state are updated");
     if (!updated.insert(v).second) return makeError("%" + v->name + " is updated twice");
-    if (next->type.dtype != v->type.dtype || (next->type.isStatic() && next->type.shape() != v->type.shape()))
+    bool typed = next->type.dtype != DType::Undefined; // not before infer-shapes
+    if (typed && (next->type.dtype != v->type.dtype || (next->type.isStatic() && next->type.shape() != v->type.shape())))
       return makeError("update of %" + v->name + " : " + toString(v->type) + " with %" + next->name + " : " + toString(next->type));
   }
   return Error::success();

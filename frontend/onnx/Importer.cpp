@@ -128,10 +128,19 @@ Expected<std::unique_ptr<ir::Graph>> importGraph(const onnx::ModelProto& m, cons
   if (!m.has_graph()) return makeError(file + ": the model has no graph");
   auto opset = defaultOpset(m, file);
   if (!opset) return opset.takeError();
-  const onnx::GraphProto& g = m.graph();
   auto graph = std::make_unique<ir::Graph>();
-  if (!g.name().empty()) graph->name = g.name();
+  if (!m.graph().name().empty()) graph->name = m.graph().name();
   ImportCtx c{*graph, file, baseDir, *opset, {}, {}};
+  if (Error e = importGraphBody(c, m.graph())) return e;
+  if (Error e = importTrainingInfo(c, m)) return e;
+  if (Error e = ir::verify(*graph)) return makeError(file + ": " + errorText(std::move(e)));
+  if (Error e = ir::inferShapes(*graph)) return makeError(file + ": " + errorText(std::move(e)));
+  return graph;
+}
+
+} // namespace
+
+Error importGraphBody(ImportCtx& c, const onnx::GraphProto& g) {
   if (Error e = addInitializers(c, g)) return e;
   if (Error e = addInputs(c, g)) return e;
   auto order = topoOrder(c, g);
@@ -140,15 +149,11 @@ Expected<std::unique_ptr<ir::Graph>> importGraph(const onnx::ModelProto& m, cons
     if (Error e = importNode(c, g.node((int)i), i)) return e;
   for (const auto& o : g.output()) {
     auto it = c.values.find(o.name());
-    if (it == c.values.end()) return makeError(file + ": graph output '" + o.name() + "' is not produced by any node");
-    graph->outputs.push_back(it->second);
+    if (it == c.values.end()) return makeError(c.file + ": graph output '" + o.name() + "' is not produced by any node");
+    c.graph.outputs.push_back(it->second);
   }
-  if (Error e = ir::verify(*graph)) return makeError(file + ": " + errorText(std::move(e)));
-  if (Error e = ir::inferShapes(*graph)) return makeError(file + ": " + errorText(std::move(e)));
-  return graph;
+  return Error::success();
 }
-
-} // namespace
 
 Expected<std::unique_ptr<ir::Graph>> importModelBytes(const void* data, size_t size, const std::string& name,
                                                       const std::string& baseDir) {

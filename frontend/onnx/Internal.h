@@ -27,4 +27,13 @@ struct ImportCtx {
 /// Converts one ONNX node into IR nodes / constants.
 Error importNode(ImportCtx& ctx, const onnx::NodeProto& n, size_t index);
 
+/// Imports a GraphProto's initializers, inputs, nodes and outputs into ctx's
+/// graph (the model's graph, or after it a training algorithm).
+Error importGraphBody(ImportCtx& ctx, const onnx::GraphProto& g);
+
+/// TrainingInfoProto: initialization (evaluated now) and algorithm (appended).
+Error importTrainingInfo(ImportCtx& ctx, const onnx::ModelProto& m);
+bool isGradientNode(const onnx::NodeProto& n);
+Error importGradientNode(ImportCtx& ctx, const onnx::NodeProto& n);
+
 } // namespace sgc::onnx_import

@@ -144,6 +144,7 @@ Error importLegacySoftmax(ImportCtx& c, Op op, const std::string& name, ir::Valu
 Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
   std::string name = n.name().empty() ? n.op_type() + "_" + std::to_string(index) : n.name();
   c.label = c.file + ": node '" + name + "' (" + n.op_type() + ")";
+  if (isGradientNode(n)) return importGradientNode(c, n);
   std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
   if (!domain.empty() && domain != kTrainingDomain) return c.fail("ops of domain '" + domain + "' are not supported");
   if (domain.empty() && c.opset == 0) return c.fail("the model imports no opset of the default ONNX domain");

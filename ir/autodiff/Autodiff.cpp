@@ -75,9 +75,11 @@ Value* GradCtx::sumTo(Value* d, Value* to, Value* from) {
 Value* GradCtx::maskedBy(Value* mask, Value* d, DType t) { return emit(Op::Where, {mask, d, scalar(0, t)}); }
 
 Expected<std::map<Value*, Value*>> autodiff(Graph& g, Value* loss, const std::vector<Value*>& wrt) {
+  // A non-scalar target is differentiated as the sum of its elements (seed of ones).
   auto n = loss->type.staticNumel();
-  if (!n || *n != 1 || !isFloat(loss->type.dtype))
-    return makeError("the loss %" + loss->name + " must be a floating-point scalar, it is " + toString(loss->type));
+  if (!n || !isFloat(loss->type.dtype))
+    return makeError("the differentiated value %" + loss->name + " must be floating point with a static shape, it is " +
+                     toString(loss->type));
   // Values that depend on a requested one through differentiable ops.
   std::set<Value*> needsGrad(wrt.begin(), wrt.end());
   std::vector<Node*> forward;
@@ -91,7 +93,7 @@ Expected<std::map<Value*, Value*>> autodiff(Graph& g, Value* loss, const std::ve
   }
   std::map<Value*, Value*> grads;
   if (!needsGrad.count(loss)) return grads;
-  grads[loss] = g.addConst(g.uniqueName("grad.seed"), Tensor::fromF64(loss->type.dtype, loss->type.shape(), {1.0}));
+  grads[loss] = g.addConst(g.uniqueName("grad.seed"), Tensor::fromF64(loss->type.dtype, loss->type.shape(), std::vector<double>(*n, 1.0)));
   for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
     Node* node = *it;
     if (!hasGradRule(node->op)) continue;

@@ -18,8 +18,9 @@
 
 namespace sgc::ir {
 
-/// Gradients of the scalar `loss` with respect to each of `wrt` (nullptr
-/// where the loss does not depend on it).
+/// Gradients of `loss` (a scalar, or any static shape: then of the sum of its
+/// elements) with respect to each of `wrt` (nullptr where the loss does not
+/// depend on it).
 Expected<std::map<Value*, Value*>> autodiff(Graph& g, Value* loss, const std::vector<Value*>& wrt);
 
 /// What a gradient rule sees and builds with.

@@ -227,14 +227,22 @@ TEST(Autodiff, TiedParameterAccumulates) {
   EXPECT_EQ(r->at((*grads)[w]->name).toF64(), (std::vector<double>{7, 11, 9, 13}));
 }
 
-TEST(Autodiff, LossMustBeScalar) {
+TEST(Autodiff, NonScalarTargetIsSummed) {
   Graph g;
   Value* w = g.addParam("w", Tensor::fromF64(DType::F32, {3}, {1, 2, 3}));
-  Value* y = g.addNode(Op::Neg, {w}, 1, "neg")->outputs[0];
+  Value* y = g.addNode(Op::Mul, {w, w}, 1, "sq")->outputs[0];
   ASSERT_FALSE(inferShapes(g));
   auto grads = autodiff(g, y, {w});
-  ASSERT_FALSE(!!grads);
-  EXPECT_NE(errorText(grads.takeError()).find("must be a floating-point scalar"), std::string::npos);
+  ASSERT_TRUE(!!grads) << errorText(grads.takeError());
+  g.outputs = {(*grads)[w]};
+  auto r = run(g, {});
+  ASSERT_TRUE(!!r);
+  EXPECT_EQ(r->at((*grads)[w]->name).toF64(), (std::vector<double>{2, 4, 6})); // d sum(w^2) / dw
+  Value* idx = g.addNode(Op::ArgMax, {w}, 1, "am")->outputs[0];
+  ASSERT_FALSE(inferShapes(g));
+  auto bad = autodiff(g, idx, {w});
+  ASSERT_FALSE(!!bad);
+  EXPECT_NE(errorText(bad.takeError()).find("must be floating point"), std::string::npos);
 }
 
 } // namespace

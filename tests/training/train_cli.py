@@ -21,7 +21,7 @@ def tensor_info(name, dtype, shape):
 def safetensors(path, tensors):
     header, blobs, off = {}, [], 0
     for k in sorted(tensors):
-        a = np.ascontiguousarray(tensors[k])
+        a = np.array(tensors[k], order="C")  # (ascontiguousarray would make scalars 1-D)
         dt = {np.float32: "F32", np.float64: "F64", np.int64: "I64"}[a.dtype.type]
         header[k] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
         blobs.append(a.tobytes())
