@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the bundled sample: installs what is missing, builds sgc,
-# then imports samples/mlp.onnx, prints its summary and IR, and runs it on the
-# reference interpreter.
+# then imports samples/mlp.onnx, prints its summary and IR, runs it on the
+# reference interpreter, and trains samples/mlp_train.onnx for 20 steps.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
@@ -13,3 +13,5 @@ set -x
 "$sgc" compile "$root/samples/mlp.onnx" --emit=ir
 "$sgc" run "$root/samples/mlp.onnx" --inputs "$root/samples/mlp_inputs.safetensors" -o "$out/out.safetensors"
 "$sgc" inspect "$out/out.safetensors"
+"$sgc" train "$root/samples/mlp_train.onnx" --data "$root/samples/mlp_train_data.safetensors" --steps 20 \
+  --optimizer adamw --lr 1e-2 --save "$out/checkpoint.safetensors"
