@@ -16,5 +16,5 @@ cp "$here"/regressions/* "$work/seeds/"
 cd "$work"
 export UBSAN_OPTIONS=print_stacktrace=1
 # -rss_limit_mb and -timeout turn blow-ups into failures; -max_total_time bounds the time.
-exec "$fuzzer" -seed="${SGC_FUZZ_SEED:-1}" -runs="${SGC_FUZZ_RUNS:-300000}" -max_total_time=240 \
+exec "$fuzzer" -seed="${SGC_FUZZ_SEED:-1}" -runs="${SGC_FUZZ_RUNS:-1500000}" -max_total_time=240 \
   -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 -artifact_prefix="$work/" corpus seeds
