@@ -2,7 +2,11 @@
 #include "driver/Args.h"
 #include "driver/Common.h"
 
+#include "driver/TrainingFlags.h"
+
+#include "codegen/MemoryPlan.h"
 #include "ir/Text.h"
+#include "ir/passes/BindDims.h"
 #include "ir/passes/Passes.h"
 
 #include <cstdio>
@@ -12,12 +16,19 @@ namespace sgc::driver {
 namespace {
 
 const CommandSpec kCompile{
-    "compile", "sgc compile MODEL.onnx|MODEL.sgcir --emit=ir [-o FILE] [--print-data]",
-    "Imports a model and prints its IR (after infer-shapes). Code generation to a .so\n"
-    "is not built yet: --emit=ir is the only output for now.",
-    {{"emit", "KIND", "what to produce: ir"},
-     {"o", "FILE", "write the output to FILE instead of standard output"},
-     {"print-data", "", "print all parameter and constant data (default: tensors over 64 bytes are elided)"}}};
+    "compile", "sgc compile MODEL.onnx|MODEL.sgcir --emit=ir|plan [--train [training flags]] [--dim N=8] [-o FILE]",
+    "Imports a model and prints a stage of its compilation: its IR (after infer-shapes), or with\n"
+    "--train the whole training step; --emit=plan prints the static memory plan (needs static\n"
+    "shapes: bind symbolic dims with --dim). Code generation to a .so is not built yet.",
+    [] {
+      std::vector<OptionSpec> o{{"emit", "KIND", "what to produce: ir or plan"},
+                                {"train", "", "build the training step (implied by any training flag)"},
+                                {"dim", "N=SIZE,...", "bind symbolic input dims to sizes"},
+                                {"o", "FILE", "write the output to FILE instead of standard output"},
+                                {"print-data", "", "print all tensor data (default: tensors over 64 bytes are elided)"}};
+      for (auto& f : trainingFlagSpecs()) o.push_back(f);
+      return o;
+    }()};
 
 const CommandSpec kOpt{
     "opt", "sgc opt MODEL.onnx|FILE.sgcir --passes=a,b,... [--verify-each] [-o FILE] [--print-data]",
@@ -27,10 +38,7 @@ const CommandSpec kOpt{
      {"o", "FILE", "write the IR to FILE instead of standard output"},
      {"print-data", "", "print all tensor data (default: tensors over 64 bytes are elided)"}}};
 
-int emitIR(const ir::Graph& g, const Args& args) {
-  ir::PrintOptions po;
-  if (!args.has("print-data")) po.elideDataAbove = 64;
-  std::string text = ir::print(g, po);
+int emitText(const std::string& text, const Args& args) {
   if (!args.has("o")) {
     fwrite(text.data(), 1, text.size(), stdout);
     return 0;
@@ -39,6 +47,12 @@ int emitIR(const ir::Graph& g, const Args& args) {
   f << text;
   if (!f) return reportError(args.get("o") + ": cannot write");
   return 0;
+}
+
+int emitIR(const ir::Graph& g, const Args& args) {
+  ir::PrintOptions po;
+  if (!args.has("print-data")) po.elideDataAbove = 64;
+  return emitText(ir::print(g, po), args);
 }
 
 std::vector<std::string> splitList(const std::string& s) {
@@ -61,11 +75,26 @@ int compileMain(int argc, char** argv) {
   if (!args) return help ? 0 : 2;
   if (args->positional().size() != 1) return reportError("compile takes one model (see sgc compile --help)");
   std::string emit = args->get("emit", "so");
-  if (emit != "ir")
-    return reportError("--emit=" + emit + ": code generation is not built yet; only --emit=ir is available");
-  auto g = loadModel(args->positional()[0]);
+  if (emit != "ir" && emit != "plan")
+    return reportError("--emit=" + emit + ": code generation is not built yet; --emit=ir and --emit=plan are available");
+  const std::string& model = args->positional()[0];
+  auto g = loadModel(model);
   if (!g) return reportError(g.takeError());
-  return emitIR(**g, *args);
+  if (args->has("dim")) {
+    auto dims = parseDims(args->get("dim"));
+    if (!dims) return reportError(dims.takeError());
+    if (Error e = ir::bindDims(**g, *dims)) return reportError(model + ": " + errorText(std::move(e)));
+  }
+  if (args->has("train") || hasTrainingFlags(*args)) {
+    auto opts = parseTrainingFlags(*args);
+    if (!opts) return reportError(opts.takeError());
+    if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));
+  }
+  if (emit == "ir") return emitIR(**g, *args);
+  auto plan = codegen::planMemory(**g);
+  if (!plan) return reportError(model + ": " + errorText(plan.takeError()));
+  if (Error e = codegen::checkPlan(*plan)) return reportError(model + ": the memory plan is unsound: " + errorText(std::move(e)));
+  return emitText(codegen::printPlan(**g, *plan), *args);
 }
 
 int optMain(int argc, char** argv) {

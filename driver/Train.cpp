@@ -2,6 +2,7 @@
 // reference interpreter, one JSON line per step.
 #include "driver/Args.h"
 #include "driver/Common.h"
+#include "driver/TrainingFlags.h"
 
 #include "ir/interp/Interpreter.h"
 #include "ir/training/TrainingStep.h"
@@ -20,57 +21,14 @@ const CommandSpec kSpec{
     "DATA holds one tensor per model input, stacked along a new leading dimension; step i uses\n"
     "slice i % count (steps count on from a --load checkpoint). Trainable: every floating-point initializer the loss depends on, minus --freeze.\n"
     "Optimizers follow PyTorch (defaults: lr 1e-3, betas 0.9,0.999, eps 1e-8, weight decay 0; AdamW 0.01).",
-    {{"data", "FILE", "safetensors file with the training data (required)"},
-     {"steps", "N", "number of steps (required)"},
-     {"optimizer", "NAME", "sgd (default), adam or adamw"},
-     {"lr", "X", "learning rate (default 1e-3)"},
-     {"momentum", "X", "SGD momentum (default 0)"},
-     {"dampening", "X", "SGD dampening (default 0)"},
-     {"nesterov", "", "SGD Nesterov momentum"},
-     {"weight-decay", "X", "weight decay (default 0; adamw 0.01)"},
-     {"betas", "B1,B2", "Adam betas (default 0.9,0.999)"},
-     {"eps", "X", "Adam epsilon (default 1e-8)"},
-     {"clip-grad-norm", "X", "clip gradients to this global L2 norm"},
-     {"loss", "NAME", "the model output that is the loss (default: its single scalar output)"},
-     {"freeze", "REGEX", "parameters whose name matches are not trained"},
-     {"load", "FILE", "start from this checkpoint (parameters and optimizer state)"},
-     {"save", "FILE", "write parameters and optimizer state here at the end"}}};
-
-Expected<double> number(const Args& a, const std::string& name, double def) {
-  if (!a.has(name)) return def;
-  std::string s = a.get(name);
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end || !std::isfinite(v)) return makeError("--" + name + " expects a number, got '" + s + "'");
-  return v;
-}
-
-Expected<ir::TrainingOptions> trainingOptions(const Args& a) {
-  ir::TrainingOptions o;
-  o.loss = a.get("loss");
-  o.freeze = a.get("freeze");
-  auto& opt = o.optimizer;
-  opt.kind = a.get("optimizer", "sgd");
-  opt.nesterov = a.has("nesterov");
-  for (auto [name, field] : std::initializer_list<std::pair<const char*, double*>>{
-           {"lr", &opt.lr}, {"momentum", &opt.momentum}, {"dampening", &opt.dampening},
-           {"weight-decay", &opt.weightDecay}, {"eps", &opt.eps}, {"clip-grad-norm", &opt.clipGradNorm}}) {
-    auto v = number(a, name, *field);
-    if (!v) return v.takeError();
-    *field = *v;
-  }
-  if (a.has("betas")) {
-    std::string b = a.get("betas");
-    char* end = nullptr;
-    opt.beta1 = std::strtod(b.c_str(), &end);
-    if (*end != ',') return makeError("--betas expects B1,B2, got '" + b + "'");
-    char* end2 = nullptr;
-    opt.beta2 = std::strtod(end + 1, &end2);
-    if (*end2) return makeError("--betas expects B1,B2, got '" + b + "'");
-  }
-  if (Error e = ir::checkTrainingOptions(o)) return e;
-  return o;
-}
+    [] {
+      std::vector<OptionSpec> o{{"data", "FILE", "safetensors file with the training data (required)"},
+                                {"steps", "N", "number of steps (required)"}};
+      for (auto& f : trainingFlagSpecs()) o.push_back(f);
+      o.push_back({"load", "FILE", "start from this checkpoint (parameters and optimizer state)"});
+      o.push_back({"save", "FILE", "write parameters and optimizer state here at the end"});
+      return o;
+    }()};
 
 /// The training data: per model input, the stacked tensor; returns the count of batches.
 Expected<int64_t> loadData(const ir::Graph& g, const std::string& path, std::map<std::string, ir::Tensor>& data) {
@@ -113,10 +71,10 @@ int trainMain(int argc, char** argv) {
   if (!args) return help ? 0 : 2;
   if (args->positional().size() != 1) return reportError("train takes one model (see sgc train --help)");
   if (!args->has("data") || !args->has("steps")) return reportError("train needs --data FILE and --steps N");
-  auto steps = number(*args, "steps", 0);
+  auto steps = numberFlag(*args, "steps", 0);
   if (!steps) return reportError(steps.takeError());
   if (*steps < 0 || *steps != std::floor(*steps)) return reportError("--steps expects a non-negative integer");
-  auto opts = trainingOptions(*args);
+  auto opts = parseTrainingFlags(*args);
   if (!opts) return reportError(opts.takeError());
   const std::string& model = args->positional()[0];
   auto g = loadModel(model);

@@ -1,0 +1,228 @@
+// The memory planner (see MemoryPlan.h): liveness, in-place aliasing, then
+// greedy-by-size placement of the activations, and the overlap checker.
+#include "codegen/MemoryPlan.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace sgc::codegen {
+namespace {
+
+using ir::Op;
+using ir::Value;
+using ir::ValueKind;
+
+int64_t alignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+bool isElementwise(Op op) {
+  switch (op) {
+  case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Neg: case Op::Exp: case Op::Log: case Op::Sqrt:
+  case Op::Tanh: case Op::Sigmoid: case Op::Relu: case Op::Erf: case Op::Gelu: case Op::Where: case Op::UnaryGrad:
+  case Op::Reciprocal: case Op::Abs: case Op::Pow: case Op::LeakyRelu: case Op::Softplus: case Op::Clip:
+    return true;
+  default: return false;
+  }
+}
+
+struct Planner {
+  const ir::Graph& g;
+  MemoryPlan plan;
+  std::map<const Value*, size_t> index; ///< value -> buffer
+  std::map<const Value*, int> lastUse;
+  std::map<const ir::Node*, int> positions;
+  std::set<const Value*> grads;
+
+  Buffer& buf(const Value* v) { return plan.buffers[index.at(v)]; }
+
+  Region regionOf(const Value* v) const {
+    switch (v->kind) {
+    case ValueKind::Input: return Region::Inputs;
+    case ValueKind::Param: return Region::Params;
+    case ValueKind::State: return Region::State;
+    case ValueKind::Const: return Region::Consts;
+    default: return grads.count(v) ? Region::Grads : Region::Activations;
+    }
+  }
+
+  Error collect() {
+    int end = (int)g.nodes().size();
+    for (int i = 0; i < end; ++i) {
+      const ir::Node& n = *g.nodes()[i];
+      positions[&n] = i;
+      for (const Value* in : n.inputs)
+        if (in) lastUse[in] = i;
+      if ((n.op == Op::SgdUpdate || n.op == Op::AdamUpdate) && n.inputs[1]->kind == ValueKind::Result) grads.insert(n.inputs[1]);
+    }
+    for (const Value* v : g.outputs) lastUse[v] = end;
+    for (auto& [v, next] : g.updates) lastUse[next] = end;
+    for (const auto& v : g.values()) {
+      bool defined = v->kind != ValueKind::Result || (v->producer && std::count(v->producer->outputs.begin(), v->producer->outputs.end(), v.get()));
+      if (!defined) continue;
+      auto n = v->type.staticNumel();
+      if (!n) return makeError("value %" + v->name + " has shape " + ir::toString(v->type) + "; bind its dims with --dim");
+      Buffer b{v.get(), regionOf(v.get()), 0, *n * (int64_t)ir::dtypeSize(v->type.dtype), 0, end};
+      if (v->kind == ValueKind::Result) {
+        b.first = positions.at(v->producer);
+        b.last = lastUse.count(v.get()) ? lastUse[v.get()] : b.first;
+      }
+      index[v.get()] = plan.buffers.size();
+      plan.buffers.push_back(b);
+    }
+    plan.numSteps = end;
+    return Error::success();
+  }
+
+  /// The value whose bytes `v` finally uses (following aliases).
+  const Value* root(const Value* v) {
+    while (buf(v).aliasOf) v = buf(v).aliasOf;
+    return v;
+  }
+
+  void aliasInPlace() {
+    for (int i = 0; i < (int)g.nodes().size(); ++i) {
+      const ir::Node& n = *g.nodes()[i];
+      if (!isElementwise(n.op) || n.outputs.size() != 1 || !n.outputs[0]) continue;
+      Buffer& out = buf(n.outputs[0]);
+      if (out.region != Region::Activations) continue;
+      for (const Value* in : n.inputs) {
+        if (!in || in->kind != ValueKind::Result || lastUse[in] != i) continue;
+        const Value* r = root(in);
+        Buffer& rb = buf(r);
+        if (rb.region != Region::Activations || rb.bytes != out.bytes || in->type.dtype != n.outputs[0]->type.dtype) continue;
+        out.aliasOf = r;
+        rb.last = std::max(rb.last, out.last);
+        break;
+      }
+    }
+    // An update writes into its target when nothing reads the target after the new value exists.
+    for (auto& [target, next] : g.updates) {
+      if (next->kind != ValueKind::Result) continue;
+      Buffer& nb = buf(next);
+      int producedAt = nb.first;
+      if (lastUse.count(target) && lastUse[target] > producedAt) continue;
+      if (nb.aliasOf || nb.region == Region::Grads || nb.bytes != buf(target).bytes) continue;
+      nb.aliasOf = target;
+    }
+  }
+
+  void placeActivations() {
+    std::vector<Buffer*> roots;
+    for (Buffer& b : plan.buffers)
+      if (b.region == Region::Activations && !b.aliasOf) {
+        roots.push_back(&b);
+        plan.activationsUnshared += alignUp(b.bytes, plan.alignment);
+      }
+    // Largest first; ties by first use then name, so the plan is deterministic.
+    std::sort(roots.begin(), roots.end(), [](const Buffer* a, const Buffer* b) {
+      if (a->bytes != b->bytes) return a->bytes > b->bytes;
+      if (a->first != b->first) return a->first < b->first;
+      return a->value->name < b->value->name;
+    });
+    std::vector<Buffer*> placed;
+    int64_t peak = 0;
+    for (Buffer* b : roots) {
+      std::vector<Buffer*> live;
+      for (Buffer* p : placed)
+        if (p->first <= b->last && b->first <= p->last) live.push_back(p);
+      std::sort(live.begin(), live.end(), [](const Buffer* x, const Buffer* y) { return x->offset < y->offset; });
+      int64_t offset = 0;
+      for (Buffer* p : live) {
+        if (p->offset >= offset + b->bytes) break; // the gap before p fits
+        offset = std::max(offset, alignUp(p->offset + p->bytes, plan.alignment));
+      }
+      b->offset = offset;
+      peak = std::max(peak, alignUp(offset + b->bytes, plan.alignment));
+      placed.push_back(b);
+    }
+    plan.regionBytes[(int)Region::Activations] = peak;
+  }
+
+  void placeOthers() {
+    for (Buffer& b : plan.buffers) {
+      if (b.region == Region::Activations || b.aliasOf) continue;
+      int64_t& used = plan.regionBytes[(int)b.region];
+      b.offset = used;
+      used = alignUp(used + b.bytes, plan.alignment);
+    }
+    for (Buffer& b : plan.buffers) // aliases take their root's place
+      if (b.aliasOf) {
+        const Buffer& r = buf(root(b.value));
+        b.region = r.region;
+        b.offset = r.offset;
+      }
+  }
+};
+
+} // namespace
+
+const char* regionName(Region r) {
+  static const char* names[] = {"inputs", "params", "state", "consts", "grads", "activations"};
+  return names[(int)r];
+}
+
+Expected<MemoryPlan> planMemory(const ir::Graph& g, int64_t alignment) {
+  Planner p{g, {}, {}, {}, {}, {}};
+  p.plan.alignment = alignment;
+  if (Error e = p.collect()) return e;
+  p.aliasInPlace();
+  p.placeActivations();
+  p.placeOthers();
+  return p.plan;
+}
+
+Error checkPlan(const MemoryPlan& p) {
+  std::map<const ir::Value*, const Buffer*> byValue;
+  for (const Buffer& b : p.buffers) byValue[b.value] = &b;
+  auto rootOf = [&](const Buffer* b) {
+    while (b->aliasOf) b = byValue.at(b->aliasOf);
+    return b;
+  };
+  for (const Buffer& b : p.buffers)
+    if (b.offset < 0 || b.offset + b.bytes > p.regionBytes[(int)b.region])
+      return makeError("%" + b.value->name + " does not fit its region " + regionName(b.region));
+  for (size_t i = 0; i < p.buffers.size(); ++i)
+    for (size_t j = i + 1; j < p.buffers.size(); ++j) {
+      const Buffer &a = p.buffers[i], &b = p.buffers[j];
+      if (a.region != b.region || rootOf(&a) == rootOf(&b)) continue;
+      bool timeOverlap = a.first <= b.last && b.first <= a.last;
+      bool byteOverlap = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+      if (timeOverlap && byteOverlap && a.bytes && b.bytes)
+        return makeError("%" + a.value->name + " and %" + b.value->name + " are live together and overlap in " + regionName(a.region));
+    }
+  return Error::success();
+}
+
+} // namespace sgc::codegen
+
+namespace sgc::codegen {
+
+std::string printPlan(const ir::Graph& g, const MemoryPlan& p) {
+  char line[512];
+  std::string s;
+  snprintf(line, sizeof line, "memory plan @%s: %d steps, alignment %lld\n", g.name.c_str(), p.numSteps, (long long)p.alignment);
+  s += line;
+  int64_t total = 0;
+  for (int r = 0; r < kNumRegions; ++r) {
+    total += p.regionBytes[r];
+    snprintf(line, sizeof line, "  region %-12s %12lld bytes", regionName((Region)r), (long long)p.regionBytes[r]);
+    s += line;
+    if ((Region)r == Region::Activations) {
+      snprintf(line, sizeof line, " (peak; %lld without reuse)", (long long)p.activationsUnshared);
+      s += line;
+    }
+    s += "\n";
+  }
+  snprintf(line, sizeof line, "  total %lld bytes\n", (long long)total);
+  s += line;
+  for (const Buffer& b : p.buffers) {
+    snprintf(line, sizeof line, "  %%%-24s %-12s offset %-10lld bytes %-10lld live [%d, %d]", b.value->name.c_str(),
+             regionName(b.region), (long long)b.offset, (long long)b.bytes, b.first, b.last);
+    s += line;
+    if (b.aliasOf) s += "  in place of %" + b.aliasOf->name;
+    s += "\n";
+  }
+  return s;
+}
+
+} // namespace sgc::codegen

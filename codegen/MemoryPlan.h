@@ -1,0 +1,56 @@
+// The static memory plan of a training step: every tensor gets a region and
+// a byte offset in that region before the step runs, so a step allocates
+// nothing. Regions:
+//   inputs       the host's data for one step (and sgc.lr)
+//   params       parameters (updated in place by the optimizer)
+//   state        optimizer moments, the step counter (updated in place)
+//   consts       constants
+//   grads        parameter gradients, one slot each (kept apart for the
+//                gradient communication the data-parallel issue adds)
+//   activations  every other result, placed by liveness over the schedule:
+//                tensors whose lifetimes do not overlap share bytes.
+// An elementwise result may reuse the buffer of an input that dies at that
+// node (same dtype and byte size), and an update writes into the value it
+// updates when nothing reads that value afterwards.
+//
+// Requires: static shapes (bind-dims), nodes in schedule order.
+#pragma once
+#include "ir/Error.h"
+#include "ir/Graph.h"
+
+#include <string>
+#include <vector>
+
+namespace sgc::codegen {
+
+enum class Region : uint8_t { Inputs, Params, State, Consts, Grads, Activations };
+constexpr int kNumRegions = 6;
+const char* regionName(Region r);
+
+struct Buffer {
+  const ir::Value* value;
+  Region region;
+  int64_t offset = 0, bytes = 0;
+  int first = 0, last = 0;             ///< live over schedule positions [first, last]
+  const ir::Value* aliasOf = nullptr;  ///< shares the bytes of this value's buffer
+};
+
+struct MemoryPlan {
+  int64_t alignment = 64;
+  std::vector<Buffer> buffers;         ///< one per value, in graph order
+  int64_t regionBytes[kNumRegions] = {};
+  int64_t activationsUnshared = 0;     ///< what activations would take without reuse
+  int numSteps = 0;                    ///< schedule length (nodes)
+};
+
+/// Plans `g`. Errors name a value whose shape is not static.
+Expected<MemoryPlan> planMemory(const ir::Graph& g, int64_t alignment = 64);
+
+/// Proves the plan sound: inside each region, no two buffers that are live at
+/// the same time overlap (aliases share by design), every buffer fits.
+Error checkPlan(const MemoryPlan& p);
+
+/// The plan as text: one line per region, one per buffer (`--emit=plan`).
+std::string printPlan(const ir::Graph& g, const MemoryPlan& p);
+
+} // namespace sgc::codegen

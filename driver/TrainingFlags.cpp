@@ -1,0 +1,82 @@
+// Parsing of the training flags and --dim bindings.
+#include "driver/TrainingFlags.h"
+
+#include <cmath>
+#include <cstdlib>
+
+namespace sgc::driver {
+
+std::vector<OptionSpec> trainingFlagSpecs() {
+  return {{"optimizer", "NAME", "sgd (default), adam or adamw"},
+          {"lr", "X", "learning rate (default 1e-3)"},
+          {"momentum", "X", "SGD momentum (default 0)"},
+          {"dampening", "X", "SGD dampening (default 0)"},
+          {"nesterov", "", "SGD Nesterov momentum"},
+          {"weight-decay", "X", "weight decay (default 0; adamw 0.01)"},
+          {"betas", "B1,B2", "Adam betas (default 0.9,0.999)"},
+          {"eps", "X", "Adam epsilon (default 1e-8)"},
+          {"clip-grad-norm", "X", "clip gradients to this global L2 norm"},
+          {"loss", "NAME", "the model output that is the loss (default: its single scalar output)"},
+          {"freeze", "REGEX", "parameters whose name matches are not trained"}};
+}
+
+bool hasTrainingFlags(const Args& a) {
+  for (const auto& f : trainingFlagSpecs())
+    if (a.has(f.name)) return true;
+  return false;
+}
+
+Expected<double> numberFlag(const Args& a, const std::string& name, double def) {
+  if (!a.has(name)) return def;
+  std::string s = a.get(name);
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end || !std::isfinite(v)) return makeError("--" + name + " expects a number, got '" + s + "'");
+  return v;
+}
+
+Expected<ir::TrainingOptions> parseTrainingFlags(const Args& a) {
+  ir::TrainingOptions o;
+  o.loss = a.get("loss");
+  o.freeze = a.get("freeze");
+  auto& opt = o.optimizer;
+  opt.kind = a.get("optimizer", "sgd");
+  opt.nesterov = a.has("nesterov");
+  for (auto [name, field] : std::initializer_list<std::pair<const char*, double*>>{
+           {"lr", &opt.lr}, {"momentum", &opt.momentum}, {"dampening", &opt.dampening},
+           {"weight-decay", &opt.weightDecay}, {"eps", &opt.eps}, {"clip-grad-norm", &opt.clipGradNorm}}) {
+    auto v = numberFlag(a, name, *field);
+    if (!v) return v.takeError();
+    *field = *v;
+  }
+  if (a.has("betas")) {
+    std::string b = a.get("betas");
+    char *end = nullptr, *end2 = nullptr;
+    opt.beta1 = std::strtod(b.c_str(), &end);
+    if (*end != ',') return makeError("--betas expects B1,B2, got '" + b + "'");
+    opt.beta2 = std::strtod(end + 1, &end2);
+    if (*end2) return makeError("--betas expects B1,B2, got '" + b + "'");
+  }
+  if (Error e = ir::checkTrainingOptions(o)) return e;
+  return o;
+}
+
+Expected<std::map<std::string, int64_t>> parseDims(const std::string& s) {
+  std::map<std::string, int64_t> dims;
+  size_t start = 0;
+  while (start < s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(start, end - start);
+    size_t eq = item.find('=');
+    char* stop = nullptr;
+    long long v = eq == std::string::npos ? -1 : std::strtoll(item.c_str() + eq + 1, &stop, 10);
+    if (eq == std::string::npos || eq == 0 || !stop || *stop || v < 0 || eq + 1 == item.size())
+      return makeError("--dim expects NAME=SIZE[,NAME=SIZE...], got '" + item + "'");
+    dims[item.substr(0, eq)] = v;
+    start = end + 1;
+  }
+  return dims;
+}
+
+} // namespace sgc::driver
