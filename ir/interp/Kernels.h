@@ -33,6 +33,25 @@ inline void copyElement(Tensor& dst, int64_t di, const Tensor& src, int64_t si) 
   std::memcpy(dst.bytes.data() + di * s, src.bytes.data() + si * s, s);
 }
 
+/// Calls fn(offset, k) for each kernel position k of the window at output
+/// position `o` (spatial dims) that falls inside the input (spatial sizes
+/// `in`); offset is the row-major offset of that input position.
+template <typename F>
+void forWindow(const Window& w, const std::vector<int64_t>& in, const std::vector<int64_t>& o, F fn) {
+  forEachIndex(w.kernel, [&](const std::vector<int64_t>& k) {
+    int64_t off = 0;
+    for (size_t d = 0; d < in.size(); ++d) {
+      int64_t pos = o[d] * w.strides[d] - w.padBegin[d] + k[d] * w.dilations[d];
+      if (pos < 0 || pos >= in[d]) return;
+      off = off * in[d] + pos;
+    }
+    fn(off, k);
+  });
+}
+
+/// AveragePool's divisor with count_include_pad: window positions inside the padded input.
+int64_t paddedWindowCount(const Window& w, const std::vector<int64_t>& in, const std::vector<int64_t>& o);
+
 /// double -> int64 without undefined behaviour for NaN or out-of-range values.
 int64_t toInt(double v);
 

@@ -58,20 +58,6 @@ namespace {
 /// Spatial sizes (dims 2..) of a static shape.
 std::vector<int64_t> spatial(const std::vector<int64_t>& s) { return {s.begin() + 2, s.end()}; }
 
-/// Calls fn(inputOffset) for each in-bounds input position of the window at
-/// output position `o` (spatial), with `base` the offset of the (n, c) plane.
-template <typename F>
-void forWindow(const Window& w, const std::vector<int64_t>& in, const std::vector<int64_t>& o, F fn) {
-  forEachIndex(w.kernel, [&](const std::vector<int64_t>& k) {
-    int64_t off = 0;
-    for (size_t d = 0; d < in.size(); ++d) {
-      int64_t pos = o[d] * w.strides[d] - w.padBegin[d] + k[d] * w.dilations[d];
-      if (pos < 0 || pos >= in[d]) return;
-      off = off * in[d] + pos;
-    }
-    fn(off, k);
-  });
-}
 } // namespace
 
 Error evalConv(EvalCtx& c) {
@@ -106,6 +92,17 @@ Error evalConv(EvalCtx& c) {
   return Error::success();
 }
 
+int64_t paddedWindowCount(const Window& w, const std::vector<int64_t>& in, const std::vector<int64_t>& o) {
+  // Padded positions count; positions beyond the padding (ceil_mode) do not.
+  int64_t count = 1;
+  for (size_t d = 0; d < in.size(); ++d) {
+    int64_t start = o[d] * w.strides[d] - w.padBegin[d];
+    int64_t end = std::min(start + (w.kernel[d] - 1) * w.dilations[d] + 1, in[d] + w.padEnd[d]);
+    count *= (end - start + w.dilations[d] - 1) / w.dilations[d];
+  }
+  return count;
+}
+
 Error evalPool(EvalCtx& c) {
   const Tensor& x = *c.in[0];
   Tensor& y = c.out[0];
@@ -128,15 +125,7 @@ Error evalPool(EvalCtx& c) {
         sum += v;
         ++count;
       });
-      if (!isMax && countPad) {
-        // Padded positions count; positions beyond the padding (ceil_mode) do not.
-        count = 1;
-        for (size_t d = 0; d < in.size(); ++d) {
-          int64_t start = o[d] * w->strides[d] - w->padBegin[d];
-          int64_t end = std::min(start + (w->kernel[d] - 1) * w->dilations[d] + 1, in[d] + w->padEnd[d]);
-          count *= (end - start + w->dilations[d] - 1) / w->dilations[d];
-        }
-      }
+      if (!isMax && countPad) count = paddedWindowCount(*w, in, o);
       y.setF(oi, isMax ? best : (count ? sum / (double)count : 0.0));
       if (c.out.size() > 1) {
         int64_t idx = bestOff;

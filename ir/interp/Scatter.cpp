@@ -116,14 +116,9 @@ void forConv(const ConvDims& d, F fn) {
       int64_t g = m / d.mPerG, o = 0;
       forEachIndex(d.out, [&](const std::vector<int64_t>& op) {
         int64_t dyOff = (n * d.M + m) * outPlane + o++;
-        forEachIndex(d.ks, [&](const std::vector<int64_t>& k) {
-          int64_t xOff = 0, kOff = 0;
-          for (size_t i = 0; i < d.in.size(); ++i) {
-            int64_t pos = op[i] * d.w.strides[i] - d.w.padBegin[i] + k[i] * d.w.dilations[i];
-            if (pos < 0 || pos >= d.in[i]) return;
-            xOff = xOff * d.in[i] + pos;
-            kOff = kOff * d.ks[i] + k[i];
-          }
+        forWindow(d.w, d.in, op, [&](int64_t xOff, const std::vector<int64_t>& k) {
+          int64_t kOff = 0;
+          for (size_t i = 0; i < k.size(); ++i) kOff = kOff * d.ks[i] + k[i];
           for (int64_t ci = 0; ci < d.cPerG; ++ci)
             fn((n * d.C + g * d.cPerG + ci) * inPlane + xOff, (m * d.cPerG + ci) * kPlane + kOff, dyOff);
         });
@@ -170,26 +165,12 @@ Error evalPoolGrad(EvalCtx& c) {
   for (int64_t p = 0; p < planes; ++p)
     forEachIndex(out, [&](const std::vector<int64_t>& o) {
       std::vector<int64_t> offs;
-      int64_t best = -1, count = 0;
-      forEachIndex(w->kernel, [&](const std::vector<int64_t>& k) {
-        int64_t off = 0;
-        for (size_t d = 0; d < in.size(); ++d) {
-          int64_t pos = o[d] * w->strides[d] - w->padBegin[d] + k[d] * w->dilations[d];
-          if (pos < 0 || pos >= in[d]) return;
-          off = off * in[d] + pos;
-        }
+      int64_t best = -1;
+      forWindow(*w, in, o, [&](int64_t off, const std::vector<int64_t>&) {
         offs.push_back(off);
         if (best < 0 || xv[p * inPlane + off] > xv[p * inPlane + best]) best = off;
       });
-      count = (int64_t)offs.size();
-      if (!isMax && countPad) {
-        count = 1;
-        for (size_t d = 0; d < in.size(); ++d) {
-          int64_t start = o[d] * w->strides[d] - w->padBegin[d];
-          int64_t end = std::min(start + (w->kernel[d] - 1) * w->dilations[d] + 1, in[d] + w->padEnd[d]);
-          count *= (end - start + w->dilations[d] - 1) / w->dilations[d];
-        }
-      }
+      int64_t count = !isMax && countPad ? paddedWindowCount(*w, in, o) : (int64_t)offs.size();
       double g = dy.getF(oi++);
       if (isMax && best >= 0) acc[p * inPlane + best] += g;
       if (!isMax && count > 0)

@@ -4,32 +4,14 @@
 # Momentum, with update bindings for w and its velocity. `sgc run` evaluates
 # one step; the outputs must equal numpy's computation of the same step.
 # Usage: /usr/bin/python3 training_info.py SGC WORKDIR
-import json, os, struct, subprocess, sys
+import json, os, subprocess, sys
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyutil"))
+import st  # noqa: E402
 
 T = TensorProto.FLOAT
-
-
-def safetensors(path, tensors):
-    header, blobs, off = {}, [], 0
-    for k in sorted(tensors):
-        a = np.array(tensors[k], order="C")  # (ascontiguousarray would make scalars 1-D)
-        dt = {np.float32: "F32", np.int64: "I64"}[a.dtype.type]
-        header[k] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        blobs.append(a.tobytes())
-        off += a.nbytes
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-
-
-def read_safetensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32).reshape(v["shape"])
-            for k, v in json.loads(b[8:8 + n]).items()}
 
 
 def main():
@@ -62,13 +44,13 @@ def main():
     path = os.path.join(work, "train_info.onnx")
     onnx.save(model, path)
     x = np.array([1.0, 2.0, -3.0], np.float32)
-    safetensors(os.path.join(work, "in.safetensors"), {"x": x, "R": np.array(0.1, np.float32), "T": np.array(1, np.int64)})
+    st.write(os.path.join(work, "in.safetensors"), {"x": x, "R": np.array(0.1, np.float32), "T": np.array(1, np.int64)})
     r = subprocess.run([sgc, "run", path, "--inputs", os.path.join(work, "in.safetensors"), "-o", os.path.join(work, "out.safetensors")],
                        capture_output=True, text=True)
     if r.returncode:
         print("FAIL:", r.stderr)
         return 1
-    got = read_safetensors(os.path.join(work, "out.safetensors"))
+    got = st.read(os.path.join(work, "out.safetensors"))
     x64, w = x.astype(np.float64), w0.astype(np.float64)
     dw, dx = 2 * x64 * x64 * w, 2 * w * w * x64
     g = 0.01 * w + dw

@@ -7,11 +7,13 @@
 # on the same data by PyTorch and by `sgc train` with each optimizer.
 # Per-step losses must agree within 1e-4 relative and final parameters within
 # 1e-3. Usage: /usr/bin/python3 torch_equivalence.py SGC WORKDIR
-import json, math, os, struct, subprocess, sys
+import json, math, os, subprocess, sys
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyutil"))
+import st  # noqa: E402
 
 STEPS, BATCHES = 12, 3
 LOSS_RTOL, PARAM_TOL = 1e-4, 1e-3
@@ -102,31 +104,6 @@ OPTIMIZERS = {
 }
 
 
-def write_safetensors(path, tensors):
-    header, blobs, off = {}, [], 0
-    for name in sorted(tensors):
-        a = tensors[name].detach().contiguous().numpy()
-        dtype = {np.float32: "F32", np.int64: "I64"}[a.dtype.type]
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        blobs.append(a.tobytes())
-        off += a.nbytes
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-
-
-def read_safetensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    out = {}
-    for k, v in json.loads(b[8:8 + n]).items():
-        s, e = v["data_offsets"]
-        dt = {"F32": np.float32, "I64": np.int64}[v["dtype"]]
-        out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype=dt).reshape(v["shape"])
-    return out
-
-
 def run_model(sgc, work, name, cls):
     torch.manual_seed(0)
     model = cls()
@@ -137,7 +114,7 @@ def run_model(sgc, work, name, cls):
     model.train()
     torch.onnx.export(model, (xs[0], ys[0]), onnx_path, input_names=["x", "y"], output_names=["loss"], opset_version=17,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
-    write_safetensors(data_path, {"x": xs, "y": ys})
+    st.write(data_path, {"x": xs, "y": ys})
     rows = []
     for opt_name, (make_opt, flags, clip) in OPTIMIZERS.items():
         model.load_state_dict(init)
@@ -159,7 +136,7 @@ def run_model(sgc, work, name, cls):
             continue
         got = [json.loads(line)["loss"] for line in proc.stdout.splitlines()]
         loss_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, ref)) if len(got) == STEPS else float("inf")
-        saved = read_safetensors(ckpt)
+        saved = st.read(ckpt)
         param_diff = 0.0
         for pname, p in model.named_parameters():
             if pname not in saved:

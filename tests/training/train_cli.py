@@ -3,10 +3,12 @@
 # stops the run; training 3 steps, saving, loading and training 3 more gives
 # the same losses as 6 steps in one run (optimizer state is saved).
 # Usage: /usr/bin/python3 train_cli.py SGC WORKDIR
-import json, os, struct, subprocess, sys
+import json, os, subprocess, sys
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyutil"))
+import st  # noqa: E402
 
 
 def model(path, nodes, inputs, outputs, inits):
@@ -16,19 +18,6 @@ def model(path, nodes, inputs, outputs, inits):
 
 def tensor_info(name, dtype, shape):
     return helper.make_tensor_value_info(name, dtype, shape)
-
-
-def safetensors(path, tensors):
-    header, blobs, off = {}, [], 0
-    for k in sorted(tensors):
-        a = np.array(tensors[k], order="C")  # (ascontiguousarray would make scalars 1-D)
-        dt = {np.float32: "F32", np.float64: "F64", np.int64: "I64"}[a.dtype.type]
-        header[k] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        blobs.append(a.tobytes())
-        off += a.nbytes
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def main():
@@ -44,11 +33,11 @@ def main():
           [tensor_info("loss", TensorProto.FLOAT, []), tensor_info("y", TensorProto.FLOAT, [4, 2])],
           {"w": rng.standard_normal((3, 2)).astype(np.float32)})
     data = {"x": rng.standard_normal((2, 4, 3)).astype(np.float32), "t": rng.standard_normal((2, 4, 2)).astype(np.float32)}
-    safetensors(p("data.safetensors"), data)
-    safetensors(p("extra.safetensors"), dict(data, z=np.zeros((2, 1), np.float32)))
-    safetensors(p("dtype.safetensors"), dict(data, x=data["x"].astype(np.float64)))
-    safetensors(p("shape.safetensors"), dict(data, x=np.zeros((2, 4, 5), np.float32)))
-    safetensors(p("missing.safetensors"), {"x": data["x"]})
+    st.write(p("data.safetensors"), data)
+    st.write(p("extra.safetensors"), dict(data, z=np.zeros((2, 1), np.float32)))
+    st.write(p("dtype.safetensors"), dict(data, x=data["x"].astype(np.float64)))
+    st.write(p("shape.safetensors"), dict(data, x=np.zeros((2, 4, 5), np.float32)))
+    st.write(p("missing.safetensors"), {"x": data["x"]})
     # a model without initializers, and one whose loss turns NaN: sum(log(x * w))
     model(p("none.onnx"), [helper.make_node("ReduceSum", ["x"], ["loss"], keepdims=0)],
           [tensor_info("x", TensorProto.FLOAT, [4, 3])], [tensor_info("loss", TensorProto.FLOAT, [])], {})
@@ -56,7 +45,7 @@ def main():
                           helper.make_node("ReduceSum", ["l"], ["loss"], keepdims=0)],
           [tensor_info("x", TensorProto.FLOAT, [4, 3])], [tensor_info("loss", TensorProto.FLOAT, [])],
           {"w": np.ones((3,), np.float32)})
-    safetensors(p("neg.safetensors"), {"x": -np.ones((1, 4, 3), np.float32)})
+    st.write(p("neg.safetensors"), {"x": -np.ones((1, 4, 3), np.float32)})
 
     train = lambda *a: subprocess.run([sgc, "train", *a], capture_output=True, text=True)
     base = [p("lin.onnx"), "--data", p("data.safetensors"), "--steps", "2"]
