@@ -5,6 +5,7 @@
 #include "ir/autodiff/Autodiff.h"
 #include "ir/passes/InferShapes.h"
 
+#include <algorithm>
 #include <regex>
 #include <set>
 
@@ -122,6 +123,8 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   Value* lr = g.addInput(kLrInput, Type::of(DType::F32, {}));
   Value* step = g.addState(kStepState, Tensor::scalarI64(0));
   Value* nextStep = emit(g, Op::Add, {step, g.addConst("sgc.one", Tensor::scalarI64(1))}, "sgc.step.next");
+  // The step is counted first: training-mode Dropout in the forward pass reads it.
+  std::rotate(g.nodes().begin(), g.nodes().end() - 1, g.nodes().end());
   g.updates.push_back({step, nextStep});
 
   std::set<Value*> buffers;

@@ -46,6 +46,16 @@ def main():
           [tensor_info("x", TensorProto.FLOAT, [4, 3])], [tensor_info("loss", TensorProto.FLOAT, [])],
           {"w": np.ones((3,), np.float32)})
     st.write(p("neg.safetensors"), {"x": -np.ones((1, 4, 3), np.float32)})
+    # training-mode dropout: loss = sum(dropout(x * w))
+    ratio = numpy_helper.from_array(np.array(0.5, np.float32), "ratio")
+    mode = numpy_helper.from_array(np.array(True), "mode")
+    g = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["xw"]),
+                           helper.make_node("Dropout", ["xw", "ratio", "mode"], ["dropped"], seed=5),
+                           helper.make_node("ReduceSum", ["dropped"], ["loss"], keepdims=0)], "drop",
+                          [tensor_info("x", TensorProto.FLOAT, [64, 3])], [tensor_info("loss", TensorProto.FLOAT, [])],
+                          [numpy_helper.from_array(np.ones(3, np.float32), "w"), ratio, mode])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p("drop.onnx"))
+    st.write(p("same.safetensors"), {"x": np.ones((1, 64, 3), np.float32)})
 
     train = lambda *a: subprocess.run([sgc, "train", *a], capture_output=True, text=True)
     base = [p("lin.onnx"), "--data", p("data.safetensors"), "--steps", "2"]
@@ -85,7 +95,15 @@ def main():
     if whole.returncode or first.returncode or second.returncode or losses(whole) != losses(first) + losses(second):
         failures += 1
         print(f"FAIL resume: {losses(whole)} vs {losses(first)} + {losses(second)} {second.stderr}")
-    print(f"train cli: {len(cases) + 2 - failures} passed, {failures} failed")
+    # dropout draws from (seed, step): two runs agree, successive steps on the same batch differ
+    runs = [train(p("drop.onnx"), "--data", p("same.safetensors"), "--steps", "3", "--lr", "0") for _ in range(2)]
+    drops = [losses(r) for r in runs]
+    values = [l for _, l in drops[0]]
+    # 192 ones: each kept element counts 2 (scaled by 1 / (1 - 0.5)), so sums are even and near 192
+    if any(r.returncode for r in runs) or drops[0] != drops[1] or len(set(values)) != 3 or not all(0 < v < 384 and v % 2 == 0 for v in values):
+        failures += 1
+        print(f"FAIL dropout: {drops}")
+    print(f"train cli: {len(cases) + 3 - failures} passed, {failures} failed")
     return 1 if failures else 0
 
 
