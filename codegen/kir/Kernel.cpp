@@ -1,0 +1,130 @@
+// Kernel IR constructors and the printer.
+#include "codegen/kir/Kernel.h"
+
+#include <cassert>
+#include <cstdio>
+
+namespace sgc::kir {
+
+Scalar computeType(ir::DType t) {
+  if (t == ir::DType::F64) return Scalar::F64;
+  if (ir::isFloat(t)) return Scalar::F32;
+  if (t == ir::DType::Bool) return Scalar::I1;
+  return Scalar::I64;
+}
+
+const char* scalarName(Scalar s) {
+  static const char* names[] = {"f32", "f64", "i64", "i1"};
+  return names[(int)s];
+}
+
+namespace {
+ExprRef make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
+bool isCompare(const std::string& op) { return op == "eq" || op == "lt" || op == "le" || op == "gt" || op == "ge"; }
+} // namespace
+
+ExprRef constant(double v, Scalar t) { return make({ExprKind::Const, t, v, 0, "", {}}); }
+ExprRef loopVar(int id) { return make({ExprKind::LoopVar, Scalar::I64, 0, id, "", {}}); }
+ExprRef local(int id, Scalar t) { return make({ExprKind::Local, t, 0, id, "", {}}); }
+ExprRef load(int buffer, ExprRef index, Scalar t) { return make({ExprKind::Load, t, 0, buffer, "", {std::move(index)}}); }
+
+ExprRef unary(const std::string& op, ExprRef a) {
+  Scalar t = a->type;
+  return make({ExprKind::Unary, t, 0, 0, op, {std::move(a)}});
+}
+
+ExprRef binary(const std::string& op, ExprRef a, ExprRef b) {
+  assert(a->type == b->type && "binary operands share a type");
+  Scalar t = isCompare(op) ? Scalar::I1 : a->type;
+  return make({ExprKind::Binary, t, 0, 0, op, {std::move(a), std::move(b)}});
+}
+
+ExprRef select(ExprRef c, ExprRef a, ExprRef b) {
+  assert(c->type == Scalar::I1 && a->type == b->type && "select takes an i1 and two values of one type");
+  Scalar t = a->type;
+  return make({ExprKind::Select, t, 0, 0, "", {std::move(c), std::move(a), std::move(b)}});
+}
+
+ExprRef cast(ExprRef a, Scalar t) {
+  if (a->type == t) return a;
+  return make({ExprKind::Cast, t, 0, 0, "", {std::move(a)}});
+}
+
+StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body) {
+  auto s = std::make_shared<Stmt>();
+  *s = {StmtKind::Loop, var, extent, parallel, nullptr, nullptr, std::move(body)};
+  return s;
+}
+
+StmtRef store(int buffer, ExprRef index, ExprRef value) {
+  auto s = std::make_shared<Stmt>();
+  *s = {StmtKind::Store, buffer, 0, false, std::move(index), std::move(value), {}};
+  return s;
+}
+
+StmtRef let(int id, ExprRef value) {
+  auto s = std::make_shared<Stmt>();
+  *s = {StmtKind::Let, id, 0, false, nullptr, std::move(value), {}};
+  return s;
+}
+
+StmtRef set(int id, ExprRef value) {
+  auto s = std::make_shared<Stmt>();
+  *s = {StmtKind::Set, id, 0, false, nullptr, std::move(value), {}};
+  return s;
+}
+
+StmtRef block(std::vector<StmtRef> body) {
+  auto s = std::make_shared<Stmt>();
+  *s = {StmtKind::Block, 0, 0, false, nullptr, nullptr, std::move(body)};
+  return s;
+}
+
+namespace {
+
+std::string exprText(const Expr& e) {
+  char buf[64];
+  switch (e.kind) {
+  case ExprKind::Const: snprintf(buf, sizeof buf, "%.9g", e.value); return buf;
+  case ExprKind::LoopVar: return "i" + std::to_string(e.id);
+  case ExprKind::Local: return "t" + std::to_string(e.id);
+  case ExprKind::Load: return "b" + std::to_string(e.id) + "[" + exprText(*e.args[0]) + "]";
+  case ExprKind::Unary: return e.op + "(" + exprText(*e.args[0]) + ")";
+  case ExprKind::Binary: return e.op + "(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ")";
+  case ExprKind::Select: return "select(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ", " + exprText(*e.args[2]) + ")";
+  case ExprKind::Cast: return std::string(scalarName(e.type)) + "(" + exprText(*e.args[0]) + ")";
+  }
+  return "?";
+}
+
+void stmtText(const Stmt& s, int depth, std::string& out) {
+  std::string pad(2 * depth, ' ');
+  switch (s.kind) {
+  case StmtKind::Loop:
+    out += pad + (s.parallel ? "parallel for i" : "for i") + std::to_string(s.id) + " < " + std::to_string(s.extent) + ":\n";
+    for (auto& b : s.body) stmtText(*b, depth + 1, out);
+    return;
+  case StmtKind::Block:
+    for (auto& b : s.body) stmtText(*b, depth, out);
+    return;
+  case StmtKind::Store: out += pad + "b" + std::to_string(s.id) + "[" + exprText(*s.index) + "] = " + exprText(*s.value) + "\n"; return;
+  case StmtKind::Let: out += pad + "let t" + std::to_string(s.id) + " = " + exprText(*s.value) + "\n"; return;
+  case StmtKind::Set: out += pad + "t" + std::to_string(s.id) + " = " + exprText(*s.value) + "\n"; return;
+  }
+}
+
+} // namespace
+
+std::string print(const Kernel& k) {
+  std::string out = "kernel " + k.name + "(";
+  for (size_t i = 0; i < k.buffers.size(); ++i) {
+    const BufferArg& b = k.buffers[i];
+    out += (i ? ", " : "") + std::string(b.written ? "out " : "") + "b" + std::to_string(i) + ": " +
+           std::string(ir::dtypeName(b.dtype)) + "[" + std::to_string(b.numel) + "] %" + b.name;
+  }
+  out += ")\n";
+  stmtText(*k.body, 1, out);
+  return out;
+}
+
+} // namespace sgc::kir

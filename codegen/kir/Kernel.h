@@ -1,0 +1,86 @@
+// The kernel IR: what one compiled kernel computes, as loop nests over flat
+// buffers, written once and lowered by LLVM to x86-64 and to NVPTX.
+//
+// A kernel takes buffers (element dtype and count; read or written) and runs
+// a statement tree: loops (the outermost may be parallel: threads on the CPU,
+// the grid on the GPU), scalar locals, and stores. Expressions compute on
+// three scalar types (f32 for f32/f16/bf16 buffers, f64, i64; i1 for bool);
+// loads convert from the buffer's dtype and stores convert back.
+#pragma once
+#include "ir/DType.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sgc::kir {
+
+enum class Scalar : uint8_t { F32, F64, I64, I1 };
+/// The compute type of a buffer dtype (f16/bf16 compute in f32).
+Scalar computeType(ir::DType t);
+const char* scalarName(Scalar s);
+
+struct Expr;
+using ExprRef = std::shared_ptr<const Expr>;
+
+enum class ExprKind : uint8_t { Const, LoopVar, Local, Load, Unary, Binary, Select, Cast };
+
+struct Expr {
+  ExprKind kind;
+  Scalar type;
+  double value = 0;     ///< Const (integers are exact up to 2^53)
+  int id = 0;           ///< LoopVar, Local: its number; Load: the buffer
+  std::string op;       ///< Unary/Binary: "exp", "add", "lt", ...
+  std::vector<ExprRef> args;
+};
+
+ExprRef constant(double v, Scalar t);
+ExprRef loopVar(int id);
+ExprRef local(int id, Scalar t);
+ExprRef load(int buffer, ExprRef index, Scalar t);
+/// neg abs exp log sqrt rsqrt reciprocal tanh erf sigmoid relu floor sign not
+ExprRef unary(const std::string& op, ExprRef a);
+/// add sub mul div pow min max | eq lt le gt ge (result i1) | and or | idiv imod (i64)
+ExprRef binary(const std::string& op, ExprRef a, ExprRef b);
+ExprRef select(ExprRef cond, ExprRef a, ExprRef b);
+ExprRef cast(ExprRef a, Scalar t);
+
+struct Stmt;
+using StmtRef = std::shared_ptr<Stmt>;
+
+enum class StmtKind : uint8_t { Loop, Store, Let, Set, Block };
+
+struct Stmt {
+  StmtKind kind;
+  int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer
+  int64_t extent = 0;          ///< Loop: iterations [0, extent)
+  bool parallel = false;       ///< Loop: iterations are independent
+  ExprRef index, value;        ///< Store: buffer[index] = value; Let/Set: local = value
+  std::vector<StmtRef> body;   ///< Loop, Block
+};
+
+StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body);
+StmtRef store(int buffer, ExprRef index, ExprRef value);
+StmtRef let(int local, ExprRef value);
+StmtRef set(int local, ExprRef value);
+StmtRef block(std::vector<StmtRef> body);
+
+struct BufferArg {
+  std::string name;
+  ir::DType dtype;
+  int64_t numel;
+  bool written;
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<BufferArg> buffers;
+  StmtRef body;
+  int numLoopVars = 0, numLocals = 0;
+};
+
+/// A readable listing of the kernel (for --emit=kir and golden tests).
+std::string print(const Kernel& k);
+
+} // namespace sgc::kir

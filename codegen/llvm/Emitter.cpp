@@ -1,0 +1,407 @@
+// The LLVM emitter (see Emitter.h).
+#include "codegen/llvm/Emitter.h"
+
+#include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+
+namespace sgc::codegen {
+namespace {
+
+using kir::Expr;
+using kir::ExprKind;
+using kir::Scalar;
+using kir::Stmt;
+using kir::StmtKind;
+
+const char* tripleOf(Target t) { return t == Target::X86 ? "x86_64-unknown-linux-gnu" : "nvptx64-nvidia-cuda"; }
+
+Expected<std::unique_ptr<llvm::TargetMachine>> targetMachine(const TargetSpec& spec) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeX86TargetInfo();
+    LLVMInitializeX86Target();
+    LLVMInitializeX86TargetMC();
+    LLVMInitializeX86AsmPrinter();
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+  });
+  std::string err;
+  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(tripleOf(spec.kind), err);
+  if (!t) return makeError("LLVM has no target " + std::string(tripleOf(spec.kind)) + ": " + err);
+  llvm::TargetOptions opts;
+  auto* tm = t->createTargetMachine(tripleOf(spec.kind), spec.cpu, spec.features, opts, llvm::Reloc::PIC_, std::nullopt,
+                                    llvm::CodeGenOptLevel::Aggressive);
+  if (!tm) return makeError("cannot create a target machine for " + spec.cpu);
+  return std::unique_ptr<llvm::TargetMachine>(tm);
+}
+
+class KernelEmitter {
+public:
+  KernelEmitter(llvm::Module& m, const kir::Kernel& k, const TargetSpec& t) : m_(m), ctx_(m.getContext()), k_(k), t_(t), b_(ctx_) {}
+
+  Error emit() {
+    llvm::Type* ptr = llvm::PointerType::getUnqual(ctx_);
+    llvm::Type* i64 = b_.getInt64Ty();
+    std::vector<llvm::Type*> params;
+    if (t_.kind == Target::X86) params = {ptr, i64, i64};
+    else params.assign(k_.buffers.size(), ptr);
+    auto* fnTy = llvm::FunctionType::get(b_.getVoidTy(), params, false);
+    fn_ = llvm::Function::Create(fnTy, llvm::Function::ExternalLinkage, k_.name, m_);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    if (t_.kind == Target::NVPTX) fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
+    auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry);
+    for (size_t i = 0; i < k_.buffers.size(); ++i) {
+      if (t_.kind == Target::NVPTX) {
+        buffers_.push_back(fn_->getArg((unsigned)i));
+        continue;
+      }
+      llvm::Value* slot = b_.CreateConstGEP1_64(ptr, fn_->getArg(0), i);
+      buffers_.push_back(b_.CreateLoad(ptr, slot, "b" + std::to_string(i)));
+    }
+    loopVars_.assign(k_.numLoopVars, nullptr);
+    locals_.assign(k_.numLocals, nullptr);
+    declareLocals(*k_.body); // allocas first, in the entry block
+    const Stmt& top = *k_.body;
+    if (top.kind != StmtKind::Loop || !top.parallel) return fail("the kernel body must be one parallel loop");
+    if (Error e = parallelLoop(top)) return e;
+    b_.CreateRetVoid();
+    if (t_.kind == Target::NVPTX) markKernel();
+    std::string msg;
+    llvm::raw_string_ostream os(msg);
+    if (llvm::verifyFunction(*fn_, &os)) return fail("LLVM rejected the function: " + os.str());
+    return Error::success();
+  }
+
+private:
+  Error fail(const std::string& msg) { return makeError("kernel " + k_.name + ": " + msg); }
+
+  void markKernel() {
+    llvm::NamedMDNode* md = m_.getOrInsertNamedMetadata("nvvm.annotations");
+    llvm::Metadata* ops[] = {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"),
+                             llvm::ValueAsMetadata::get(b_.getInt32(1))};
+    md->addOperand(llvm::MDNode::get(ctx_, ops));
+  }
+
+  llvm::Value* sreg(llvm::Intrinsic::ID id) { return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), b_.getInt64Ty()); }
+
+  /// The outer loop: [begin, end) on x86; a grid-stride loop on NVPTX.
+  Error parallelLoop(const Stmt& s) {
+    llvm::Value *begin, *end, *step;
+    if (t_.kind == Target::X86) {
+      begin = fn_->getArg(1);
+      end = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {fn_->getArg(2), b_.getInt64(s.extent)});
+      step = b_.getInt64(1);
+    } else {
+      llvm::Value* ntid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+      begin = b_.CreateAdd(b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid), sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x));
+      step = b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x), ntid);
+      end = b_.getInt64(s.extent);
+    }
+    return loop(s, begin, end, step);
+  }
+
+  Error loop(const Stmt& s, llvm::Value* begin, llvm::Value* end, llvm::Value* step) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(ctx_, "loop" + std::to_string(s.id), fn_);
+    auto* body = llvm::BasicBlock::Create(ctx_, "body" + std::to_string(s.id), fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "exit" + std::to_string(s.id), fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* iv = b_.CreatePHI(b_.getInt64Ty(), 2, "i" + std::to_string(s.id));
+    iv->addIncoming(begin, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(iv, end), body, exit);
+    b_.SetInsertPoint(body);
+    loopVars_[s.id] = iv;
+    for (const auto& st : s.body)
+      if (Error e = stmt(*st)) return e;
+    llvm::Value* next = b_.CreateAdd(iv, step);
+    iv->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateBr(header);
+    b_.SetInsertPoint(exit);
+    return Error::success();
+  }
+
+  Error stmt(const Stmt& s) {
+    cache_.clear();
+    switch (s.kind) {
+    case StmtKind::Loop: return loop(s, b_.getInt64(0), b_.getInt64(s.extent), b_.getInt64(1));
+    case StmtKind::Block:
+      for (const auto& st : s.body)
+        if (Error e = stmt(*st)) return e;
+      return Error::success();
+    case StmtKind::Let:
+    case StmtKind::Set: {
+      auto v = expr(*s.value);
+      if (!v) return v.takeError();
+      b_.CreateStore(*v, locals_[s.id]);
+      return Error::success();
+    }
+    case StmtKind::Store: {
+      auto idx = expr(*s.index);
+      auto v = idx ? expr(*s.value) : Expected<llvm::Value*>(idx.takeError());
+      if (!v) return v.takeError();
+      return storeElement(s.id, *idx, *v);
+    }
+    }
+    return fail("unknown statement");
+  }
+
+  void declareLocals(const Stmt& s) {
+    if (s.kind == StmtKind::Let && !locals_[s.id])
+      locals_[s.id] = b_.CreateAlloca(scalarType(s.value->type), nullptr, "t" + std::to_string(s.id));
+    for (const auto& b : s.body) declareLocals(*b);
+  }
+
+  llvm::Type* scalarType(Scalar s) {
+    switch (s) {
+    case Scalar::F32: return b_.getFloatTy();
+    case Scalar::F64: return b_.getDoubleTy();
+    case Scalar::I64: return b_.getInt64Ty();
+    case Scalar::I1: return b_.getInt1Ty();
+    }
+    return nullptr;
+  }
+
+  /// The LLVM type of a buffer's elements, or null for dtypes not generated yet.
+  llvm::Type* elementType(ir::DType t) {
+    switch (t) {
+    case ir::DType::F32: return b_.getFloatTy();
+    case ir::DType::F64: return b_.getDoubleTy();
+    case ir::DType::I64: case ir::DType::U64: return b_.getInt64Ty();
+    case ir::DType::I32: case ir::DType::U32: return b_.getInt32Ty();
+    case ir::DType::I16: case ir::DType::U16: return b_.getInt16Ty();
+    case ir::DType::I8: case ir::DType::U8: case ir::DType::Bool: return b_.getInt8Ty();
+    default: return nullptr;
+    }
+  }
+
+  Expected<llvm::Value*> loadElement(int buffer, llvm::Value* index, Scalar want) {
+    ir::DType dt = k_.buffers[buffer].dtype;
+    llvm::Type* et = elementType(dt);
+    if (!et) return fail(std::string(ir::dtypeName(dt)) + " buffers are not generated yet");
+    llvm::Value* v = b_.CreateLoad(et, b_.CreateGEP(et, buffers_[buffer], index));
+    if (dt == ir::DType::Bool) return b_.CreateICmpNE(v, b_.getInt8(0));
+    if (et->isIntegerTy() && want == Scalar::I64)
+      return ir::isUnsignedInt(dt) ? b_.CreateZExt(v, b_.getInt64Ty()) : b_.CreateSExt(v, b_.getInt64Ty());
+    return v;
+  }
+
+  Error storeElement(int buffer, llvm::Value* index, llvm::Value* v) {
+    ir::DType dt = k_.buffers[buffer].dtype;
+    llvm::Type* et = elementType(dt);
+    if (!et) return fail(std::string(ir::dtypeName(dt)) + " buffers are not generated yet");
+    if (dt == ir::DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
+    else if (et->isIntegerTy() && v->getType() != et) v = b_.CreateTrunc(v, et);
+    b_.CreateStore(v, b_.CreateGEP(et, buffers_[buffer], index));
+    return Error::success();
+  }
+
+  llvm::Value* callMath(const char* f32Name, const char* f64Name, llvm::Value* x) {
+    bool f64 = x->getType()->isDoubleTy();
+    llvm::FunctionCallee f = m_.getOrInsertFunction(f64 ? f64Name : f32Name, x->getType(), x->getType());
+    return b_.CreateCall(f, {x});
+  }
+
+  llvm::Value* intrinsic(llvm::Intrinsic::ID id, std::vector<llvm::Value*> args) {
+    return b_.CreateIntrinsic(id, {args[0]->getType()}, args);
+  }
+
+  llvm::Value* fconst(llvm::Value* like, double v) { return llvm::ConstantFP::get(like->getType(), v); }
+
+  /// exp and log: LLVM's intrinsics on x86 (libm); on the GPU, PTX's ex2/lg2
+  /// (f32; NVPTX has no library to lower the intrinsics to).
+  Expected<llvm::Value*> expOf(llvm::Value* x) {
+    if (t_.kind == Target::X86) return intrinsic(llvm::Intrinsic::exp, {x});
+    if (!x->getType()->isFloatTy()) return fail("f64 exp/log on the GPU is not generated yet");
+    return (llvm::Value*)b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {b_.CreateFMul(x, fconst(x, M_LOG2E))});
+  }
+
+  Expected<llvm::Value*> logOf(llvm::Value* x) {
+    if (t_.kind == Target::X86) return intrinsic(llvm::Intrinsic::log, {x});
+    if (!x->getType()->isFloatTy()) return fail("f64 exp/log on the GPU is not generated yet");
+    return (llvm::Value*)b_.CreateFMul(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_lg2_approx_f, {}, {x}), fconst(x, M_LN2));
+  }
+
+  /// tanh and erf: libm on x86; on the GPU from exp (no libm there).
+  Expected<llvm::Value*> tanhOf(llvm::Value* x) {
+    if (t_.kind == Target::X86) return callMath("tanhf", "tanh", x);
+    // tanh(x) = sign(x) * (1 - 2 / (exp(2|x|) + 1)), stable for large |x|.
+    llvm::Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
+    auto e = expOf(b_.CreateFMul(ax, fconst(x, 2)));
+    if (!e) return e.takeError();
+    llvm::Value* t = b_.CreateFSub(fconst(x, 1), b_.CreateFDiv(fconst(x, 2), b_.CreateFAdd(*e, fconst(x, 1))));
+    return intrinsic(llvm::Intrinsic::copysign, {t, x});
+  }
+
+  Expected<llvm::Value*> erfOf(llvm::Value* x) {
+    if (t_.kind == Target::X86) return callMath("erff", "erf", x);
+    // Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): GPU precision is checked on the device.
+    llvm::Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
+    llvm::Value* t = b_.CreateFDiv(fconst(x, 1), b_.CreateFAdd(fconst(x, 1), b_.CreateFMul(fconst(x, 0.3275911), ax)));
+    const double c[] = {1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592};
+    llvm::Value* p = fconst(x, c[0]);
+    for (int i = 1; i < 5; ++i) p = b_.CreateFAdd(b_.CreateFMul(p, t), fconst(x, c[i]));
+    p = b_.CreateFMul(p, t);
+    auto e = expOf(b_.CreateFNeg(b_.CreateFMul(ax, ax)));
+    if (!e) return e.takeError();
+    return intrinsic(llvm::Intrinsic::copysign, {b_.CreateFSub(fconst(x, 1), b_.CreateFMul(p, *e)), x});
+  }
+
+  Expected<llvm::Value*> unaryOp(const std::string& op, llvm::Value* x) {
+    bool fp = x->getType()->isFloatingPointTy();
+    if (op == "neg") return fp ? b_.CreateFNeg(x) : b_.CreateNeg(x);
+    if (op == "abs") return fp ? intrinsic(llvm::Intrinsic::fabs, {x}) : b_.CreateIntrinsic(llvm::Intrinsic::abs, {x->getType()}, {x, b_.getFalse()});
+    if (op == "not") return b_.CreateNot(x);
+    if (!fp) return fail("'" + op + "' needs a floating-point operand");
+    if (op == "exp") return expOf(x);
+    if (op == "log") return logOf(x);
+    if (op == "sqrt") return intrinsic(llvm::Intrinsic::sqrt, {x});
+    if (op == "floor") return intrinsic(llvm::Intrinsic::floor, {x});
+    if (op == "tanh") return tanhOf(x);
+    if (op == "erf") return erfOf(x);
+    return fail("unknown unary op '" + op + "'");
+  }
+
+  Expected<llvm::Value*> binaryOp(const std::string& op, llvm::Value* a, llvm::Value* c) {
+    bool fp = a->getType()->isFloatingPointTy();
+    if (op == "add") return fp ? b_.CreateFAdd(a, c) : b_.CreateAdd(a, c);
+    if (op == "sub") return fp ? b_.CreateFSub(a, c) : b_.CreateSub(a, c);
+    if (op == "mul") return fp ? b_.CreateFMul(a, c) : b_.CreateMul(a, c);
+    if (op == "div") return fp ? b_.CreateFDiv(a, c) : b_.CreateSDiv(a, c);
+    if (op == "idiv") return b_.CreateSDiv(a, c);
+    if (op == "imod") return b_.CreateSRem(a, c);
+    if (op == "and") return b_.CreateAnd(a, c);
+    if (op == "or") return b_.CreateOr(a, c);
+    if (op == "min") return fp ? intrinsic(llvm::Intrinsic::minimum, {a, c}) : intrinsic(llvm::Intrinsic::smin, {a, c});
+    if (op == "max") return fp ? intrinsic(llvm::Intrinsic::maximum, {a, c}) : intrinsic(llvm::Intrinsic::smax, {a, c});
+    if (op == "pow") { // exp(b * log(a)) on the GPU; libm on the CPU
+      if (!fp) return fail("'pow' needs floating-point operands");
+      if (t_.kind == Target::X86) {
+        bool f64 = a->getType()->isDoubleTy();
+        llvm::FunctionCallee f = m_.getOrInsertFunction(f64 ? "pow" : "powf", a->getType(), a->getType(), a->getType());
+        return b_.CreateCall(f, {a, c});
+      }
+      auto l = logOf(a);
+      if (!l) return l.takeError();
+      return expOf(b_.CreateFMul(c, *l));
+    }
+    static const std::map<std::string, std::pair<llvm::CmpInst::Predicate, llvm::CmpInst::Predicate>> cmp = {
+        {"eq", {llvm::CmpInst::FCMP_OEQ, llvm::CmpInst::ICMP_EQ}}, {"lt", {llvm::CmpInst::FCMP_OLT, llvm::CmpInst::ICMP_SLT}},
+        {"le", {llvm::CmpInst::FCMP_OLE, llvm::CmpInst::ICMP_SLE}}, {"gt", {llvm::CmpInst::FCMP_OGT, llvm::CmpInst::ICMP_SGT}},
+        {"ge", {llvm::CmpInst::FCMP_OGE, llvm::CmpInst::ICMP_SGE}}};
+    auto it = cmp.find(op);
+    if (it == cmp.end()) return fail("unknown binary op '" + op + "'");
+    return fp ? b_.CreateFCmp(it->second.first, a, c) : b_.CreateICmp(it->second.second, a, c);
+  }
+
+  llvm::Value* convert(llvm::Value* v, Scalar from, Scalar to) {
+    llvm::Type* t = scalarType(to);
+    bool fFrom = from == Scalar::F32 || from == Scalar::F64, fTo = to == Scalar::F32 || to == Scalar::F64;
+    if (fFrom && fTo) return b_.CreateFPCast(v, t);
+    if (fFrom && to == Scalar::I1) return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0));
+    if (fFrom) return b_.CreateFPToSI(v, t);
+    if (from == Scalar::I1) return fTo ? b_.CreateUIToFP(v, t) : b_.CreateZExt(v, t);
+    if (to == Scalar::I1) return b_.CreateICmpNE(v, b_.getInt64(0));
+    return b_.CreateSIToFP(v, t);
+  }
+
+  Expected<llvm::Value*> expr(const Expr& e) {
+    auto hit = cache_.find(&e);
+    if (hit != cache_.end()) return hit->second;
+    std::vector<llvm::Value*> a;
+    for (const auto& x : e.args) {
+      auto v = expr(*x);
+      if (!v) return v.takeError();
+      a.push_back(*v);
+    }
+    Expected<llvm::Value*> r = nullptr;
+    switch (e.kind) {
+    case ExprKind::Const:
+      r = e.type == Scalar::I64 ? (llvm::Value*)b_.getInt64((int64_t)e.value)
+          : e.type == Scalar::I1 ? (llvm::Value*)b_.getInt1(e.value != 0)
+                                 : (llvm::Value*)llvm::ConstantFP::get(scalarType(e.type), e.value);
+      break;
+    case ExprKind::LoopVar: r = loopVars_.at(e.id); break;
+    case ExprKind::Local: r = b_.CreateLoad(scalarType(e.type), locals_.at(e.id)); break;
+    case ExprKind::Load: r = loadElement(e.id, a[0], e.type); break;
+    case ExprKind::Unary: r = unaryOp(e.op, a[0]); break;
+    case ExprKind::Binary: r = binaryOp(e.op, a[0], a[1]); break;
+    case ExprKind::Select: r = b_.CreateSelect(a[0], a[1], a[2]); break;
+    case ExprKind::Cast: r = convert(a[0], e.args[0]->type, e.type); break;
+    }
+    if (r) cache_[&e] = *r;
+    return r;
+  }
+
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  const kir::Kernel& k_;
+  const TargetSpec& t_;
+  llvm::IRBuilder<> b_;
+  llvm::Function* fn_ = nullptr;
+  std::vector<llvm::Value*> buffers_, loopVars_, locals_;
+  std::map<const Expr*, llvm::Value*> cache_;
+};
+
+} // namespace
+
+Expected<std::unique_ptr<llvm::Module>> emitKernels(llvm::LLVMContext& ctx, const std::vector<kir::Kernel>& kernels,
+                                                    const TargetSpec& target) {
+  auto tm = targetMachine(target);
+  if (!tm) return tm.takeError();
+  auto m = std::make_unique<llvm::Module>("sgc", ctx);
+  m->setSourceFileName("sgc");
+  m->setTargetTriple(tripleOf(target.kind));
+  m->setDataLayout((*tm)->createDataLayout());
+  for (const kir::Kernel& k : kernels)
+    if (Error e = KernelEmitter(*m, k, target).emit()) return e;
+  return m;
+}
+
+Expected<std::string> compileModule(llvm::Module& m, const TargetSpec& target) {
+  auto tm = targetMachine(target);
+  if (!tm) return tm.takeError();
+  llvm::PassBuilder pb(tm->get());
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+  llvm::SmallString<0> out;
+  llvm::raw_svector_ostream os(out);
+  llvm::legacy::PassManager pm;
+  auto kind = target.kind == Target::X86 ? llvm::CodeGenFileType::ObjectFile : llvm::CodeGenFileType::AssemblyFile;
+  if ((*tm)->addPassesToEmitFile(pm, os, nullptr, kind)) return makeError("LLVM cannot emit code for " + target.cpu);
+  pm.run(m);
+  return std::string(out.begin(), out.end());
+}
+
+std::string moduleText(const llvm::Module& m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os, nullptr);
+  return os.str();
+}
+
+} // namespace sgc::codegen

@@ -1,0 +1,184 @@
+// Kernels lowered from IR nodes and compiled by LLVM compute what the
+// reference interpreter computes: each case is JIT-compiled for the CPU and
+// run on random inputs; the same kernels' PTX assembles with ptxas for sm_90
+// and sm_80 (SKIP when the CUDA toolkit is absent).
+#include "codegen/kir/Lower.h"
+#include "codegen/llvm/Emitter.h"
+#include "ir/Text.h"
+#include "ir/interp/Interpreter.h"
+#include "ir/passes/InferShapes.h"
+
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <random>
+
+using namespace sgc;
+
+namespace {
+
+struct Case {
+  std::string name, ir; ///< a graph whose nodes form one elementwise group, or one reduction
+  double tol = 1e-6;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+std::vector<Case> cases() {
+  auto unary = [](const char* op, const char* attrs = "") {
+    return Case{op, std::string("graph @g { input %x : f32[3, 5]\n %y : ?[*] = ") + op + "(%x)" + attrs + "\n output %y }"};
+  };
+  std::vector<Case> cs = {unary("Neg"), unary("Abs"), unary("Exp"), unary("Tanh"), unary("Erf"), unary("Sigmoid"),
+                          unary("Relu"), unary("LeakyRelu", " {alpha = 0.2}"), unary("Gelu"),
+                          unary("Gelu", " {approximate = \"tanh\"}")};
+  cs[6].name = "Relu";
+  cs.back().name = "GeluTanh";
+  cs.push_back({"LogSqrt", "graph @g { input %x : f32[4, 4]\n %a : ?[*] = Abs(%x)\n %l : ?[*] = Log(%a)\n %s : ?[*] = Sqrt(%a)\n %y : ?[*] = Add(%l, %s)\n output %y }"});
+  cs.push_back({"AddBroadcast", "graph @g { input %a : f32[3, 5]\n input %b : f32[5]\n %y : ?[*] = Add(%a, %b)\n output %y }"});
+  cs.push_back({"MulOuter", "graph @g { input %a : f32[3, 1]\n input %b : f32[1, 5]\n %y : ?[*] = Mul(%a, %b)\n output %y }"});
+  cs.push_back({"DivSubF64", "graph @g { input %a : f64[2, 3]\n input %b : f64[2, 3]\n %d : ?[*] = Div(%a, %b)\n %y : ?[*] = Sub(%d, %a)\n output %y }", 1e-12});
+  cs.push_back({"PowMinMax", "graph @g { input %a : f32[6]\n input %b : f32[6]\n %p : ?[*] = Abs(%a)\n %q : ?[*] = Pow(%p, %b)\n %m : ?[*] = Max(%q, %b)\n %y : ?[*] = Min(%m, %a)\n output %y }", 1e-5});
+  cs.push_back({"CompareWhere", "graph @g { input %a : f32[4, 3]\n input %b : f32[3]\n %c : ?[*] = Less(%a, %b)\n %y : ?[*] = Where(%c, %a, %b)\n output %y }"});
+  cs.push_back({"CompareToBool", "graph @g { input %a : f32[7]\n input %b : f32[7]\n %y : ?[*] = GreaterOrEqual(%a, %b)\n output %y }"});
+  cs.push_back({"CastRoundTrip", "graph @g { input %a : f32[5]\n %i : ?[*] = Cast(%a) {to = \"i64\"}\n %y : ?[*] = Cast(%i) {to = \"f32\"}\n output %y }"});
+  cs.push_back({"ClipScalars", "graph @g { input %a : f32[8]\n const %lo : f32[] = dense<\"0x000000bf\">\n const %hi : f32[] = dense<\"0x0000003f\">\n %y : ?[*] = Clip(%a, %lo, %hi)\n output %y }"});
+  // The GELU pattern PyTorch exports: five nodes, one kernel.
+  cs.push_back({"FusedGeluPattern", "graph @g { input %x : f32[2, 8]\n const %r2 : f32[] = dense<\"0xf304b53f\">\n const %one : f32[] = dense<\"0x0000803f\">\n const %half : f32[] = dense<\"0x0000003f\">\n"
+                                    " %d : ?[*] = Div(%x, %r2)\n %e : ?[*] = Erf(%d)\n %a : ?[*] = Add(%e, %one)\n %m : ?[*] = Mul(%x, %a)\n %y : ?[*] = Mul(%m, %half)\n output %y }"});
+  auto reduce = [](const char* name, const char* op, const char* shape, const char* axes, int keep) {
+    return Case{name, std::string("graph @g { input %x : f32") + shape + "\n const %ax : i64[" + std::to_string(std::string(axes).size() / 16) +
+                          "] = dense<\"0x" + axes + "\">\n %y : ?[*] = " + op + "(%x, %ax) {keepdims = " + std::to_string(keep) + "}\n output %y }",
+                1e-5};
+  };
+  cs.push_back(reduce("ReduceSumAxis1", "ReduceSum", "[3, 4, 5]", "0100000000000000", 1));
+  cs.push_back(reduce("ReduceMeanAxes02", "ReduceMean", "[3, 4, 5]", "00000000000000000200000000000000", 0));
+  cs.push_back(reduce("ReduceMaxLast", "ReduceMax", "[6, 7]", "ffffffffffffffff", 0));
+  cs.push_back(reduce("ReduceMinFirst", "ReduceMin", "[6, 7]", "0000000000000000", 1));
+  cs.push_back(reduce("ReduceL2", "ReduceL2", "[2, 9]", "0100000000000000", 0));
+  cs.push_back(reduce("ReduceSumSquare", "ReduceSumSquare", "[2, 9]", "0100000000000000", 1));
+  return cs;
+}
+
+/// Lowers the graph's nodes: one reduction kernel, or one fused elementwise kernel.
+kir::Kernel lower(const ir::Graph& g) {
+  std::vector<const ir::Node*> nodes;
+  for (auto& n : g.nodes()) nodes.push_back(n.get());
+  auto k = nodes.size() == 1 && !kir::isFusibleElementwise(*nodes[0]) ? kir::lowerReduce("k", *nodes[0]) : kir::lowerElementwise("k", nodes);
+  EXPECT_TRUE(!!k) << errorText(k.takeError());
+  return k ? std::move(*k) : kir::Kernel{};
+}
+
+std::unique_ptr<ir::Graph> parsed(const Case& c) {
+  auto g = ir::parse(c.ir, c.name);
+  EXPECT_TRUE(!!g) << errorText(g.takeError());
+  EXPECT_FALSE(ir::inferShapes(**g, false));
+  return std::move(*g);
+}
+
+class KernelCheck : public ::testing::TestWithParam<Case> {};
+
+TEST_P(KernelCheck, CpuMatchesInterpreter) {
+  auto g = parsed(GetParam());
+  kir::Kernel k = lower(*g);
+  ASSERT_TRUE(k.body) << "lowering failed";
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(-2, 2);
+  std::map<std::string, ir::Tensor> inputs;
+  for (ir::Value* v : g->inputs) {
+    ir::Tensor t(v->type.dtype, v->type.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
+    inputs[v->name] = t;
+  }
+  auto want = ir::run(*g, inputs);
+  ASSERT_TRUE(!!want) << errorText(want.takeError());
+  // Buffers of the kernel, by value name: inputs and constants from the graph, the output fresh.
+  std::vector<ir::Tensor> storage;
+  storage.reserve(k.buffers.size());
+  for (const kir::BufferArg& b : k.buffers) {
+    const ir::Value* v = g->findValue(b.name);
+    if (b.written) storage.emplace_back(b.dtype, v->type.shape());
+    else storage.push_back(v->kind == ir::ValueKind::Input ? inputs.at(b.name) : *v->data);
+  }
+  std::vector<void*> args;
+  for (auto& t : storage) args.push_back(t.bytes.data());
+
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto mod = codegen::emitKernels(*ctx, {k}, codegen::TargetSpec::x86());
+  ASSERT_TRUE(!!mod) << errorText(mod.takeError());
+  auto jit = llvm::orc::LLJITBuilder().create();
+  ASSERT_TRUE(!!jit) << llvm::toString(jit.takeError());
+  ASSERT_FALSE((*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(*mod), std::move(ctx))));
+  auto sym = (*jit)->lookup("k");
+  ASSERT_TRUE(!!sym) << llvm::toString(sym.takeError());
+  auto fn = sym->toPtr<void (*)(void**, int64_t, int64_t)>();
+  int64_t extent = k.body->extent;
+  fn(args.data(), 0, extent / 2); // two calls, as a thread pool would split the work
+  fn(args.data(), extent / 2, extent);
+
+  const ir::Tensor& out = storage.back();
+  const ir::Tensor& ref = want->at(g->outputs[0]->name);
+  ASSERT_EQ(out.shape, ref.shape);
+  for (int64_t i = 0; i < ref.numel(); ++i)
+    EXPECT_NEAR(out.getF(i), ref.getF(i), GetParam().tol * (1 + std::fabs(ref.getF(i)))) << "element " << i << "\n" << kir::print(k);
+}
+
+TEST_P(KernelCheck, PtxAssembles) {
+  const char* ptxas = "/usr/local/cuda/bin/ptxas";
+  if (!std::filesystem::exists(ptxas)) GTEST_SKIP() << "SKIP: no ptxas (CUDA toolkit) on this machine";
+  auto g = parsed(GetParam());
+  kir::Kernel k = lower(*g);
+  ASSERT_TRUE(k.body);
+  for (const char* sm : {"sm_90", "sm_80"}) {
+    llvm::LLVMContext ctx;
+    auto spec = codegen::TargetSpec::nvptx(sm);
+    auto mod = codegen::emitKernels(ctx, {k}, spec);
+    ASSERT_TRUE(!!mod) << errorText(mod.takeError());
+    auto ptx = codegen::compileModule(**mod, spec);
+    ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
+    ASSERT_NE(ptx->find(".entry k"), std::string::npos) << *ptx;
+    auto dir = std::filesystem::temp_directory_path() / ("sgc-ptx-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "k.ptx") << *ptx;
+    std::string cmd = std::string(ptxas) + " -arch=" + sm + " " + (dir / "k.ptx").string() + " -o " + (dir / "k.cubin").string() + " 2>&1";
+    int rc = std::system(cmd.c_str());
+    std::filesystem::remove_all(dir);
+    EXPECT_EQ(rc, 0) << sm << "\n" << *ptx;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, KernelCheck, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+TEST(Kernel, ObjectCodeIsDeterministic) {
+  auto g = parsed(cases()[0]);
+  kir::Kernel k = lower(*g);
+  auto compile = [&] {
+    llvm::LLVMContext ctx;
+    auto mod = codegen::emitKernels(ctx, {k}, codegen::TargetSpec::x86());
+    EXPECT_TRUE(!!mod);
+    auto obj = codegen::compileModule(**mod, codegen::TargetSpec::x86());
+    EXPECT_TRUE(!!obj);
+    return *obj;
+  };
+  std::string a = compile(), b = compile();
+  ASSERT_GT(a.size(), 4u);
+  EXPECT_EQ(a.substr(0, 4), "\x7f" "ELF");
+  EXPECT_EQ(a, b);
+}
+
+TEST(Kernel, FusionIsOneLoop) {
+  auto all = cases();
+  auto it = std::find_if(all.begin(), all.end(), [](const Case& c) { return c.name == "FusedGeluPattern"; });
+  ASSERT_NE(it, all.end());
+  auto g = parsed(*it);
+  kir::Kernel k = lower(*g);
+  // x, three constants, the output; one parallel loop with one store.
+  EXPECT_EQ(k.buffers.size(), 5u);
+  EXPECT_EQ(kir::print(k).find("for i1"), std::string::npos);
+}
+
+} // namespace
