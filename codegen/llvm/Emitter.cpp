@@ -78,8 +78,11 @@ public:
     locals_.assign(k_.numLocals, nullptr);
     declareLocals(*k_.body); // allocas first, in the entry block
     const Stmt& top = *k_.body;
-    if (top.kind != StmtKind::Loop || !top.parallel) return fail("the kernel body must be one parallel loop");
-    if (Error e = parallelLoop(top)) return e;
+    if (top.kind == StmtKind::Loop && top.parallel) {
+      if (Error e = parallelLoop(top)) return e;
+    } else if (Error e = serialBody(top)) {
+      return e;
+    }
     b_.CreateRetVoid();
     if (t_.kind == Target::NVPTX) markKernel();
     std::string msg;
@@ -114,6 +117,20 @@ private:
       end = b_.getInt64(s.extent);
     }
     return loop(s, begin, end, step);
+  }
+
+  /// A serial kernel: one call on the CPU; on the GPU only thread 0 of block 0 works.
+  Error serialBody(const Stmt& s) {
+    if (t_.kind == Target::X86) return stmt(s);
+    llvm::Value* first = b_.CreateICmpEQ(b_.CreateOr(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x), sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x)), b_.getInt64(0));
+    auto* work = llvm::BasicBlock::Create(ctx_, "serial", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "done", fn_);
+    b_.CreateCondBr(first, work, done);
+    b_.SetInsertPoint(work);
+    if (Error e = stmt(s)) return e;
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    return Error::success();
   }
 
   Error loop(const Stmt& s, llvm::Value* begin, llvm::Value* end, llvm::Value* step) {

@@ -1,0 +1,41 @@
+// The lowering helpers (see Builder.h).
+#include "codegen/kir/Builder.h"
+
+namespace sgc::kir {
+
+std::vector<int64_t> rowMajorStrides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];
+  return s;
+}
+
+int Builder::buf(const ir::Value* v, bool written) {
+  auto it = ids_.find(v);
+  if (it != ids_.end()) {
+    k.buffers[it->second].written |= written;
+    return it->second;
+  }
+  int id = (int)k.buffers.size();
+  ids_[v] = id;
+  k.buffers.push_back({v->name, v->type.dtype, v->type.staticNumel().value_or(0), written});
+  return id;
+}
+
+std::vector<ExprRef> Builder::coords(ExprRef flat, const std::vector<int64_t>& shape) {
+  auto st = rowMajorStrides(shape);
+  std::vector<ExprRef> c;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    ExprRef q = st[d] == 1 ? flat : binary("idiv", flat, i(st[d]));
+    c.push_back(d == 0 ? q : binary("imod", q, i(shape[d])));
+  }
+  return c;
+}
+
+ExprRef Builder::offset(const std::vector<ExprRef>& coords, const std::vector<int64_t>& shape) {
+  auto st = rowMajorStrides(shape);
+  ExprRef off = i(0);
+  for (size_t d = 0; d < coords.size(); ++d) off = add(off, st[d] == 1 ? coords[d] : mul(coords[d], i(st[d])));
+  return off;
+}
+
+} // namespace sgc::kir

@@ -1,0 +1,54 @@
+// Helpers for writing op lowerings: buffers registered by IR value, index
+// arithmetic (coordinates of a flat index, offsets of coordinates) and
+// shorthand for kernel IR expressions.
+#pragma once
+#include "codegen/kir/Kernel.h"
+#include "ir/Graph.h"
+
+#include <map>
+
+namespace sgc::kir {
+
+class Builder {
+public:
+  explicit Builder(const std::string& name) { k.name = name; }
+
+  Kernel k;
+
+  /// The buffer of an IR value (registered on first use).
+  int buf(const ir::Value* v, bool written = false);
+  ExprRef ld(const ir::Value* v, ExprRef index) { return load(buf(v), std::move(index), computeType(v->type.dtype)); }
+  StmtRef st(const ir::Value* v, ExprRef index, ExprRef value) {
+    return store(buf(v, true), std::move(index), cast(std::move(value), computeType(v->type.dtype)));
+  }
+  int newLoopVar() { return k.numLoopVars++; }
+  int newLocal() { return k.numLocals++; }
+
+  static ExprRef i(int64_t v) { return constant((double)v, Scalar::I64); }
+  static ExprRef add(ExprRef a, ExprRef b) { return binary("add", std::move(a), std::move(b)); }
+  static ExprRef sub(ExprRef a, ExprRef b) { return binary("sub", std::move(a), std::move(b)); }
+  static ExprRef mul(ExprRef a, ExprRef b) { return binary("mul", std::move(a), std::move(b)); }
+  static ExprRef div(ExprRef a, ExprRef b) { return binary("div", std::move(a), std::move(b)); }
+  static ExprRef c(double v, Scalar t) { return constant(v, t); }
+
+  /// An index clamped to [0, n - 1], so that speculative loads stay inside their buffer.
+  static ExprRef clamp(const ExprRef& x, int64_t n) { return binary("min", binary("max", x, i(0)), i(n - 1)); }
+
+  /// Coordinates of flat index `flat` in `shape` (row-major).
+  static std::vector<ExprRef> coords(ExprRef flat, const std::vector<int64_t>& shape);
+  /// The flat offset of `coords` in `shape`.
+  static ExprRef offset(const std::vector<ExprRef>& coords, const std::vector<int64_t>& shape);
+
+  /// Finishes the kernel with `body` (a parallel loop, or serial statements).
+  Kernel finish(StmtRef body) {
+    k.body = std::move(body);
+    return std::move(k);
+  }
+
+private:
+  std::map<const ir::Value*, int> ids_;
+};
+
+std::vector<int64_t> rowMajorStrides(const std::vector<int64_t>& shape);
+
+} // namespace sgc::kir

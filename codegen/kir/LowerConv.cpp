@@ -1,0 +1,278 @@
+// Lowerings of convolution, pooling, padding and batch normalization, with
+// their gradients. Windows follow ir/shapes' windowGeometry; positions
+// outside the input read as zero (indices are clamped and the value selected
+// away, so no load leaves its buffer).
+#include "codegen/kir/Builder.h"
+#include "codegen/kir/LowerOps.h"
+#include "ir/shapes/Shapes.h"
+
+#include <cmath>
+
+namespace sgc::kir {
+namespace {
+using B = Builder;
+std::vector<int64_t> shapeOf(const ir::Value* v) { return v->type.shape(); }
+int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (int64_t x : v) p *= x;
+  return p;
+}
+ExprRef all(const std::vector<ExprRef>& conds) {
+  ExprRef r = constant(1, Scalar::I1);
+  for (const ExprRef& c : conds) r = binary("and", r, c);
+  return r;
+}
+ExprRef inRange(const ExprRef& x, int64_t n) { return binary("and", binary("ge", x, B::i(0)), binary("lt", x, B::i(n))); }
+
+Expected<ir::Window> windowOf(const ir::Node& n, const std::vector<int64_t>& in, const std::vector<int64_t>& kernel) {
+  ir::InferCtx c{n, {}, {}, {}};
+  return ir::windowGeometry(c, in, kernel);
+}
+
+/// Input positions of window `o` at kernel offset `k`, and whether each is inside.
+struct Tap {
+  std::vector<ExprRef> pos;
+  ExprRef valid;
+};
+Tap tap(const ir::Window& w, const std::vector<int64_t>& in, const std::vector<ExprRef>& o, const std::vector<ExprRef>& k) {
+  Tap t;
+  std::vector<ExprRef> conds;
+  for (size_t d = 0; d < in.size(); ++d) {
+    ExprRef p = B::add(B::sub(B::mul(o[d], B::i(w.strides[d])), B::i(w.padBegin[d])), B::mul(k[d], B::i(w.dilations[d])));
+    conds.push_back(inRange(p, in[d]));
+    t.pos.push_back(B::clamp(p, in[d]));
+  }
+  t.valid = all(conds);
+  return t;
+}
+
+/// The output window `o` that input position `pos` reaches at kernel offset `k`, if any.
+Tap reverseTap(const ir::Window& w, const std::vector<int64_t>& out, const std::vector<ExprRef>& pos, const std::vector<ExprRef>& k) {
+  Tap t;
+  std::vector<ExprRef> conds;
+  for (size_t d = 0; d < out.size(); ++d) {
+    ExprRef num = B::sub(B::add(pos[d], B::i(w.padBegin[d])), B::mul(k[d], B::i(w.dilations[d])));
+    ExprRef o = binary("idiv", num, B::i(w.strides[d]));
+    conds.push_back(binary("ge", num, B::i(0)));
+    conds.push_back(binary("eq", binary("imod", num, B::i(w.strides[d])), B::i(0)));
+    conds.push_back(binary("lt", o, B::i(out[d])));
+    t.pos.push_back(B::clamp(o, out[d]));
+  }
+  t.valid = all(conds);
+  return t;
+}
+
+std::vector<ExprRef> cat(std::vector<ExprRef> a, const std::vector<ExprRef>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+std::vector<ExprRef> tail(const std::vector<ExprRef>& v, size_t from) { return {v.begin() + from, v.end()}; }
+std::vector<int64_t> spatial(const std::vector<int64_t>& s) { return {s.begin() + 2, s.end()}; }
+
+/// AveragePool's divisor with count_include_pad for output window `o`.
+ExprRef paddedCount(const ir::Window& w, const std::vector<int64_t>& in, const std::vector<ExprRef>& o, Scalar t) {
+  ExprRef count = B::i(1);
+  for (size_t d = 0; d < in.size(); ++d) {
+    ExprRef start = B::sub(B::mul(o[d], B::i(w.strides[d])), B::i(w.padBegin[d]));
+    ExprRef end = binary("min", B::add(start, B::i((w.kernel[d] - 1) * w.dilations[d] + 1)), B::i(in[d] + w.padEnd[d]));
+    count = B::mul(count, binary("idiv", B::add(B::sub(end, start), B::i(w.dilations[d] - 1)), B::i(w.dilations[d])));
+  }
+  return cast(count, t);
+}
+
+} // namespace
+
+Expected<std::vector<Kernel>> lowerConvFamily(const std::string& name, const ir::Node& n) {
+  bool gradIn = n.op == ir::Op::ConvGradInput, gradW = n.op == ir::Op::ConvGradWeight;
+  const ir::Value *x = gradIn ? n.outputs[0] : n.input(0), *w = gradW ? n.outputs[0] : n.input(gradIn ? 1 : 1),
+                  *y = n.op == ir::Op::Conv ? n.outputs[0] : n.input(gradW ? 1 : 0);
+  std::vector<int64_t> xs = shapeOf(x), ws = shapeOf(w), ys = shapeOf(y), in = spatial(xs), ks = spatial(ws), out = spatial(ys);
+  int64_t group = n.getInt("group", 1), C = xs[1], M = ws[0], cPerG = C / group, mPerG = M / group;
+  auto win = windowOf(n, in, ks);
+  if (!win) return win.takeError();
+  Scalar t = computeType(x->type.dtype);
+  B b(name);
+  int e = b.newLoopVar(), l1 = b.newLoopVar(), l2 = b.newLoopVar(), acc = b.newLocal();
+  ExprRef zero = B::c(0, t);
+  auto wAt = [&](ExprRef m, ExprRef ci, ExprRef kk) { return B::add(B::mul(B::add(B::mul(m, B::i(cPerG)), ci), B::i(product(ks))), kk); };
+  ExprRef add;
+  int64_t extent1, extent2;
+  const ir::Value* result;
+  ExprRef init = zero;
+  if (n.op == ir::Op::Conv) { // y[nb, m, o]: over ci and kernel offsets
+    result = y;
+    auto c = B::coords(loopVar(e), ys);
+    ExprRef g = binary("idiv", c[1], B::i(mPerG));
+    auto k = B::coords(loopVar(l2), ks);
+    Tap tp = tap(*win, in, tail(c, 2), k);
+    ExprRef xv = b.ld(x, B::offset(cat({c[0], B::add(B::mul(g, B::i(cPerG)), loopVar(l1))}, tp.pos), xs));
+    add = B::mul(select(tp.valid, xv, zero), b.ld(w, wAt(c[1], loopVar(l1), loopVar(l2))));
+    extent1 = cPerG, extent2 = product(ks);
+    if (n.input(2)) init = b.ld(n.input(2), c[1]);
+  } else if (gradIn) { // dx[nb, ch, pos]: over the group's output channels and kernel offsets
+    result = x;
+    auto c = B::coords(loopVar(e), xs);
+    ExprRef m = B::add(B::mul(binary("idiv", c[1], B::i(cPerG)), B::i(mPerG)), loopVar(l1));
+    auto k = B::coords(loopVar(l2), ks);
+    Tap tp = reverseTap(*win, out, tail(c, 2), k);
+    ExprRef dyv = b.ld(y, B::offset(cat({c[0], m}, tp.pos), ys));
+    add = B::mul(select(tp.valid, dyv, zero), b.ld(w, wAt(m, binary("imod", c[1], B::i(cPerG)), loopVar(l2))));
+    extent1 = mPerG, extent2 = product(ks);
+  } else { // dw[m, ci, k]: over the batch and output positions
+    result = w;
+    auto c = B::coords(loopVar(e), ws);
+    ExprRef g = binary("idiv", c[0], B::i(mPerG));
+    auto o = B::coords(loopVar(l2), out);
+    Tap tp = tap(*win, in, o, tail(c, 2));
+    ExprRef xv = b.ld(x, B::offset(cat({loopVar(l1), B::add(B::mul(g, B::i(cPerG)), c[1])}, tp.pos), xs));
+    add = B::mul(select(tp.valid, xv, zero), b.ld(y, B::offset(cat({loopVar(l1), c[0]}, o), ys)));
+    extent1 = xs[0], extent2 = product(out);
+  }
+  return std::vector<Kernel>{b.finish(loop(e, numel(result), true,
+      {let(acc, init), loop(l1, extent1, false, {loop(l2, extent2, false, {set(acc, B::add(local(acc, t), add))})}), b.st(result, loopVar(e), local(acc, t))}))};
+}
+
+Expected<std::vector<Kernel>> lowerPool(const std::string& name, const ir::Node& n) {
+  if (n.outputs.size() > 1 && n.outputs[1]) return makeError(ir::describe(n) + ": MaxPool indices are not generated yet");
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  std::vector<int64_t> xs = shapeOf(x), ys = shapeOf(y), in = spatial(xs);
+  auto win = windowOf(n, in, n.getInts("kernel_shape"));
+  if (!win) return win.takeError();
+  bool isMax = n.op == ir::Op::MaxPool, countPad = n.getInt("count_include_pad", 0);
+  Scalar t = computeType(x->type.dtype);
+  B b(name);
+  int e = b.newLoopVar(), kk = b.newLoopVar(), acc = b.newLocal(), cnt = b.newLocal();
+  auto c = B::coords(loopVar(e), ys);
+  Tap tp = tap(*win, in, tail(c, 2), B::coords(loopVar(kk), win->kernel));
+  ExprRef xv = b.ld(x, B::offset(cat({c[0], c[1]}, tp.pos), xs));
+  std::vector<StmtRef> inner;
+  if (isMax) inner = {set(acc, select(tp.valid, binary("max", local(acc, t), xv), local(acc, t)))};
+  else inner = {set(acc, B::add(local(acc, t), select(tp.valid, xv, B::c(0, t)))), set(cnt, B::add(local(cnt, t), cast(tp.valid, t)))};
+  ExprRef result = isMax ? local(acc, t) : B::div(local(acc, t), countPad ? paddedCount(*win, in, tail(c, 2), t) : local(cnt, t));
+  return std::vector<Kernel>{b.finish(loop(e, numel(y), true,
+      {let(acc, B::c(isMax ? -INFINITY : 0, t)), let(cnt, B::c(0, t)), loop(kk, product(win->kernel), false, inner), b.st(y, loopVar(e), result)}))};
+}
+
+Expected<std::vector<Kernel>> lowerPoolGrad(const std::string& name, const ir::Node& n) {
+  // dx[pos] sums dy over the windows that reach pos: for max, only where pos is
+  // the window's first maximum (as the interpreter picks it).
+  const ir::Value *x = n.input(0), *dy = n.input(1), *dx = n.outputs[0];
+  std::vector<int64_t> xs = shapeOf(x), ys = shapeOf(dy), in = spatial(xs), out = spatial(ys);
+  auto win = windowOf(n, in, n.getInts("kernel_shape"));
+  if (!win) return win.takeError();
+  bool isMax = n.getString("mode", "") == "max", countPad = n.getInt("count_include_pad", 0);
+  Scalar t = computeType(x->type.dtype);
+  B b(name);
+  int e = b.newLoopVar(), kk = b.newLoopVar(), k2 = b.newLoopVar(), acc = b.newLocal(), best = b.newLocal(), bestAt = b.newLocal(), cnt = b.newLocal(),
+      isBetter = b.newLocal();
+  auto c = B::coords(loopVar(e), xs);
+  Tap back = reverseTap(*win, out, tail(c, 2), B::coords(loopVar(kk), win->kernel));
+  Tap fwd = tap(*win, in, back.pos, B::coords(loopVar(k2), win->kernel));
+  ExprRef plane = B::add(B::mul(c[0], B::i(xs[1])), c[1]);
+  ExprRef fwdAt = B::offset(fwd.pos, in), self = B::offset(tail(c, 2), in);
+  ExprRef xv = b.ld(x, B::add(B::mul(plane, B::i(product(in))), fwdAt));
+  ExprRef g = b.ld(dy, B::offset(cat({c[0], c[1]}, back.pos), ys));
+  std::vector<StmtRef> perWindow;
+  if (isMax) {
+    ExprRef better = binary("and", fwd.valid, binary("or", binary("lt", local(bestAt, Scalar::I64), B::i(0)), binary("gt", xv, local(best, t))));
+    perWindow = {set(best, B::c(-INFINITY, t)), set(bestAt, B::i(-1)),
+                 // The comparison is kept in a local: updating best first would change it.
+                 loop(k2, product(win->kernel), false, {let(isBetter, better), set(best, select(local(isBetter, Scalar::I1), xv, local(best, t))),
+                                                        set(bestAt, select(local(isBetter, Scalar::I1), fwdAt, local(bestAt, Scalar::I64)))}),
+                 set(acc, B::add(local(acc, t), select(binary("and", back.valid, binary("eq", local(bestAt, Scalar::I64), self)), g, B::c(0, t))))};
+  } else {
+    ExprRef count = countPad ? paddedCount(*win, in, back.pos, t) : local(cnt, t);
+    perWindow = {set(cnt, B::c(0, t)), loop(k2, product(win->kernel), false, {set(cnt, B::add(local(cnt, t), cast(fwd.valid, t)))}),
+                 set(acc, B::add(local(acc, t), select(back.valid, B::div(g, count), B::c(0, t))))};
+  }
+  return std::vector<Kernel>{b.finish(loop(e, numel(dx), true,
+      {let(acc, B::c(0, t)), let(best, B::c(0, t)), let(bestAt, B::i(-1)), let(cnt, B::c(0, t)),
+       loop(kk, product(win->kernel), false, perWindow), b.st(dx, loopVar(e), local(acc, t))}))};
+}
+
+Expected<std::vector<Kernel>> lowerPad(const std::string& name, const ir::Node& n) {
+  if (n.getString("mode", "constant") != "constant") return makeError(ir::describe(n) + ": only constant-mode Pad is generated yet");
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  ir::InferCtx ic{n, {}, {}, {}};
+  for (const ir::Value* v : n.inputs) {
+    ic.in.push_back(v ? v->type : ir::Type{});
+    ic.values.push_back(v && v->kind == ir::ValueKind::Const ? v->data.get() : nullptr);
+  }
+  auto g = ir::padGeometry(ic, x->type.rank());
+  if (!g) return g.takeError();
+  std::vector<int64_t> xs = shapeOf(x);
+  B b(name);
+  int e = b.newLoopVar();
+  auto c = B::coords(loopVar(e), shapeOf(y));
+  std::vector<ExprRef> pos, conds;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    ExprRef p = B::sub(c[d], B::i(g->begin[d]));
+    conds.push_back(inRange(p, xs[d]));
+    pos.push_back(B::clamp(p, xs[d]));
+  }
+  Scalar t = computeType(x->type.dtype);
+  ExprRef fill = n.input(2) ? b.ld(n.input(2), B::i(0)) : B::c(0, t);
+  return std::vector<Kernel>{b.finish(loop(e, numel(y), true, {b.st(y, loopVar(e), select(all(conds), b.ld(x, B::offset(pos, xs)), fill))}))};
+}
+
+Expected<std::vector<Kernel>> lowerBatchNorm(const std::string& name, const ir::Node& n) {
+  bool grad = n.op == ir::Op::BatchNormGrad;
+  const ir::Value *x = n.input(0), *scale = n.input(1);
+  std::vector<int64_t> xs = shapeOf(x);
+  int64_t N = xs[0], C = xs[1], inner = numel(x) / std::max<int64_t>(N * C, 1), cnt = N * inner;
+  double eps = n.getFloat("epsilon", 1e-5);
+  Scalar t = computeType(x->type.dtype);
+  B b(name);
+  int ch = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar(), j4 = b.newLoopVar();
+  int mean = b.newLocal(), var = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
+  auto at = [&](int j) { // element j of the channel: (j / inner, ch, j % inner)
+    return B::add(B::mul(B::add(B::mul(binary("idiv", loopVar(j), B::i(inner)), B::i(C)), loopVar(ch)), B::i(inner)), binary("imod", loopVar(j), B::i(inner)));
+  };
+  bool training = grad || n.getInt("training_mode", 0);
+  std::vector<StmtRef> body;
+  if (training) {
+    ExprRef dev = B::sub(b.ld(x, at(j2)), local(mean, t));
+    body = {let(mean, B::c(0, t)), loop(j1, cnt, false, {set(mean, B::add(local(mean, t), b.ld(x, at(j1))))}),
+            set(mean, B::div(local(mean, t), B::c((double)cnt, t))), let(var, B::c(0, t)),
+            loop(j2, cnt, false, {set(var, B::add(local(var, t), B::mul(dev, dev)))}), set(var, B::div(local(var, t), B::c((double)cnt, t)))};
+  } else {
+    body = {let(mean, b.ld(n.input(3), loopVar(ch))), let(var, b.ld(n.input(4), loopVar(ch)))};
+  }
+  body.push_back(let(inv, B::div(B::c(1, t), unary("sqrt", B::add(local(var, t), B::c(eps, t))))));
+  auto xhat = [&](int j) { return B::mul(B::sub(b.ld(x, at(j)), local(mean, t)), local(inv, t)); };
+  if (!grad) {
+    body.push_back(loop(j3, cnt, false, {b.st(n.outputs[0], at(j3), B::add(B::mul(xhat(j3), b.ld(scale, loopVar(ch))), b.ld(n.input(2), loopVar(ch))))}));
+    double mom = n.getFloat("momentum", 0.9);
+    if (training && n.outputs.size() > 1 && n.outputs[1])
+      body.push_back(b.st(n.outputs[1], loopVar(ch), B::add(B::mul(b.ld(n.input(3), loopVar(ch)), B::c(mom, t)), B::mul(local(mean, t), B::c(1 - mom, t)))));
+    if (training && n.outputs.size() > 2 && n.outputs[2])
+      body.push_back(b.st(n.outputs[2], loopVar(ch), B::add(B::mul(b.ld(n.input(4), loopVar(ch)), B::c(mom, t)), B::mul(local(var, t), B::c(1 - mom, t)))));
+  } else {
+    const ir::Value* dy = n.input(2);
+    body.push_back(let(s1, B::c(0, t)));
+    body.push_back(let(s2, B::c(0, t)));
+    body.push_back(loop(j3, cnt, false, {set(s1, B::add(local(s1, t), b.ld(dy, at(j3)))), set(s2, B::add(local(s2, t), B::mul(b.ld(dy, at(j3)), xhat(j3))))}));
+    ExprRef g = b.ld(scale, loopVar(ch)), M = B::c((double)cnt, t);
+    ExprRef dx = B::mul(B::div(local(inv, t), M), B::sub(B::sub(B::mul(M, B::mul(b.ld(dy, at(j4)), g)), B::mul(local(s1, t), g)), B::mul(xhat(j4), B::mul(local(s2, t), g))));
+    body.push_back(loop(j4, cnt, false, {b.st(n.outputs[0], at(j4), dx)}));
+    body.push_back(b.st(n.outputs[1], loopVar(ch), local(s2, t)));
+    body.push_back(b.st(n.outputs[2], loopVar(ch), local(s1, t)));
+  }
+  return std::vector<Kernel>{b.finish(loop(ch, C, true, body))};
+}
+
+Expected<std::vector<Kernel>> lowerGlobalPool(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  int64_t plane = numel(x) / std::max<int64_t>(numel(y), 1);
+  bool isMax = n.op == ir::Op::GlobalMaxPool;
+  Scalar t = computeType(x->type.dtype);
+  B b(name);
+  int e = b.newLoopVar(), j = b.newLoopVar(), acc = b.newLocal();
+  ExprRef v = b.ld(x, B::add(B::mul(loopVar(e), B::i(plane)), loopVar(j)));
+  ExprRef combined = isMax ? binary("max", local(acc, t), v) : B::add(local(acc, t), v);
+  ExprRef result = isMax ? local(acc, t) : B::div(local(acc, t), B::c((double)plane, t));
+  return std::vector<Kernel>{b.finish(loop(e, numel(y), true, {let(acc, B::c(isMax ? -INFINITY : 0, t)), loop(j, plane, false, {set(acc, combined)}), b.st(y, loopVar(e), result)}))};
+}
+
+} // namespace sgc::kir

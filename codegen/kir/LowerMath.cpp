@@ -1,0 +1,320 @@
+// Lowerings of matrix products, row-wise ops (softmax, layer normalization,
+// losses and their gradients), elementwise derivatives and optimizer updates.
+#include "codegen/kir/Builder.h"
+#include "codegen/kir/LowerOps.h"
+
+#include <cmath>
+
+namespace sgc::kir {
+namespace {
+using B = Builder;
+std::vector<int64_t> shapeOf(const ir::Value* v) { return v->type.shape(); }
+int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
+
+/// Rows of a row-wise op over `axis` of `shape`: (outer * inner rows of d elements, stride inner).
+struct Rows {
+  int64_t outer = 1, d = 1, inner = 1;
+  ExprRef at(ExprRef row, ExprRef k) const { // element k of row
+    ExprRef o = binary("idiv", row, B::i(inner)), in = binary("imod", row, B::i(inner));
+    return B::add(B::mul(B::add(B::mul(o, B::i(d)), k), B::i(inner)), in);
+  }
+};
+Rows rowsOf(const std::vector<int64_t>& shape, int64_t axis) {
+  Rows r;
+  for (int64_t q = 0; q < (int64_t)shape.size(); ++q) (q < axis ? r.outer : q == axis ? r.d : r.inner) *= shape[q];
+  return r;
+}
+int64_t axisOf(const ir::Node& n, int64_t rank, int64_t def) {
+  int64_t a = n.getInt("axis", def);
+  return a < 0 ? a + rank : a;
+}
+} // namespace
+
+Expected<std::vector<Kernel>> lowerMatMul(const std::string& name, const ir::Node& n) {
+  const ir::Value *a = n.input(0), *bv = n.input(1), *y = n.outputs[0];
+  if (a->type.rank() < 2 || bv->type.rank() < 2) return makeError(ir::describe(n) + ": 1-D operands are not generated yet");
+  std::vector<int64_t> as = shapeOf(a), bs = shapeOf(bv), ys = shapeOf(y);
+  int64_t K = as.back();
+  B b(name);
+  int o = b.newLoopVar(), k = b.newLoopVar(), acc = b.newLocal();
+  Scalar t = computeType(y->type.dtype);
+  auto c = B::coords(loopVar(o), ys);
+  auto operandAt = [&](const std::vector<int64_t>& s, ExprRef row, ExprRef col) {
+    std::vector<ExprRef> oc;
+    size_t lead = ys.size() - s.size();
+    for (size_t d = 0; d + 2 < s.size(); ++d) oc.push_back(s[d] == 1 ? B::i(0) : c[lead + d]);
+    oc.push_back(std::move(row));
+    oc.push_back(std::move(col));
+    return B::offset(oc, s);
+  };
+  ExprRef prod = B::mul(b.ld(a, operandAt(as, c[ys.size() - 2], loopVar(k))), b.ld(bv, operandAt(bs, loopVar(k), c.back())));
+  return std::vector<Kernel>{b.finish(loop(o, numel(y), true, {let(acc, B::c(0, t)), loop(k, K, false, {set(acc, B::add(local(acc, t), prod))}), b.st(y, loopVar(o), local(acc, t))}))};
+}
+
+Expected<std::vector<Kernel>> lowerGemm(const std::string& name, const ir::Node& n) {
+  const ir::Value *a = n.input(0), *bv = n.input(1), *cv = n.input(2), *y = n.outputs[0];
+  bool ta = n.getInt("transA", 0), tb = n.getInt("transB", 0);
+  int64_t M = y->type.dims[0].value, N = y->type.dims[1].value, K = a->type.dims[ta ? 0 : 1].value;
+  Scalar t = computeType(y->type.dtype);
+  B b(name);
+  int o = b.newLoopVar(), k = b.newLoopVar(), acc = b.newLocal();
+  ExprRef i = binary("idiv", loopVar(o), B::i(N)), j = binary("imod", loopVar(o), B::i(N)), kk = loopVar(k);
+  ExprRef aAt = ta ? B::add(B::mul(kk, B::i(M)), i) : B::add(B::mul(i, B::i(K)), kk);
+  ExprRef bAt = tb ? B::add(B::mul(j, B::i(K)), kk) : B::add(B::mul(kk, B::i(N)), j);
+  ExprRef result = B::mul(B::c(n.getFloat("alpha", 1), t), local(acc, t));
+  if (cv) {
+    std::vector<int64_t> cs = shapeOf(cv);
+    while (cs.size() < 2) cs.insert(cs.begin(), 1);
+    ExprRef cAt = B::add(B::mul(cs[0] == 1 ? B::i(0) : i, B::i(cs[1])), cs[1] == 1 ? B::i(0) : j);
+    result = B::add(result, B::mul(B::c(n.getFloat("beta", 1), t), b.ld(cv, cAt)));
+  }
+  return std::vector<Kernel>{b.finish(loop(o, M * N, true, {let(acc, B::c(0, t)), loop(k, K, false, {set(acc, B::add(local(acc, t), B::mul(b.ld(a, aAt), b.ld(bv, bAt))))}), b.st(y, loopVar(o), result)}))};
+}
+
+Expected<std::vector<Kernel>> lowerSoftmax(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  Rows R = rowsOf(shapeOf(x), axisOf(n, x->type.rank(), -1));
+  Scalar t = computeType(x->type.dtype);
+  B b(name);
+  int row = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), k3 = b.newLoopVar(), mx = b.newLocal(), sum = b.newLocal();
+  auto xAt = [&](int k) { return b.ld(x, R.at(loopVar(row), loopVar(k))); };
+  ExprRef shifted = B::sub(xAt(k3), local(mx, t));
+  ExprRef out = n.op == ir::Op::LogSoftmax ? B::sub(shifted, unary("log", local(sum, t))) : B::div(unary("exp", shifted), local(sum, t));
+  return std::vector<Kernel>{b.finish(loop(row, R.outer * R.inner, true,
+      {let(mx, B::c(-INFINITY, t)), loop(k1, R.d, false, {set(mx, binary("max", local(mx, t), xAt(k1)))}),
+       let(sum, B::c(0, t)), loop(k2, R.d, false, {set(sum, B::add(local(sum, t), unary("exp", B::sub(xAt(k2), local(mx, t)))))}),
+       loop(k3, R.d, false, {b.st(y, R.at(loopVar(row), loopVar(k3)), out)})}))};
+}
+
+Expected<std::vector<Kernel>> lowerSoftmaxGrad(const std::string& name, const ir::Node& n) {
+  const ir::Value *y = n.input(0), *dy = n.input(1), *dx = n.outputs[0];
+  Rows R = rowsOf(shapeOf(y), axisOf(n, y->type.rank(), -1));
+  bool log = n.getInt("log", 0);
+  Scalar t = computeType(y->type.dtype);
+  B b(name);
+  int row = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), s = b.newLocal();
+  auto at = [&](int k) { return R.at(loopVar(row), loopVar(k)); };
+  ExprRef term = log ? b.ld(dy, at(k1)) : B::mul(b.ld(dy, at(k1)), b.ld(y, at(k1)));
+  ExprRef g = b.ld(dy, at(k2)), yk = b.ld(y, at(k2));
+  ExprRef out = log ? B::sub(g, B::mul(unary("exp", yk), local(s, t))) : B::mul(yk, B::sub(g, local(s, t)));
+  return std::vector<Kernel>{b.finish(loop(row, R.outer * R.inner, true,
+      {let(s, B::c(0, t)), loop(k1, R.d, false, {set(s, B::add(local(s, t), term))}), loop(k2, R.d, false, {b.st(dx, at(k2), out)})}))};
+}
+
+/// LayerNorm statistics of row `row` (M elements from offset row*M) into locals mean and inv.
+static std::vector<StmtRef> rowStats(B& b, const ir::Value* x, int row, int64_t M, int mean, int inv, double eps, Scalar t) {
+  int k1 = b.newLoopVar(), k2 = b.newLoopVar(), var = b.newLocal();
+  auto xAt = [&](int k) { return b.ld(x, B::add(B::mul(loopVar(row), B::i(M)), loopVar(k))); };
+  ExprRef dev = B::sub(xAt(k2), local(mean, t));
+  return {let(mean, B::c(0, t)), loop(k1, M, false, {set(mean, B::add(local(mean, t), xAt(k1)))}),
+          set(mean, B::div(local(mean, t), B::c((double)M, t))), let(var, B::c(0, t)),
+          loop(k2, M, false, {set(var, B::add(local(var, t), B::mul(dev, dev)))}),
+          let(inv, B::div(B::c(1, t), unary("sqrt", B::add(B::div(local(var, t), B::c((double)M, t)), B::c(eps, t)))))};
+}
+
+Expected<std::vector<Kernel>> lowerLayerNorm(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *scale = n.input(1), *bias = n.input(2), *y = n.outputs[0];
+  int64_t axis = axisOf(n, x->type.rank(), -1), M = 1;
+  for (int64_t d = axis; d < x->type.rank(); ++d) M *= x->type.dims[d].value;
+  if (scale->type.staticNumel() != M || (bias && bias->type.staticNumel() != M))
+    return makeError(ir::describe(n) + ": broadcast scale or bias is not generated yet");
+  Scalar t = computeType(x->type.dtype);
+  B b(name);
+  int row = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal();
+  auto body = rowStats(b, x, row, M, mean, inv, n.getFloat("epsilon", 1e-5), t);
+  int k = b.newLoopVar();
+  ExprRef at = B::add(B::mul(loopVar(row), B::i(M)), loopVar(k));
+  ExprRef v = B::mul(B::mul(B::sub(b.ld(x, at), local(mean, t)), local(inv, t)), b.ld(scale, loopVar(k)));
+  if (bias) v = B::add(v, b.ld(bias, loopVar(k)));
+  body.push_back(loop(k, M, false, {b.st(y, at, v)}));
+  if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], loopVar(row), local(mean, t)));
+  if (n.outputs.size() > 2 && n.outputs[2]) body.push_back(b.st(n.outputs[2], loopVar(row), local(inv, t)));
+  return std::vector<Kernel>{b.finish(loop(row, numel(x) / std::max<int64_t>(M, 1), true, body))};
+}
+
+Expected<std::vector<Kernel>> lowerLayerNormGrad(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2);
+  int64_t axis = axisOf(n, x->type.rank(), -1), M = 1;
+  for (int64_t d = axis; d < x->type.rank(); ++d) M *= x->type.dims[d].value;
+  if (scale->type.staticNumel() != M) return makeError(ir::describe(n) + ": broadcast scale is not generated yet");
+  int64_t rows = numel(x) / std::max<int64_t>(M, 1);
+  double eps = n.getFloat("epsilon", 1e-5);
+  Scalar t = computeType(x->type.dtype);
+  std::vector<Kernel> ks;
+  { // dx, one row per iteration
+    B b(name + "_dx");
+    int row = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
+    auto body = rowStats(b, x, row, M, mean, inv, eps, t);
+    int k1 = b.newLoopVar(), k2 = b.newLoopVar();
+    auto at = [&](int k) { return B::add(B::mul(loopVar(row), B::i(M)), loopVar(k)); };
+    auto xhat = [&](int k) { return B::mul(B::sub(b.ld(x, at(k)), local(mean, t)), local(inv, t)); };
+    auto dxhat = [&](int k) { return B::mul(b.ld(dy, at(k)), b.ld(scale, loopVar(k))); };
+    body.push_back(let(s1, B::c(0, t)));
+    body.push_back(let(s2, B::c(0, t)));
+    body.push_back(loop(k1, M, false, {set(s1, B::add(local(s1, t), dxhat(k1))), set(s2, B::add(local(s2, t), B::mul(dxhat(k1), xhat(k1))))}));
+    ExprRef dx = B::mul(B::div(local(inv, t), B::c((double)M, t)),
+                        B::sub(B::sub(B::mul(B::c((double)M, t), dxhat(k2)), local(s1, t)), B::mul(xhat(k2), local(s2, t))));
+    body.push_back(loop(k2, M, false, {b.st(n.outputs[0], at(k2), dx)}));
+    ks.push_back(b.finish(loop(row, rows, true, body)));
+  }
+  { // dscale and dbias, one normalized element per iteration, over all rows
+    B b(name + "_dparams");
+    int e = b.newLoopVar(), r = b.newLoopVar(), ds = b.newLocal(), db = b.newLocal();
+    // Each row's statistics are recomputed here: O(rows * M^2) work, fine for the models
+    // tested now; saving them from the forward pass comes with the performance work.
+    int k1 = b.newLoopVar(), k2 = b.newLoopVar(), mean = b.newLocal(), var = b.newLocal();
+    auto xr = [&](ExprRef k) { return b.ld(x, B::add(B::mul(loopVar(r), B::i(M)), std::move(k))); };
+    ExprRef dev = B::sub(xr(loopVar(k2)), local(mean, t));
+    ExprRef inv = B::div(B::c(1, t), unary("sqrt", B::add(B::div(local(var, t), B::c((double)M, t)), B::c(eps, t))));
+    ExprRef at = B::add(B::mul(loopVar(r), B::i(M)), loopVar(e));
+    ExprRef xhat = B::mul(B::sub(b.ld(x, at), local(mean, t)), inv);
+    ks.push_back(b.finish(loop(e, M, true, {let(ds, B::c(0, t)), let(db, B::c(0, t)),
+        loop(r, rows, false, {let(mean, B::c(0, t)), loop(k1, M, false, {set(mean, B::add(local(mean, t), xr(loopVar(k1))))}),
+                              set(mean, B::div(local(mean, t), B::c((double)M, t))), let(var, B::c(0, t)),
+                              loop(k2, M, false, {set(var, B::add(local(var, t), B::mul(dev, dev)))}),
+                              set(ds, B::add(local(ds, t), B::mul(b.ld(dy, at), xhat))), set(db, B::add(local(db, t), b.ld(dy, at)))}),
+        b.st(n.outputs[1], loopVar(e), local(ds, t)), b.st(n.outputs[2], loopVar(e), local(db, t))})));
+  }
+  return ks;
+}
+
+Expected<std::vector<Kernel>> lowerLoss(const std::string& name, const ir::Node& n) {
+  // One serial kernel: the weight total first, then each position's loss (and
+  // gradient). Losses are small next to the matrix products around them.
+  bool grad = n.op == ir::Op::SceLossGrad || n.op == ir::Op::NllLossGrad;
+  bool softmax = n.op == ir::Op::SoftmaxCrossEntropyLoss || n.op == ir::Op::SceLossGrad;
+  const ir::Value *x = n.input(0), *target = n.input(1);
+  const ir::Value *dl = grad ? n.input(2) : nullptr, *w = n.input(grad ? 3 : 2);
+  std::vector<int64_t> xs = shapeOf(x);
+  int64_t N = xs[0], C = xs[1], inner = numel(x) / std::max<int64_t>(N * C, 1), P = N * inner;
+  std::string red = n.getString("reduction", "mean");
+  bool hasIgnore = n.has("ignore_index");
+  Scalar t = computeType(x->type.dtype);
+  B b(name);
+  int p = b.newLoopVar(), q = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), k3 = b.newLoopVar();
+  int wsum = b.newLocal(), total = b.newLocal(), mx = b.newLocal(), s = b.newLocal(), wt = b.newLocal();
+  auto tgt = [&](ExprRef pos) { return cast(b.ld(target, std::move(pos)), Scalar::I64); };
+  auto weight = [&](ExprRef cls) {
+    ExprRef valid = hasIgnore ? unary("not", binary("eq", cls, B::i(n.getInt("ignore_index", 0)))) : nullptr;
+    ExprRef safe = binary("min", binary("max", cls, B::i(0)), B::i(C - 1));
+    ExprRef v = w ? b.ld(w, safe) : B::c(1, t);
+    return valid ? select(valid, v, B::c(0, t)) : v;
+  };
+  auto xAt = [&](ExprRef pos, ExprRef cls) { // element (n, cls, i) of position pos = n * inner + i
+    return B::add(B::mul(B::add(B::mul(binary("idiv", pos, B::i(inner)), B::i(C)), std::move(cls)), B::i(inner)), binary("imod", pos, B::i(inner)));
+  };
+  std::vector<StmtRef> body{let(wsum, B::c(0, t)), loop(q, P, false, {set(wsum, B::add(local(wsum, t), weight(tgt(loopVar(q)))))}),
+                            let(total, B::c(0, t))};
+  ExprRef tp = tgt(loopVar(p));
+  ExprRef safeT = binary("min", binary("max", tp, B::i(0)), B::i(C - 1));
+  std::vector<StmtRef> per{let(wt, weight(tp))};
+  ExprRef logp; // log probability of class k2 at p
+  if (softmax) {
+    per.push_back(let(mx, B::c(-INFINITY, t)));
+    per.push_back(loop(k1, C, false, {set(mx, binary("max", local(mx, t), b.ld(x, xAt(loopVar(p), loopVar(k1)))))}));
+    per.push_back(let(s, B::c(0, t)));
+    per.push_back(loop(k3, C, false, {set(s, B::add(local(s, t), unary("exp", B::sub(b.ld(x, xAt(loopVar(p), loopVar(k3))), local(mx, t)))))}));
+  }
+  auto logProb = [&](ExprRef cls) {
+    ExprRef v = b.ld(x, xAt(loopVar(p), cls));
+    return softmax ? B::sub(B::sub(v, local(mx, t)), unary("log", local(s, t))) : v;
+  };
+  if (!grad) {
+    ExprRef loss = unary("neg", B::mul(local(wt, t), logProb(safeT)));
+    if (red == "none") per.push_back(b.st(n.outputs[0], loopVar(p), loss));
+    else per.push_back(set(total, B::add(local(total, t), loss)));
+    if (softmax && n.outputs.size() > 1 && n.outputs[1])
+      per.push_back(loop(k2, C, false, {b.st(n.outputs[1], xAt(loopVar(p), loopVar(k2)), logProb(loopVar(k2)))}));
+    body.push_back(loop(p, P, false, per));
+    if (red == "sum") body.push_back(b.st(n.outputs[0], B::i(0), local(total, t)));
+    if (red == "mean") body.push_back(b.st(n.outputs[0], B::i(0), B::div(local(total, t), local(wsum, t))));
+  } else {
+    ExprRef up = red == "none" ? b.ld(dl, loopVar(p)) : red == "sum" ? b.ld(dl, B::i(0)) : B::div(b.ld(dl, B::i(0)), local(wsum, t));
+    ExprRef scale = B::mul(local(wt, t), up);
+    ExprRef isT = cast(binary("eq", loopVar(k2), tp), t);
+    ExprRef g = softmax ? B::mul(B::sub(unary("exp", logProb(loopVar(k2))), isT), scale) : B::mul(unary("neg", isT), scale);
+    per.push_back(loop(k2, C, false, {b.st(n.outputs[0], xAt(loopVar(p), loopVar(k2)), g)}));
+    body.push_back(loop(p, P, false, per));
+  }
+  return std::vector<Kernel>{b.finish(block(body))};
+}
+
+/// f'(x) * dy for the unary op named by the `of` attribute.
+Expected<std::vector<Kernel>> lowerUnaryGrad(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *dy = n.input(1), *dx = n.outputs[0];
+  std::string of = n.getString("of", "");
+  Scalar t = computeType(x->type.dtype);
+  B b(name);
+  int i = b.newLoopVar();
+  ExprRef xv = b.ld(x, loopVar(i)), g = b.ld(dy, loopVar(i)), one = B::c(1, t), zero = B::c(0, t);
+  auto sig = [&](ExprRef v) { return B::div(one, B::add(one, unary("exp", unary("neg", v)))); };
+  ExprRef d;
+  if (of == "Relu") d = select(binary("gt", xv, zero), one, zero);
+  else if (of == "LeakyRelu") d = select(binary("gt", xv, zero), one, B::c(n.getFloat("alpha", 0.01), t));
+  else if (of == "Neg") d = unary("neg", one);
+  else if (of == "Abs") d = select(binary("gt", xv, zero), one, select(binary("lt", xv, zero), unary("neg", one), zero));
+  else if (of == "Exp") d = unary("exp", xv);
+  else if (of == "Log") d = B::div(one, xv);
+  else if (of == "Sqrt") d = B::div(B::c(0.5, t), unary("sqrt", xv));
+  else if (of == "Reciprocal") d = unary("neg", B::div(one, B::mul(xv, xv)));
+  else if (of == "Tanh") d = B::sub(one, B::mul(unary("tanh", xv), unary("tanh", xv)));
+  else if (of == "Sigmoid") d = B::mul(sig(xv), B::sub(one, sig(xv)));
+  else if (of == "Erf") d = B::mul(B::c(2 / std::sqrt(M_PI), t), unary("exp", unary("neg", B::mul(xv, xv))));
+  else if (of == "Gelu" && n.getString("approximate", "none") == "tanh") {
+    ExprRef k = B::c(std::sqrt(2 / M_PI), t), c3 = B::c(0.044715, t);
+    ExprRef th = unary("tanh", B::mul(k, B::add(xv, B::mul(c3, B::mul(xv, B::mul(xv, xv))))));
+    d = B::add(B::mul(B::c(0.5, t), B::add(one, th)),
+               B::mul(B::mul(B::mul(B::c(0.5, t), xv), B::sub(one, B::mul(th, th))), B::mul(k, B::add(one, B::mul(B::c(3 * 0.044715, t), B::mul(xv, xv))))));
+  } else if (of == "Gelu")
+    d = B::add(B::mul(B::c(0.5, t), B::add(one, unary("erf", B::mul(xv, B::c(M_SQRT1_2, t))))),
+               B::mul(xv, B::mul(B::c(1 / std::sqrt(2 * M_PI), t), unary("exp", B::mul(B::c(-0.5, t), B::mul(xv, xv))))));
+  else return makeError(ir::describe(n) + ": the derivative of " + of + " is not generated yet");
+  return std::vector<Kernel>{b.finish(loop(i, numel(dx), true, {b.st(dx, loopVar(i), B::mul(d, g))}))};
+}
+
+Expected<std::vector<Kernel>> lowerOptimizer(const std::string& name, const ir::Node& n) {
+  const ir::Value *p = n.input(0), *g = n.input(1);
+  bool adam = n.op == ir::Op::AdamUpdate;
+  const ir::Value *lrV = n.input(adam ? 4 : 2), *stepV = n.input(adam ? 5 : 3);
+  Scalar t = computeType(p->type.dtype);
+  B b(name);
+  int i = b.newLoopVar();
+  ExprRef at = loopVar(i), lr = cast(b.ld(lrV, B::i(0)), t), step = cast(b.ld(stepV, B::i(0)), t), one = B::c(1, t);
+  ExprRef w = b.ld(p, at), d = b.ld(g, at);
+  double wd = n.getFloat("weight_decay", 0);
+  // Every new value is computed into a local before any is stored: the plan
+  // may update the parameter and its state in place.
+  std::vector<StmtRef> body;
+  auto result = [&](const ir::Value* out, ExprRef v) {
+    int l = b.newLocal();
+    body.push_back(let(l, std::move(v)));
+    return std::make_pair(out, l);
+  };
+  std::vector<std::pair<const ir::Value*, int>> outs;
+  if (!adam) {
+    double mom = n.getFloat("momentum", 0), damp = n.getFloat("dampening", 0);
+    ExprRef dd = B::add(d, B::mul(B::c(wd, t), w));
+    if (mom != 0) {
+      ExprRef first = binary("le", step, one);
+      outs.push_back(result(n.outputs[1], select(first, dd, B::add(B::mul(B::c(mom, t), b.ld(n.input(4), at)), B::mul(B::c(1 - damp, t), dd)))));
+      ExprRef nb = local(outs.back().second, t);
+      dd = n.getInt("nesterov", 0) ? B::add(dd, B::mul(B::c(mom, t), nb)) : nb;
+    }
+    outs.push_back(result(n.outputs[0], B::sub(w, B::mul(lr, dd))));
+  } else {
+    double b1 = n.getFloat("beta1", 0.9), b2 = n.getFloat("beta2", 0.999), eps = n.getFloat("eps", 1e-8);
+    bool decoupled = n.getInt("decoupled", 0);
+    ExprRef wv = decoupled ? B::mul(w, B::sub(one, B::mul(lr, B::c(wd, t)))) : w;
+    ExprRef dv = decoupled ? d : B::add(d, B::mul(B::c(wd, t), w));
+    outs.push_back(result(n.outputs[1], B::add(B::mul(B::c(b1, t), b.ld(n.input(2), at)), B::mul(B::c(1 - b1, t), dv))));
+    outs.push_back(result(n.outputs[2], B::add(B::mul(B::c(b2, t), b.ld(n.input(3), at)), B::mul(B::c(1 - b2, t), B::mul(dv, dv)))));
+    ExprRef m = local(outs[0].second, t), v = local(outs[1].second, t);
+    ExprRef bc1 = B::sub(one, binary("pow", B::c(b1, t), step)), bc2 = B::sub(one, binary("pow", B::c(b2, t), step));
+    ExprRef denom = B::add(B::div(unary("sqrt", v), unary("sqrt", bc2)), B::c(eps, t));
+    outs.push_back(result(n.outputs[0], B::sub(wv, B::mul(B::div(lr, bc1), B::div(m, denom)))));
+  }
+  for (auto& [out, l] : outs) body.push_back(b.st(out, at, local(l, t)));
+  return std::vector<Kernel>{b.finish(loop(i, numel(p), true, body))};
+}
+
+} // namespace sgc::kir

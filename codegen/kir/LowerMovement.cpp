@@ -1,0 +1,186 @@
+// Lowerings of data movement: copies, transposes, broadcasts, slices,
+// concatenation, splits, gathers and their gradients.
+#include "codegen/kir/Builder.h"
+#include "codegen/kir/LowerOps.h"
+#include "ir/shapes/Shapes.h"
+
+namespace sgc::kir {
+
+namespace {
+using B = Builder;
+
+std::vector<int64_t> shapeOf(const ir::Value* v) { return v->type.shape(); }
+int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
+
+int64_t axisAttr(const ir::Node& n, int64_t rank, int64_t def = 0) {
+  int64_t a = n.getInt("axis", def);
+  return a < 0 ? a + rank : a;
+}
+
+/// out[i] = f(coords of i in the output shape)
+Kernel pointwise(const std::string& name, const ir::Value* out,
+                 const std::function<ExprRef(B&, const std::vector<ExprRef>&)>& value) {
+  B b(name);
+  int v = b.newLoopVar();
+  auto c = B::coords(loopVar(v), shapeOf(out));
+  ExprRef val = value(b, c);
+  return b.finish(loop(v, numel(out), true, {b.st(out, loopVar(v), val)}));
+}
+
+
+} // namespace
+
+Expected<std::vector<Kernel>> lowerCopy(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>&) {
+    return b.ld(x, loopVar(0));
+  })};
+}
+
+Expected<std::vector<Kernel>> lowerTranspose(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  int64_t r = x->type.rank();
+  std::vector<int64_t> perm = n.getInts("perm");
+  if (perm.empty())
+    for (int64_t d = r - 1; d >= 0; --d) perm.push_back(d);
+  return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
+    std::vector<ExprRef> in(r);
+    for (int64_t d = 0; d < r; ++d) in[perm[d]] = c[d];
+    return b.ld(x, B::offset(in, shapeOf(x)));
+  })};
+}
+
+/// Index of x (shape `in`) broadcast against output coordinates `c`.
+ExprRef broadcastOffset(const std::vector<ExprRef>& c, const std::vector<int64_t>& in) {
+  std::vector<ExprRef> ic;
+  size_t lead = c.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d) ic.push_back(in[d] == 1 ? B::i(0) : c[lead + d]);
+  return B::offset(ic, in);
+}
+
+Expected<std::vector<Kernel>> lowerExpand(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
+    return b.ld(x, broadcastOffset(c, shapeOf(x)));
+  })};
+}
+
+Expected<std::vector<Kernel>> lowerSlice(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  ir::InferCtx ic{n, {}, {}, {}};
+  for (const ir::Value* v : n.inputs) {
+    ic.in.push_back(v ? v->type : ir::Type{});
+    ic.values.push_back(v && v->kind == ir::ValueKind::Const ? v->data.get() : nullptr);
+  }
+  auto g = ir::sliceGeometry(ic, shapeOf(x));
+  if (!g) return g.takeError();
+  return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
+    std::vector<ExprRef> in;
+    for (size_t d = 0; d < c.size(); ++d) in.push_back(B::add(B::i((*g)[d].start), B::mul(c[d], B::i((*g)[d].step))));
+    return b.ld(x, B::offset(in, shapeOf(x)));
+  })};
+}
+
+Expected<std::vector<Kernel>> lowerConcat(const std::string& name, const ir::Node& n) {
+  const ir::Value* y = n.outputs[0];
+  int64_t axis = axisAttr(n, y->type.rank());
+  return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
+    // The last input whose range starts at or before the coordinate, built as a chain of selects.
+    ExprRef value;
+    int64_t start = 0;
+    for (const ir::Value* in : n.inputs) {
+      int64_t len = in->type.dims[axis].value;
+      std::vector<ExprRef> ic = c;
+      ic[axis] = B::clamp(B::sub(c[axis], B::i(start)), std::max<int64_t>(len, 1));
+      ExprRef v = b.ld(in, B::offset(ic, shapeOf(in)));
+      value = value ? select(binary("ge", c[axis], B::i(start)), v, value) : v;
+      start += len;
+    }
+    return value;
+  })};
+}
+
+Expected<std::vector<Kernel>> lowerSplit(const std::string& name, const ir::Node& n) {
+  const ir::Value* x = n.input(0);
+  int64_t axis = axisAttr(n, x->type.rank());
+  std::vector<Kernel> ks;
+  int64_t start = 0;
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    const ir::Value* y = n.outputs[k];
+    if (y) {
+      ks.push_back(pointwise(name + "_" + std::to_string(k), y, [&](B& b, const std::vector<ExprRef>& c) {
+        std::vector<ExprRef> ic = c;
+        ic[axis] = B::add(c[axis], B::i(start));
+        return b.ld(x, B::offset(ic, shapeOf(x)));
+      }));
+      start += y->type.dims[axis].value;
+    } else {
+      return makeError(ir::describe(n) + ": unused results of Split are not generated yet");
+    }
+  }
+  return ks;
+}
+
+/// A gathered index: negative values count from the end of a dim of size d.
+static ExprRef normalizedIndex(B& b, const ir::Value* idx, ExprRef at, int64_t d) {
+  ExprRef j = cast(b.ld(idx, std::move(at)), Scalar::I64);
+  return B::clamp(select(binary("lt", j, B::i(0)), B::add(j, B::i(d)), j), d);
+}
+
+Expected<std::vector<Kernel>> lowerGather(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *idx = n.input(1), *y = n.outputs[0];
+  int64_t axis = axisAttr(n, x->type.rank()), ir = idx->type.rank();
+  return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
+    std::vector<ExprRef> ic(c.begin() + axis, c.begin() + axis + ir), xc(c.begin(), c.begin() + axis);
+    xc.push_back(normalizedIndex(b, idx, B::offset(ic, shapeOf(idx)), x->type.dims[axis].value));
+    xc.insert(xc.end(), c.begin() + axis + ir, c.end());
+    return b.ld(x, B::offset(xc, shapeOf(x)));
+  })};
+}
+
+Expected<std::vector<Kernel>> lowerGatherGrad(const std::string& name, const ir::Node& n) {
+  // dx[a, j, i] = sum over k with indices[k] == j of dy[a, k, i]
+  const ir::Value *dy = n.input(0), *idx = n.input(1), *dx = n.outputs[0];
+  std::vector<int64_t> xs = shapeOf(dx);
+  int64_t axis = axisAttr(n, (int64_t)xs.size()), count = numel(idx), d = xs[axis];
+  int64_t inner = 1;
+  for (size_t q = axis + 1; q < xs.size(); ++q) inner *= xs[q];
+  B b(name);
+  int o = b.newLoopVar(), k = b.newLoopVar(), acc = b.newLocal();
+  Scalar t = computeType(dx->type.dtype);
+  ExprRef flat = loopVar(o);
+  ExprRef a = binary("idiv", flat, B::i(d * inner)), j = binary("imod", binary("idiv", flat, B::i(inner)), B::i(d)),
+          i = binary("imod", flat, B::i(inner));
+  ExprRef dyAt = B::add(B::mul(B::add(B::mul(a, B::i(count)), loopVar(k)), B::i(inner)), i);
+  ExprRef hit = binary("eq", normalizedIndex(b, idx, loopVar(k), d), j);
+  ExprRef add = B::add(local(acc, t), select(hit, b.ld(dy, dyAt), B::c(0, t)));
+  return std::vector<Kernel>{b.finish(loop(o, numel(dx), true, {let(acc, B::c(0, t)), loop(k, count, false, {set(acc, add)}), b.st(dx, flat, local(acc, t))}))};
+}
+
+Expected<std::vector<Kernel>> lowerSumTo(const std::string& name, const ir::Node& n) {
+  // Output dims that are 1 (or missing) where the input's are not are summed away.
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  std::vector<int64_t> xs = shapeOf(x), ys = shapeOf(y);
+  size_t lead = xs.size() - ys.size();
+  std::vector<int64_t> keptDims, redDims;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    bool reduced = d < lead || (ys[d - lead] == 1 && xs[d] != 1);
+    (reduced ? redDims : keptDims).push_back((int64_t)d);
+  }
+  int64_t extent = 1;
+  for (int64_t d : redDims) extent *= xs[d];
+  B b(name);
+  int o = b.newLoopVar(), r = b.newLoopVar(), acc = b.newLocal();
+  Scalar t = computeType(x->type.dtype);
+  std::vector<ExprRef> xc(xs.size());
+  std::vector<int64_t> keptShape, redShape;
+  for (int64_t d : keptDims) keptShape.push_back(xs[d]);
+  for (int64_t d : redDims) redShape.push_back(xs[d]);
+  auto kc = B::coords(loopVar(o), keptShape), rc = B::coords(loopVar(r), redShape);
+  for (size_t q = 0; q < keptDims.size(); ++q) xc[keptDims[q]] = kc[q];
+  for (size_t q = 0; q < redDims.size(); ++q) xc[redDims[q]] = rc[q];
+  ExprRef add = B::add(local(acc, t), b.ld(x, B::offset(xc, xs)));
+  return std::vector<Kernel>{b.finish(loop(o, numel(y), true, {let(acc, B::c(0, t)), loop(r, extent, false, {set(acc, add)}), b.st(y, loopVar(o), local(acc, t))}))};
+}
+
+} // namespace sgc::kir
