@@ -45,11 +45,17 @@ struct Planner {
     }
   }
 
-  Error collect() {
-    int end = (int)g.nodes().size();
-    for (int i = 0; i < end; ++i) {
-      const ir::Node& n = *g.nodes()[i];
-      positions[&n] = i;
+  Error collect(const std::vector<std::vector<const ir::Node*>>& schedule) {
+    std::vector<const ir::Node*> order;
+    for (auto& n : g.nodes()) order.push_back(n.get());
+    int end = schedule.empty() ? (int)order.size() : (int)schedule.size();
+    if (schedule.empty())
+      for (int i = 0; i < end; ++i) positions[order[i]] = i;
+    for (int i = 0; i < (int)schedule.size(); ++i)
+      for (const ir::Node* n : schedule[i]) positions[n] = i;
+    for (const ir::Node* np : order) {
+      const ir::Node& n = *np;
+      int i = positions.at(np);
       for (const Value* in : n.inputs)
         if (in) lastUse[in] = i;
       if ((n.op == Op::SgdUpdate || n.op == Op::AdamUpdate) && n.inputs[1]->kind == ValueKind::Result) grads.insert(n.inputs[1]);
@@ -80,8 +86,9 @@ struct Planner {
   }
 
   void aliasInPlace() {
-    for (int i = 0; i < (int)g.nodes().size(); ++i) {
-      const ir::Node& n = *g.nodes()[i];
+    for (const auto& np : g.nodes()) {
+      const ir::Node& n = *np;
+      int i = positions.at(&n);
       if (!isElementwise(n.op) || n.outputs.size() != 1 || !n.outputs[0]) continue;
       Buffer& out = buf(n.outputs[0]);
       if (out.region != Region::Activations) continue;
@@ -95,9 +102,9 @@ struct Planner {
         break;
       }
     }
-    // An update writes into its target when nothing reads the target after the new value exists.
+    // An optimizer update writes into its target when nothing reads the target after it.
     for (auto& [target, next] : g.updates) {
-      if (next->kind != ValueKind::Result) continue;
+      if (next->kind != ValueKind::Result || (next->producer->op != Op::SgdUpdate && next->producer->op != Op::AdamUpdate)) continue;
       Buffer& nb = buf(next);
       int producedAt = nb.first;
       if (lastUse.count(target) && lastUse[target] > producedAt) continue;
@@ -161,10 +168,10 @@ const char* regionName(Region r) {
   return names[(int)r];
 }
 
-Expected<MemoryPlan> planMemory(const ir::Graph& g, int64_t alignment) {
+Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, int64_t alignment) {
   Planner p{g, {}, {}, {}, {}, {}};
   p.plan.alignment = alignment;
-  if (Error e = p.collect()) return e;
+  if (Error e = p.collect(schedule)) return e;
   p.aliasInPlace();
   p.placeActivations();
   p.placeOthers();

@@ -10,8 +10,10 @@
 //   activations  every other result, placed by liveness over the schedule:
 //                tensors whose lifetimes do not overlap share bytes.
 // An elementwise result may reuse the buffer of an input that dies at that
-// node (same dtype and byte size), and an update writes into the value it
-// updates when nothing reads that value afterwards.
+// node (same dtype and byte size), and an optimizer update writes into the
+// parameter or state it updates. Other updates (the step counter, running
+// statistics) get their own buffer, copied after the step, so a forward-only
+// step changes nothing.
 //
 // Requires: static shapes (bind-dims), nodes in schedule order.
 #pragma once
@@ -43,8 +45,12 @@ struct MemoryPlan {
   int numSteps = 0;                    ///< schedule length (nodes)
 };
 
-/// Plans `g`. Errors name a value whose shape is not static.
-Expected<MemoryPlan> planMemory(const ir::Graph& g, int64_t alignment = 64);
+/// Plans `g`. `schedule` groups the nodes into the kernels that run them, in
+/// order (empty: one node per step); a value is live from the step that
+/// writes it to the last step that reads it. Errors name a value whose shape
+/// is not static.
+Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule = {},
+                                int64_t alignment = 64);
 
 /// Proves the plan sound: inside each region, no two buffers that are live at
 /// the same time overlap (aliases share by design), every buffer fits.

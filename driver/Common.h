@@ -31,6 +31,7 @@ Error loadCheckpoint(ir::Graph& g, const std::string& path);
 
 int inspectMain(int argc, char** argv);
 int trainMain(int argc, char** argv);
+int trainLibrary(const std::string& path, const class Args& args, int64_t steps);
 int compileMain(int argc, char** argv);
 int runMain(int argc, char** argv);
 int optMain(int argc, char** argv);

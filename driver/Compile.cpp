@@ -5,23 +5,28 @@
 #include "driver/TrainingFlags.h"
 
 #include "codegen/MemoryPlan.h"
+#include "codegen/Package.h"
+#include "codegen/Program.h"
 #include "ir/Text.h"
 #include "ir/passes/BindDims.h"
 #include "ir/passes/Passes.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 namespace sgc::driver {
 namespace {
 
 const CommandSpec kCompile{
-    "compile", "sgc compile MODEL.onnx|MODEL.sgcir --emit=ir|plan [--train [training flags]] [--dim N=8] [-o FILE]",
-    "Imports a model and prints a stage of its compilation: its IR (after infer-shapes), or with\n"
-    "--train the whole training step; --emit=plan prints the static memory plan (needs static\n"
-    "shapes: bind symbolic dims with --dim). Code generation to a .so is not built yet.",
+    "compile", "sgc compile MODEL.onnx -o train.so [training flags] [--dim N=8] [--stats] | --emit=ir|plan|llvm|obj",
+    "Compiles the training step of MODEL (forward, backward, optimizer) into a shared object with a C\n"
+    "ABI (runtime/include/sgc/sgc.h) that trains on the CPU. Shapes must be static: bind symbolic\n"
+    "dims with --dim. --emit stops at a stage: ir (the imported graph, or with --train the training\n"
+    "step), plan (the static memory plan), llvm (the host module), obj (its object file, to -o).",
     [] {
-      std::vector<OptionSpec> o{{"emit", "KIND", "what to produce: ir or plan"},
+      std::vector<OptionSpec> o{{"emit", "KIND", "so (default), ir, plan, llvm or obj"},
+                                {"stats", "", "print kernels, launches and bytes moved per step"},
                                 {"train", "", "build the training step (implied by any training flag)"},
                                 {"dim", "N=SIZE,...", "bind symbolic input dims to sizes"},
                                 {"o", "FILE", "write the output to FILE instead of standard output"},
@@ -55,6 +60,20 @@ int emitIR(const ir::Graph& g, const Args& args) {
   return emitText(ir::print(g, po), args);
 }
 
+std::string envOr(const char* name, const char* def) {
+  const char* v = getenv(name);
+  return v && *v ? v : def;
+}
+
+/// The flags that shape the compiled program, in a fixed order (part of the content hash).
+std::string canonicalFlags(const Args& a) {
+  std::string s;
+  for (const char* f : {"dim", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
+                        "clip-grad-norm", "loss", "freeze"})
+    if (a.has(f)) s += std::string("--") + f + "=" + a.get(f) + "\n";
+  return s;
+}
+
 std::vector<std::string> splitList(const std::string& s) {
   std::vector<std::string> r;
   size_t start = 0;
@@ -75,8 +94,9 @@ int compileMain(int argc, char** argv) {
   if (!args) return help ? 0 : 2;
   if (args->positional().size() != 1) return reportError("compile takes one model (see sgc compile --help)");
   std::string emit = args->get("emit", "so");
-  if (emit != "ir" && emit != "plan")
-    return reportError("--emit=" + emit + ": code generation is not built yet; --emit=ir and --emit=plan are available");
+  if (emit != "ir" && emit != "plan" && emit != "llvm" && emit != "obj" && emit != "so")
+    return reportError("--emit=" + emit + ": expected so, ir, plan, llvm or obj");
+  if ((emit == "so" || emit == "obj") && !args->has("o")) return reportError("--emit=" + emit + " needs -o FILE");
   const std::string& model = args->positional()[0];
   auto g = loadModel(model);
   if (!g) return reportError(g.takeError());
@@ -85,16 +105,42 @@ int compileMain(int argc, char** argv) {
     if (!dims) return reportError(dims.takeError());
     if (Error e = ir::bindDims(**g, *dims)) return reportError(model + ": " + errorText(std::move(e)));
   }
-  if (args->has("train") || hasTrainingFlags(*args)) {
+  bool train = args->has("train") || hasTrainingFlags(*args) || (emit != "ir" && emit != "plan");
+  if (train) {
     auto opts = parseTrainingFlags(*args);
     if (!opts) return reportError(opts.takeError());
     if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));
   }
   if (emit == "ir") return emitIR(**g, *args);
-  auto plan = codegen::planMemory(**g);
-  if (!plan) return reportError(model + ": " + errorText(plan.takeError()));
-  if (Error e = codegen::checkPlan(*plan)) return reportError(model + ": the memory plan is unsound: " + errorText(std::move(e)));
-  return emitText(codegen::printPlan(**g, *plan), *args);
+  if (emit == "plan") {
+    auto plan = codegen::planMemory(**g, codegen::kernelSchedule(**g));
+    if (!plan) return reportError(model + ": " + errorText(plan.takeError()));
+    if (Error e = codegen::checkPlan(*plan)) return reportError(model + ": the memory plan is unsound: " + errorText(std::move(e)));
+    return emitText(codegen::printPlan(**g, *plan), *args);
+  }
+  auto lr = numberFlag(*args, "lr", 1e-3);
+  if (!lr) return reportError(lr.takeError());
+  auto program = codegen::buildProgram(**g, canonicalFlags(*args), *lr);
+  if (!program) return reportError(model + ": " + errorText(program.takeError()));
+  if (args->has("stats")) fputs(codegen::programStats(*program).c_str(), stderr);
+  if (emit == "llvm") {
+    llvm::LLVMContext ctx;
+    auto m = codegen::hostModule(ctx, *program, codegen::TargetSpec::x86());
+    if (!m) return reportError(model + ": " + errorText(m.takeError()));
+    return emitText(codegen::moduleText(**m), *args);
+  }
+  if (emit == "obj") {
+    auto obj = codegen::hostObject(*program, codegen::TargetSpec::x86());
+    if (!obj) return reportError(model + ": " + errorText(obj.takeError()));
+    std::ofstream f(args->get("o"), std::ios::binary);
+    f << *obj;
+    return f ? 0 : reportError(args->get("o") + ": cannot write");
+  }
+  codegen::PackageOptions po;
+  po.runtimeLib = envOr("SGC_RUNTIME_LIB", SGC_RUNTIME_LIB);
+  po.versionScript = envOr("SGC_RUNTIME_MAP", SGC_RUNTIME_MAP);
+  if (Error e = codegen::writeSharedObject(*program, args->get("o"), po)) return reportError(std::move(e));
+  return 0;
 }
 
 int optMain(int argc, char** argv) {

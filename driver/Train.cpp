@@ -16,8 +16,10 @@ namespace {
 
 const CommandSpec kSpec{
     "train",
-    "sgc train MODEL.onnx --data DATA.safetensors --steps N [--optimizer sgd|adam|adamw] [--lr X] [options]",
-    "Trains MODEL on the reference interpreter and prints one JSON line per step: {\"step\": i, \"loss\": x}.\n"
+    "sgc train MODEL.onnx|MODEL.so --data DATA.safetensors --steps N [--optimizer sgd|adam|adamw] [--lr X] [options]",
+    "Trains MODEL and prints one JSON line per step: {\"step\": i, \"loss\": x}. An ONNX model trains on the\n"
+    "reference interpreter; a .so from sgc compile runs its compiled step (its optimizer is the one it was\n"
+    "compiled with; --lr overrides the learning rate).\n"
     "DATA holds one tensor per model input, stacked along a new leading dimension; step i uses\n"
     "slice i % count (steps count on from a --load checkpoint). Trainable: every floating-point initializer the loss depends on, minus --freeze.\n"
     "Optimizers follow PyTorch (defaults: lr 1e-3, betas 0.9,0.999, eps 1e-8, weight decay 0; AdamW 0.01).",
@@ -26,6 +28,8 @@ const CommandSpec kSpec{
                                 {"steps", "N", "number of steps (required)"}};
       for (auto& f : trainingFlagSpecs()) o.push_back(f);
       o.push_back({"load", "FILE", "start from this checkpoint (parameters and optimizer state)"});
+      o.push_back({"device", "DEV", "for a compiled .so: cpu (default) or cuda:N"});
+      o.push_back({"threads", "N", "for a compiled .so: worker threads (default: one per core)"});
       o.push_back({"save", "FILE", "write parameters and optimizer state here at the end"});
       return o;
     }()};
@@ -74,9 +78,15 @@ int trainMain(int argc, char** argv) {
   auto steps = numberFlag(*args, "steps", 0);
   if (!steps) return reportError(steps.takeError());
   if (*steps < 0 || *steps != std::floor(*steps)) return reportError("--steps expects a non-negative integer");
+  const std::string& model = args->positional()[0];
+  if (model.size() > 3 && model.substr(model.size() - 3) == ".so") {
+    for (const char* f : {"optimizer", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps", "clip-grad-norm", "loss", "freeze"})
+      if (args->has(f)) return reportError(std::string("--") + f + " is fixed when the .so is compiled; give it to sgc compile");
+    return trainLibrary(model, *args, (int64_t)*steps);
+  }
+  if (args->has("device") && args->get("device") != "cpu") return reportError("the interpreter runs on the CPU only (--device cpu)");
   auto opts = parseTrainingFlags(*args);
   if (!opts) return reportError(opts.takeError());
-  const std::string& model = args->positional()[0];
   auto g = loadModel(model);
   if (!g) return reportError(g.takeError());
   if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));

@@ -1,0 +1,97 @@
+// Packaging (see Package.h).
+#include "codegen/Package.h"
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/GlobalVariable.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace sgc::codegen {
+namespace {
+
+void addConstant(llvm::Module& m, const std::string& name, llvm::Constant* init, unsigned align) {
+  auto* gv = new llvm::GlobalVariable(m, init->getType(), true, llvm::GlobalValue::ExternalLinkage, init, name);
+  gv->setVisibility(llvm::GlobalValue::HiddenVisibility);
+  gv->setAlignment(llvm::Align(align));
+}
+
+void addBytes(llvm::Module& m, const std::string& name, const void* data, size_t size, unsigned align) {
+  auto& ctx = m.getContext();
+  llvm::StringRef bytes((const char*)data, size);
+  addConstant(m, name, llvm::ConstantDataArray::getRaw(bytes, size, llvm::Type::getInt8Ty(ctx)), align);
+  addConstant(m, name + "_size", llvm::ConstantInt::get(llvm::Type::getInt64Ty(ctx), size), 8);
+}
+
+/// Runs argv[0] with the arguments (no shell: paths are passed as they are).
+Error run(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return makeError("cannot run " + args[0]);
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return makeError(args[0] + " failed (status " + std::to_string(WEXITSTATUS(status)) + ")");
+  return Error::success();
+}
+
+} // namespace
+
+Expected<std::unique_ptr<llvm::Module>> hostModule(llvm::LLVMContext& ctx, const CompiledProgram& p, const TargetSpec& cpu) {
+  auto m = emitKernels(ctx, p.kernels, cpu);
+  if (!m) return m.takeError();
+  addBytes(**m, "sgcrt_program", p.programJson.data(), p.programJson.size(), 8);
+  static const uint8_t none = 0;
+  addBytes(**m, "sgcrt_weights", p.weights.empty() ? &none : p.weights.data(), p.weights.size(), 64);
+  std::vector<llvm::Constant*> fns;
+  for (const kir::Kernel& k : p.kernels) fns.push_back((*m)->getFunction(k.name));
+  auto* ptr = llvm::PointerType::getUnqual(ctx);
+  addConstant(**m, "sgcrt_kernels", llvm::ConstantArray::get(llvm::ArrayType::get(ptr, fns.size()), fns), 8);
+  for (const kir::Kernel& k : p.kernels) (*m)->getFunction(k.name)->setVisibility(llvm::GlobalValue::HiddenVisibility);
+  return m;
+}
+
+Expected<std::string> hostObject(const CompiledProgram& p, const TargetSpec& cpu) {
+  llvm::LLVMContext ctx;
+  auto m = hostModule(ctx, p, cpu);
+  if (!m) return m.takeError();
+  return compileModule(**m, cpu);
+}
+
+Error writeSharedObject(const CompiledProgram& p, const std::string& out, const PackageOptions& o) {
+  namespace fs = std::filesystem;
+  auto obj = hostObject(p, o.cpu);
+  if (!obj) return obj.takeError();
+  std::string dirTemplate = (fs::temp_directory_path() / "sgc-XXXXXX").string();
+  if (!mkdtemp(dirTemplate.data())) return makeError("cannot create a temporary folder");
+  fs::path dir = dirTemplate;
+  // The object's name never reaches the .so (no debug information), so the folder does not matter.
+  fs::path objPath = dir / "model.o";
+  std::ofstream(objPath, std::ios::binary) << *obj;
+  std::string tmpOut = out + ".tmp." + std::to_string(getpid());
+  Error e = run({o.linker, "-shared", "-o", tmpOut, objPath.string(), "-Wl,--whole-archive", o.runtimeLib, "-Wl,--no-whole-archive",
+                 "-static-libstdc++", "-static-libgcc",
+                 "-Wl,--version-script=" + o.versionScript, "-Wl,-z,defs", "-Wl,--build-id=sha1", "-s", "-pthread", "-lm"});
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (e) {
+    fs::remove(tmpOut, ec);
+    return makeError("linking " + out + ": " + errorText(std::move(e)));
+  }
+  fs::rename(tmpOut, out, ec);
+  if (ec) {
+    fs::remove(tmpOut, ec);
+    return makeError(out + ": cannot move the shared object into place");
+  }
+  return Error::success();
+}
+
+} // namespace sgc::codegen

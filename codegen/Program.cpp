@@ -1,0 +1,168 @@
+// The program builder (see Program.h).
+#include "codegen/Program.h"
+
+#include "codegen/kir/Lower.h"
+#include "codegen/kir/LowerOps.h"
+#include "ir/Text.h"
+
+#include <llvm/Config/llvm-config.h>
+#include <llvm/Support/SHA256.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <set>
+
+namespace sgc::codegen {
+namespace {
+
+} // namespace
+
+std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
+  std::map<const ir::Value*, int> uses;
+  for (const auto& n : g.nodes())
+    for (const ir::Value* v : n->inputs)
+      if (v) ++uses[v];
+  for (const ir::Value* v : g.outputs) uses[v] += 2; // outputs and updates must be materialized
+  for (auto& u : g.updates) uses[u.second] += 2;
+  std::vector<std::vector<const ir::Node*>> groups;
+  for (const auto& np : g.nodes()) {
+    const ir::Node* n = np.get();
+    if (!groups.empty() && kir::isFusibleElementwise(*n) && kir::isFusibleElementwise(*groups.back().back())) {
+      const ir::Node* last = groups.back().back();
+      const ir::Value* lv = last->outputs[0];
+      bool feeds = lv && uses[lv] == 1 && std::count(n->inputs.begin(), n->inputs.end(), lv) == 1;
+      if (feeds && n->outputs[0]->type.shape() == lv->type.shape()) {
+        groups.back().push_back(n);
+        continue;
+      }
+    }
+    groups.push_back({n});
+  }
+  return groups;
+}
+
+namespace {
+
+const char* kindName(ir::ValueKind k) {
+  switch (k) {
+  case ir::ValueKind::Input: return "input";
+  case ir::ValueKind::Param: return "param";
+  case ir::ValueKind::State: return "state";
+  case ir::ValueKind::Const: return "const";
+  default: return "result";
+  }
+}
+
+/// Nodes the loss depends on: what a forward-only step runs.
+std::set<const ir::Node*> forwardNodes(const ir::Graph& g) {
+  std::set<const ir::Node*> seen;
+  std::vector<const ir::Value*> work(g.outputs.begin(), g.outputs.end());
+  while (!work.empty()) {
+    const ir::Value* v = work.back();
+    work.pop_back();
+    if (!v || !v->producer || !seen.insert(v->producer).second) continue;
+    for (const ir::Value* in : v->producer->inputs) work.push_back(in);
+  }
+  return seen;
+}
+
+std::string hexHash(const ir::Graph& g, const std::string& options) {
+  llvm::SHA256 sha;
+  sha.update(ir::print(g));
+  sha.update(options);
+  sha.update("sgc 0.1.0; LLVM " LLVM_VERSION_STRING);
+  auto digest = sha.final();
+  std::string hex;
+  for (uint8_t b : digest) {
+    static const char* d = "0123456789abcdef";
+    hex += d[b >> 4];
+    hex += d[b & 15];
+  }
+  return hex;
+}
+
+} // namespace
+
+Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr) {
+  if (g.outputs.size() != 1 || g.inputs.empty()) return makeError("the graph is not a training step (build it with the training flags)");
+  CompiledProgram p;
+  p.schedule = kernelSchedule(g);
+  auto plan = planMemory(g, p.schedule);
+  if (!plan) return plan.takeError();
+  if (Error e = checkPlan(*plan)) return makeError("the memory plan is unsound: " + errorText(std::move(e)));
+  p.plan = std::move(*plan);
+  std::map<std::string, int> tensorId;
+  nlohmann::json tensors = nlohmann::json::array(), weights = nlohmann::json::array();
+  for (const Buffer& b : p.plan.buffers) {
+    tensorId[b.value->name] = (int)tensors.size();
+    tensors.push_back({{"name", b.value->name}, {"kind", kindName(b.value->kind)}, {"region", (int)b.region}, {"offset", b.offset},
+                       {"bytes", b.bytes}, {"dtype", std::string(ir::dtypeSafetensorsName(b.value->type.dtype))},
+                       {"shape", b.value->type.shape()}});
+    if (b.value->data && !b.aliasOf) {
+      while (p.weights.size() % 64) p.weights.push_back(0);
+      weights.push_back({tensorId[b.value->name], p.weights.size()});
+      p.weights.insert(p.weights.end(), b.value->data->bytes.begin(), b.value->data->bytes.end());
+    }
+  }
+  auto forward = forwardNodes(g);
+  nlohmann::json launches = nlohmann::json::array();
+  for (size_t gi = 0; gi < p.schedule.size(); ++gi) {
+    const auto& group = p.schedule[gi];
+    std::string name = "sgc_k" + std::to_string(gi);
+    std::vector<kir::Kernel> ks;
+    if (group.size() > 1) {
+      auto k = kir::lowerElementwise(name, group);
+      if (!k) return k.takeError();
+      ks.push_back(std::move(*k));
+    } else {
+      auto k = kir::lowerNode(name, *group[0]);
+      if (!k) return k.takeError();
+      ks = std::move(*k);
+    }
+    for (kir::Kernel& k : ks) {
+      nlohmann::json args = nlohmann::json::array();
+      for (const kir::BufferArg& a : k.buffers) {
+        args.push_back(tensorId.at(a.name));
+        p.bytesPerStep += (int64_t)a.numel * (int64_t)ir::dtypeSize(a.dtype) * (a.written ? 2 : 1);
+      }
+      launches.push_back({{"kernel", (int)p.kernels.size()}, {"serial", kir::isSerial(k)}, {"forward", forward.count(group.back()) != 0},
+                          {"extent", kir::isSerial(k) ? 1 : k.body->extent}, {"args", args}});
+      p.kernels.push_back(std::move(k));
+    }
+  }
+  nlohmann::json updates = nlohmann::json::array();
+  for (auto& [target, next] : g.updates) {
+    const Buffer* nb = nullptr;
+    for (const Buffer& b : p.plan.buffers)
+      if (b.value == next) nb = &b;
+    if (!(nb && nb->aliasOf == target)) updates.push_back({tensorId.at(target->name), tensorId.at(next->name)});
+  }
+  const ir::Value *lr = g.findValue("sgc.lr"), *step = g.findValue("sgc.step");
+  if (!lr || !step) return makeError("the graph is not a training step (no sgc.lr or sgc.step)");
+  p.hash = hexHash(g, options);
+  nlohmann::json regions = nlohmann::json::array();
+  for (int r = 0; r < kNumRegions; ++r) regions.push_back(p.plan.regionBytes[r]);
+  nlohmann::json prog = {{"abi", 1}, {"hash", p.hash}, {"alignment", p.plan.alignment}, {"regions", regions},
+                         {"kernels", (int)p.kernels.size()}, {"tensors", tensors}, {"launches", launches}, {"updates", updates},
+                         {"weights", weights}, {"loss", tensorId.at(g.outputs[0]->name)}, {"lr", tensorId.at(lr->name)},
+                         {"step", tensorId.at(step->name)}, {"lr_default", defaultLr}};
+  p.programJson = prog.dump();
+  return p;
+}
+
+std::string programStats(const CompiledProgram& p) {
+  int64_t fused = 0, serial = 0;
+  for (const auto& g : p.schedule) fused += g.size() > 1 ? (int64_t)g.size() : 0;
+  for (const auto& k : p.kernels) serial += kir::isSerial(k);
+  int64_t arena = 0;
+  for (int r = 0; r < kNumRegions; ++r) arena += p.plan.regionBytes[r];
+  char buf[512];
+  snprintf(buf, sizeof buf,
+           "kernels: %zu (%lld serial)\nlaunches per step: %zu\nnodes fused into multi-node kernels: %lld\n"
+           "bytes moved per step: %lld\narena: %lld bytes (activations %lld, peak of %lld without reuse)\n",
+           p.kernels.size(), (long long)serial, p.kernels.size(), (long long)fused, (long long)p.bytesPerStep, (long long)arena,
+           (long long)p.plan.regionBytes[(int)Region::Activations], (long long)p.plan.activationsUnshared);
+  return buf;
+}
+
+} // namespace sgc::codegen

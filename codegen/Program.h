@@ -1,0 +1,40 @@
+// From a training-step graph to everything a train.so carries: the kernel
+// schedule (chains of elementwise nodes fused into one kernel, every other
+// node lowered by itself), the static memory plan over that schedule, the
+// kernels, the launch table, the initial weights, and the content hash.
+//
+// Requires: static shapes; a graph with a loss output (buildTrainingStep).
+#pragma once
+#include "codegen/MemoryPlan.h"
+#include "codegen/kir/Kernel.h"
+#include "ir/Error.h"
+#include "ir/Graph.h"
+
+#include <string>
+#include <vector>
+
+namespace sgc::codegen {
+
+struct CompiledProgram {
+  std::vector<std::vector<const ir::Node*>> schedule; ///< nodes of each kernel group, in order
+  MemoryPlan plan;
+  std::vector<kir::Kernel> kernels;
+  std::string programJson;      ///< what runtime/Program.h parses
+  std::vector<uint8_t> weights; ///< initial parameters, state and constants
+  std::string hash;             ///< hex SHA-256 of the graph, the options and the versions
+  int64_t bytesPerStep = 0;     ///< bytes the kernels read and write in one step
+};
+
+/// The kernel schedule: chains of elementwise nodes of one shape, each
+/// feeding only the next, become one kernel; every other node is its own.
+std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g);
+
+/// Fuses, plans and lowers `g`. `options` is folded into the hash (the flags
+/// that shaped the graph).
+/// `defaultLr` is the learning rate a session starts with.
+Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr = 1e-3);
+
+/// Kernels, launches and bytes moved per step, as `sgc compile --stats` prints them.
+std::string programStats(const CompiledProgram& p);
+
+} // namespace sgc::codegen

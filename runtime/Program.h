@@ -1,0 +1,50 @@
+// The compiled program a train.so carries, as the runtime reads it: tensors
+// placed in the regions of the arena, the kernel launches of one step in
+// order, the updates applied after a step, and where the initial weights
+// are. Written by codegen/Package.cpp as JSON; parsed and checked here so a
+// corrupt description is an error, never an out-of-bounds access.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sgc::rt {
+
+constexpr int kNumRegions = 6; ///< inputs, params, state, consts, grads, activations
+
+enum class TensorKind : uint8_t { Input, Param, State, Const, Result };
+
+struct TensorDesc {
+  std::string name;
+  TensorKind kind;
+  int region;
+  uint64_t offset, bytes;
+  std::string dtype; ///< safetensors name: "F32", "I64", ...
+  std::vector<int64_t> shape;
+};
+
+struct Launch {
+  int kernel;
+  bool serial, forward; ///< forward: needed for the loss (eval steps run only these)
+  int64_t extent;
+  std::vector<int> args; ///< tensor ids, in the kernel's buffer order
+};
+
+struct Program {
+  uint32_t abi = 0;
+  std::string hash;
+  uint64_t alignment = 64;
+  uint64_t regions[kNumRegions] = {};
+  std::vector<TensorDesc> tensors;
+  std::vector<Launch> launches;
+  std::vector<std::pair<int, int>> updates; ///< (target, source) copied after a step
+  std::vector<std::pair<int, uint64_t>> weights; ///< (tensor, offset in the weights blob)
+  int loss = -1, lr = -1, step = -1;
+  double lrDefault = 1e-3;
+  int numKernels = 0;
+};
+
+/// Parses and checks the description; `weightsBytes` bounds the weight offsets.
+bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program& out, std::string& error);
+
+} // namespace sgc::rt

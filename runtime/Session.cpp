@@ -1,0 +1,315 @@
+// The C ABI (include/sgc/sgc.h) over the CPU executor: a session owns the
+// arena laid out by the static memory plan, runs the step's kernel launches
+// (parallel ones split across a thread pool), applies the updates, and reads
+// and writes tensors and checkpoints. No exception crosses the ABI.
+#include "sgc/sgc.h"
+
+#include "runtime/Program.h"
+#include "runtime/Safetensors.h"
+#include "runtime/ThreadPool.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <new>
+#include <string>
+
+// Provided by the compiled model's object (hidden: not exported from train.so).
+extern "C" {
+typedef void (*sgcrt_kernel)(void**, int64_t, int64_t);
+__attribute__((visibility("hidden"))) extern const char sgcrt_program[];
+__attribute__((visibility("hidden"))) extern const uint64_t sgcrt_program_size;
+__attribute__((visibility("hidden"))) extern const uint8_t sgcrt_weights[];
+__attribute__((visibility("hidden"))) extern const uint64_t sgcrt_weights_size;
+__attribute__((visibility("hidden"))) extern const sgcrt_kernel sgcrt_kernels[];
+}
+
+using namespace sgc::rt;
+
+namespace {
+
+thread_local std::string lastError;
+
+sgc_status fail(sgc_status s, const std::string& msg) {
+  lastError = msg;
+  return s;
+}
+
+DLDataType dlType(const std::string& st) {
+  static const std::map<std::string, DLDataType> m = {
+      {"F64", {kDLFloat, 64, 1}}, {"F32", {kDLFloat, 32, 1}}, {"F16", {kDLFloat, 16, 1}}, {"BF16", {kDLBfloat, 16, 1}},
+      {"I64", {kDLInt, 64, 1}},   {"I32", {kDLInt, 32, 1}},   {"I16", {kDLInt, 16, 1}},   {"I8", {kDLInt, 8, 1}},
+      {"U64", {kDLUInt, 64, 1}},  {"U32", {kDLUInt, 32, 1}},  {"U16", {kDLUInt, 16, 1}},  {"U8", {kDLUInt, 8, 1}},
+      {"BOOL", {kDLUInt, 8, 1}}};
+  auto it = m.find(st);
+  return it == m.end() ? DLDataType{kDLOpaqueHandle, 0, 0} : it->second;
+}
+
+std::string shapeText(const std::string& dtype, const int64_t* shape, int ndim) {
+  std::string s = dtype + "[";
+  for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+} // namespace
+
+struct sgc_session {
+  Program prog;
+  void* arena = nullptr;
+  uint8_t* base[kNumRegions] = {};
+  std::unique_ptr<ThreadPool> pool;
+  std::map<std::string, int> byName;
+  std::vector<int> lists[3]; ///< tensor ids per sgc_tensor_kind
+  std::vector<bool> inputSet;
+  double lr = 1e-3;
+
+  ~sgc_session() { std::free(arena); }
+  uint8_t* data(int id) { return base[prog.tensors[id].region] + prog.tensors[id].offset; }
+  const uint8_t* data(int id) const { return base[prog.tensors[id].region] + prog.tensors[id].offset; }
+};
+
+namespace {
+
+sgc_status checkTensor(const sgc_session* s, int id, const DLTensor* t, const char* what) {
+  const TensorDesc& d = s->prog.tensors[id];
+  if (!t || !t->data) return fail(SGC_ERROR_INVALID_ARGUMENT, std::string(what) + " '" + d.name + "': the DLTensor or its data is NULL");
+  if (t->device.device_type != kDLCPU) return fail(SGC_ERROR_DEVICE, std::string(what) + " '" + d.name + "': the tensor must be in host memory");
+  DLDataType want = dlType(d.dtype);
+  if (t->dtype.code != want.code || t->dtype.bits != want.bits || t->dtype.lanes != 1)
+    return fail(SGC_ERROR_DTYPE_MISMATCH, std::string(what) + " '" + d.name + "' expects dtype " + d.dtype);
+  if (t->ndim != (int)d.shape.size() || (t->ndim && !t->shape) ||
+      (t->ndim && std::memcmp(t->shape, d.shape.data(), sizeof(int64_t) * t->ndim) != 0))
+    return fail(SGC_ERROR_SHAPE_MISMATCH, std::string(what) + " '" + d.name + "' expects shape " +
+                                              shapeText(d.dtype, d.shape.data(), (int)d.shape.size()) + ", got " +
+                                              shapeText(d.dtype, t->shape, t->ndim > 0 && t->shape ? t->ndim : 0));
+  if (t->strides) { // only contiguous row-major
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; --i) {
+      if (t->shape[i] != 1 && t->strides[i] != expect)
+        return fail(SGC_ERROR_INVALID_ARGUMENT, std::string(what) + " '" + d.name + "' must be contiguous");
+      expect *= t->shape[i];
+    }
+  }
+  return SGC_OK;
+}
+
+int findTensor(const sgc_session* s, const char* name, std::initializer_list<TensorKind> kinds) {
+  if (!name) return -1;
+  auto it = s->byName.find(name);
+  if (it == s->byName.end()) return -1;
+  for (TensorKind k : kinds)
+    if (s->prog.tensors[it->second].kind == k) return it->second;
+  return -1;
+}
+
+void runLaunches(sgc_session* s, bool forwardOnly) {
+  std::vector<void*> args;
+  for (const Launch& l : s->prog.launches) {
+    if (forwardOnly && !l.forward) continue;
+    args.clear();
+    for (int a : l.args) args.push_back(s->data(a));
+    sgcrt_kernel fn = sgcrt_kernels[l.kernel];
+    if (l.serial) fn(args.data(), 0, 1);
+    else s->pool->parallelFor(l.extent, [&](int64_t b, int64_t e) { fn(args.data(), b, e); });
+  }
+}
+
+double readScalar(const sgc_session* s, int id) {
+  const TensorDesc& d = s->prog.tensors[id];
+  if (d.dtype == "F64") {
+    double v;
+    std::memcpy(&v, s->data(id), 8);
+    return v;
+  }
+  float v;
+  std::memcpy(&v, s->data(id), 4);
+  return v;
+}
+
+sgc_status step(sgc_session* s, double* loss, bool train) {
+  if (!s || !loss) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and loss must not be NULL");
+  for (size_t i = 0; i < s->lists[SGC_TENSOR_INPUT].size(); ++i)
+    if (!s->inputSet[i])
+      return fail(SGC_ERROR_INVALID_ARGUMENT, "input '" + s->prog.tensors[s->lists[SGC_TENSOR_INPUT][i]].name + "' was not set");
+  float lr = (float)s->lr;
+  std::memcpy(s->data(s->prog.lr), &lr, sizeof lr);
+  runLaunches(s, !train);
+  double l = readScalar(s, s->prog.loss);
+  if (train)
+    for (auto& [target, source] : s->prog.updates)
+      std::memcpy(s->data(target), s->data(source), s->prog.tensors[target].bytes);
+  *loss = l;
+  return SGC_OK;
+}
+
+} // namespace
+
+extern "C" {
+
+uint32_t sgc_abi_version(void) { return SGC_ABI_VERSION; }
+const char* sgc_last_error(void) { return lastError.c_str(); }
+
+sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
+  if (!o || !out) return fail(SGC_ERROR_INVALID_ARGUMENT, "options and out must not be NULL");
+  if (o->struct_size < sizeof(sgc_session_options) || o->version != SGC_ABI_VERSION)
+    return fail(SGC_ERROR_INVALID_ARGUMENT, "options are not of this ABI version (initialize them with SGC_SESSION_OPTIONS_INIT)");
+  std::string device = o->device ? o->device : "cpu";
+  if (device.rfind("cuda", 0) == 0) return fail(SGC_ERROR_DEVICE, "device '" + device + "': this library has no GPU runtime yet");
+  if (device != "cpu") return fail(SGC_ERROR_DEVICE, "unknown device '" + device + "' (expected cpu or cuda:N)");
+  if (o->num_threads < 0) return fail(SGC_ERROR_INVALID_ARGUMENT, "num_threads must be 0 or positive");
+  try {
+    auto s = std::make_unique<sgc_session>();
+    std::string error;
+    if (!parseProgram(sgcrt_program, sgcrt_program_size, sgcrt_weights_size, s->prog, error)) return fail(SGC_ERROR_INTERNAL, error);
+    if (s->prog.abi != SGC_ABI_VERSION) return fail(SGC_ERROR_INTERNAL, "the program was compiled for another ABI version");
+    uint64_t total = 0, offsets[kNumRegions];
+    for (int r = 0; r < kNumRegions; ++r) {
+      offsets[r] = total;
+      total += (s->prog.regions[r] + 63) / 64 * 64;
+    }
+    s->arena = std::aligned_alloc(64, total ? total : 64);
+    if (!s->arena) return fail(SGC_ERROR_OUT_OF_MEMORY, "cannot allocate the " + std::to_string(total) + "-byte arena");
+    std::memset(s->arena, 0, total);
+    for (int r = 0; r < kNumRegions; ++r) s->base[r] = (uint8_t*)s->arena + offsets[r];
+    for (auto& [t, off] : s->prog.weights) std::memcpy(s->data(t), sgcrt_weights + off, s->prog.tensors[t].bytes);
+    for (int i = 0; i < (int)s->prog.tensors.size(); ++i) {
+      const TensorDesc& d = s->prog.tensors[i];
+      if (d.kind == TensorKind::Result || d.kind == TensorKind::Const) continue;
+      s->byName[d.name] = i;
+      if (d.kind == TensorKind::Input && i != s->prog.lr) s->lists[SGC_TENSOR_INPUT].push_back(i);
+      if (d.kind == TensorKind::Param) s->lists[SGC_TENSOR_PARAMETER].push_back(i);
+      if (d.kind == TensorKind::State) s->lists[SGC_TENSOR_STATE].push_back(i);
+    }
+    s->inputSet.assign(s->lists[SGC_TENSOR_INPUT].size(), false);
+    s->lr = s->prog.lrDefault;
+    int threads = o->num_threads ? o->num_threads : (int)std::max(1u, std::thread::hardware_concurrency());
+    s->pool = std::make_unique<ThreadPool>(threads);
+    *out = s.release();
+    return SGC_OK;
+  } catch (const std::bad_alloc&) {
+    return fail(SGC_ERROR_OUT_OF_MEMORY, "out of memory creating the session");
+  } catch (const std::exception& e) {
+    return fail(SGC_ERROR_INTERNAL, e.what());
+  }
+}
+
+void sgc_session_destroy(sgc_session* s) { delete s; }
+
+sgc_status sgc_model_hash(const sgc_session* s, const char** hash) {
+  if (!s || !hash) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and hash must not be NULL");
+  *hash = s->prog.hash.c_str();
+  return SGC_OK;
+}
+
+sgc_status sgc_memory_plan_bytes(const sgc_session* s, uint64_t* bytes) {
+  if (!s || !bytes) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and bytes must not be NULL");
+  uint64_t total = 0;
+  for (uint64_t r : s->prog.regions) total += r;
+  *bytes = total;
+  return SGC_OK;
+}
+
+sgc_status sgc_tensor_count(const sgc_session* s, sgc_tensor_kind kind, int32_t* count) {
+  if (!s || !count || kind < SGC_TENSOR_INPUT || kind > SGC_TENSOR_STATE) return fail(SGC_ERROR_INVALID_ARGUMENT, "bad session, kind or count");
+  *count = (int32_t)s->lists[kind].size();
+  return SGC_OK;
+}
+
+sgc_status sgc_tensor_info(const sgc_session* s, sgc_tensor_kind kind, int32_t index, const char** name, DLDataType* dtype,
+                           int32_t* ndim, const int64_t** shape) {
+  if (!s || kind < SGC_TENSOR_INPUT || kind > SGC_TENSOR_STATE) return fail(SGC_ERROR_INVALID_ARGUMENT, "bad session or kind");
+  if (index < 0 || index >= (int32_t)s->lists[kind].size()) return fail(SGC_ERROR_NOT_FOUND, "index " + std::to_string(index) + " is out of range");
+  const TensorDesc& d = s->prog.tensors[s->lists[kind][index]];
+  if (name) *name = d.name.c_str();
+  if (dtype) *dtype = dlType(d.dtype);
+  if (ndim) *ndim = (int32_t)d.shape.size();
+  if (shape) *shape = d.shape.data();
+  return SGC_OK;
+}
+
+sgc_status sgc_set_input(sgc_session* s, const char* name, const DLTensor* t) {
+  if (!s) return fail(SGC_ERROR_INVALID_ARGUMENT, "session must not be NULL");
+  int id = findTensor(s, name, {TensorKind::Input});
+  if (id < 0 || id == s->prog.lr) return fail(SGC_ERROR_NOT_FOUND, std::string("no input named '") + (name ? name : "(null)") + "'");
+  if (sgc_status st = checkTensor(s, id, t, "input")) return st;
+  std::memcpy(s->data(id), (const uint8_t*)t->data + t->byte_offset, s->prog.tensors[id].bytes);
+  auto& inputs = s->lists[SGC_TENSOR_INPUT];
+  s->inputSet[std::find(inputs.begin(), inputs.end(), id) - inputs.begin()] = true;
+  return SGC_OK;
+}
+
+sgc_status sgc_set_learning_rate(sgc_session* s, double lr) {
+  if (!s) return fail(SGC_ERROR_INVALID_ARGUMENT, "session must not be NULL");
+  if (!(lr >= 0) || !std::isfinite(lr)) return fail(SGC_ERROR_INVALID_ARGUMENT, "the learning rate must be finite and non-negative");
+  s->lr = lr;
+  return SGC_OK;
+}
+
+sgc_status sgc_train_step(sgc_session* s, double* loss) { return step(s, loss, true); }
+sgc_status sgc_eval_step(sgc_session* s, double* loss) { return step(s, loss, false); }
+
+sgc_status sgc_get_tensor(const sgc_session* s, const char* name, DLTensor* out) {
+  if (!s) return fail(SGC_ERROR_INVALID_ARGUMENT, "session must not be NULL");
+  int id = findTensor(s, name, {TensorKind::Param, TensorKind::State});
+  if (id < 0) return fail(SGC_ERROR_NOT_FOUND, std::string("no parameter or state named '") + (name ? name : "(null)") + "'");
+  if (sgc_status st = checkTensor(s, id, out, "tensor")) return st;
+  std::memcpy((uint8_t*)out->data + out->byte_offset, s->data(id), s->prog.tensors[id].bytes);
+  return SGC_OK;
+}
+
+sgc_status sgc_set_tensor(sgc_session* s, const char* name, const DLTensor* t) {
+  if (!s) return fail(SGC_ERROR_INVALID_ARGUMENT, "session must not be NULL");
+  int id = findTensor(s, name, {TensorKind::Param, TensorKind::State});
+  if (id < 0) return fail(SGC_ERROR_NOT_FOUND, std::string("no parameter or state named '") + (name ? name : "(null)") + "'");
+  if (sgc_status st = checkTensor(s, id, t, "tensor")) return st;
+  std::memcpy(s->data(id), (const uint8_t*)t->data + t->byte_offset, s->prog.tensors[id].bytes);
+  return SGC_OK;
+}
+
+sgc_status sgc_save(const sgc_session* s, const char* path) {
+  if (!s || !path) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and path must not be NULL");
+  try {
+    StFile file;
+    for (int kind : {SGC_TENSOR_PARAMETER, SGC_TENSOR_STATE})
+      for (int id : s->lists[kind]) {
+        const TensorDesc& d = s->prog.tensors[id];
+        file[d.name] = StTensor{d.dtype, d.shape, std::vector<uint8_t>(s->data(id), s->data(id) + d.bytes)};
+      }
+    std::string error;
+    if (!writeSafetensors(path, file, error)) return fail(SGC_ERROR_IO, error);
+    return SGC_OK;
+  } catch (const std::exception& e) {
+    return fail(SGC_ERROR_OUT_OF_MEMORY, e.what());
+  }
+}
+
+sgc_status sgc_load(sgc_session* s, const char* path) {
+  if (!s || !path) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and path must not be NULL");
+  try {
+    StFile file;
+    std::string error;
+    if (!readSafetensors(path, file, error)) return fail(SGC_ERROR_IO, error);
+    size_t expected = 0;
+    for (int kind : {SGC_TENSOR_PARAMETER, SGC_TENSOR_STATE})
+      for (int id : s->lists[kind]) { // check everything before changing anything
+        const TensorDesc& d = s->prog.tensors[id];
+        auto it = file.find(d.name);
+        if (it == file.end()) return fail(SGC_ERROR_IO, std::string(path) + ": no tensor '" + d.name + "'");
+        if (it->second.dtype != d.dtype || it->second.shape != d.shape)
+          return fail(SGC_ERROR_SHAPE_MISMATCH, std::string(path) + ": tensor '" + d.name + "' is " +
+                                                    shapeText(it->second.dtype, it->second.shape.data(), (int)it->second.shape.size()) +
+                                                    ", expected " + shapeText(d.dtype, d.shape.data(), (int)d.shape.size()));
+        ++expected;
+      }
+    if (file.size() != expected) return fail(SGC_ERROR_IO, std::string(path) + ": holds tensors this model does not have");
+    for (int kind : {SGC_TENSOR_PARAMETER, SGC_TENSOR_STATE})
+      for (int id : s->lists[kind]) std::memcpy(s->data(id), file[s->prog.tensors[id].name].data.data(), s->prog.tensors[id].bytes);
+    return SGC_OK;
+  } catch (const std::exception& e) {
+    return fail(SGC_ERROR_OUT_OF_MEMORY, e.what());
+  }
+}
+
+} // extern "C"

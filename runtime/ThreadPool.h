@@ -1,0 +1,33 @@
+// A small pool of worker threads for the CPU executor: parallelFor splits
+// [0, n) into contiguous chunks, one per thread, and returns when all are done.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace sgc::rt {
+
+class ThreadPool {
+public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  int size() const { return (int)workers_.size() + 1; }
+  /// Calls fn(begin, end) on chunks covering [0, n); the caller's thread takes one.
+  void parallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+private:
+  void work(int index);
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_, done_;
+  const std::function<void(int64_t, int64_t)>* task_ = nullptr;
+  int64_t n_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+} // namespace sgc::rt

@@ -1,0 +1,107 @@
+/* The C ABI of a model compiled by sgc (train.so). Plain C; nothing in it is
+ * C++. Every function returns a status; on error, sgc_last_error() gives a
+ * thread-local message and outputs are left untouched. Handles are opaque;
+ * destroy functions accept NULL. Tensors cross the boundary as DLPack
+ * DLTensors (host memory, contiguous). Only sgc_* symbols are exported.
+ *
+ * Typical use:
+ *   sgc_session_options o = SGC_SESSION_OPTIONS_INIT;
+ *   sgc_session* s; sgc_session_create(&o, &s);
+ *   sgc_set_input(s, "x", &x); sgc_set_input(s, "y", &y);
+ *   double loss; sgc_train_step(s, &loss);
+ *   sgc_save(s, "ckpt.safetensors"); sgc_session_destroy(s);
+ */
+#ifndef SGC_SGC_H
+#define SGC_SGC_H
+
+#include <dlpack/dlpack.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SGC_ABI_VERSION 1
+
+#if defined(__GNUC__)
+#define SGC_API __attribute__((visibility("default")))
+#else
+#define SGC_API
+#endif
+
+typedef enum {
+  SGC_OK = 0,
+  SGC_ERROR_INVALID_ARGUMENT = 1, /* NULL pointers, bad options, wrong call order */
+  SGC_ERROR_NOT_FOUND = 2,        /* no input or parameter of that name */
+  SGC_ERROR_SHAPE_MISMATCH = 3,
+  SGC_ERROR_DTYPE_MISMATCH = 4,
+  SGC_ERROR_DEVICE = 5,           /* a device that is absent or not supported */
+  SGC_ERROR_IO = 6,               /* files: missing, unreadable, malformed */
+  SGC_ERROR_OUT_OF_MEMORY = 7,
+  SGC_ERROR_INTERNAL = 8
+} sgc_status;
+
+/** The ABI version this library implements (SGC_ABI_VERSION). */
+SGC_API uint32_t sgc_abi_version(void);
+
+/** The message of the last error on this thread ("" when none). */
+SGC_API const char* sgc_last_error(void);
+
+typedef struct sgc_session sgc_session;
+
+typedef struct {
+  uint32_t struct_size; /* sizeof(sgc_session_options) */
+  uint32_t version;     /* SGC_ABI_VERSION */
+  const char* device;   /* "cpu" (default when NULL) or "cuda:N" */
+  int32_t num_threads;  /* 0: one per available core */
+} sgc_session_options;
+
+#define SGC_SESSION_OPTIONS_INIT {sizeof(sgc_session_options), SGC_ABI_VERSION, "cpu", 0}
+
+/** Creates a session: the arena of the static memory plan, the initial weights. */
+SGC_API sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** out);
+SGC_API void sgc_session_destroy(sgc_session* session);
+
+/* ---- Self-description ---- */
+
+/** Hex content hash of what produced the library (model, options, sgc version). */
+SGC_API sgc_status sgc_model_hash(const sgc_session* session, const char** hash);
+/** Bytes of the memory plan (all regions of the arena). */
+SGC_API sgc_status sgc_memory_plan_bytes(const sgc_session* session, uint64_t* bytes);
+
+typedef enum { SGC_TENSOR_INPUT = 0, SGC_TENSOR_PARAMETER = 1, SGC_TENSOR_STATE = 2 } sgc_tensor_kind;
+
+/** Number of tensors of a kind (inputs the host feeds, parameters, optimizer state). */
+SGC_API sgc_status sgc_tensor_count(const sgc_session* session, sgc_tensor_kind kind, int32_t* count);
+/** The name, dtype and shape of tensor `index` of a kind. Pointers stay valid for the session. */
+SGC_API sgc_status sgc_tensor_info(const sgc_session* session, sgc_tensor_kind kind, int32_t index, const char** name,
+                           DLDataType* dtype, int32_t* ndim, const int64_t** shape);
+
+/* ---- Steps ---- */
+
+/** Copies `tensor` into the input of that name (dtype and shape must match exactly). */
+SGC_API sgc_status sgc_set_input(sgc_session* session, const char* name, const DLTensor* tensor);
+/** Sets the learning rate used from the next step on. */
+SGC_API sgc_status sgc_set_learning_rate(sgc_session* session, double lr);
+/** One training step (forward, backward, optimizer) on the current inputs; the loss. */
+SGC_API sgc_status sgc_train_step(sgc_session* session, double* loss);
+/** The forward pass only, on the current inputs; nothing is updated. */
+SGC_API sgc_status sgc_eval_step(sgc_session* session, double* loss);
+
+/* ---- Parameters and checkpoints ---- */
+
+/** Copies a parameter or state tensor into `out` (dtype and shape must match). */
+SGC_API sgc_status sgc_get_tensor(const sgc_session* session, const char* name, DLTensor* out);
+/** Overwrites a parameter or state tensor. */
+SGC_API sgc_status sgc_set_tensor(sgc_session* session, const char* name, const DLTensor* tensor);
+/** Writes parameters and optimizer state as safetensors (temporary file, then rename). */
+SGC_API sgc_status sgc_save(const sgc_session* session, const char* path);
+/** Loads a checkpoint; names, dtypes and shapes are checked before anything changes. */
+SGC_API sgc_status sgc_load(sgc_session* session, const char* path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SGC_SGC_H */
