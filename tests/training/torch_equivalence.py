@@ -4,9 +4,10 @@
 # 2-layer GPT-style decoder with token and position embeddings, a tied output
 # projection, causal masked attention, tanh-GELU and cross-entropy), exported
 # with torch.onnx.export in training mode, then trained from the same weights
-# on the same data by PyTorch and by `sgc train` with each optimizer.
-# Per-step losses must agree within 1e-4 relative and final parameters within
-# 1e-3. Usage: /usr/bin/python3 torch_equivalence.py SGC WORKDIR
+# on the same data by PyTorch and by `sgc train` with each optimizer, both on
+# the reference interpreter and through the model compiled to a .so (sgc
+# compile). Per-step losses must agree within 1e-4 relative and final
+# parameters within 1e-3. Usage: /usr/bin/python3 torch_equivalence.py SGC WORKDIR
 import json, math, os, subprocess, sys
 import numpy as np
 import torch
@@ -104,6 +105,36 @@ OPTIMIZERS = {
 }
 
 
+def run_sgc(sgc, work, name, opt_name, flags, engine, onnx_path, data_path, model, ref):
+    """Trains with sgc (interpreter or compiled .so); returns a table row."""
+    ckpt = os.path.join(work, f"{name}_{opt_name}_{engine}.safetensors")
+    target = onnx_path
+    if engine == "compiled":
+        target = os.path.join(work, f"{name}_{opt_name}.so")
+        proc = subprocess.run([sgc, "compile", onnx_path, "-o", target] + flags, capture_output=True, text=True)
+        if proc.returncode != 0:
+            return (name, opt_name, engine, None, None, proc.stderr.strip())
+        flags = []  # the optimizer and its settings are compiled in
+    proc = subprocess.run([sgc, "train", target, "--data", data_path, "--steps", str(STEPS), "--save", ckpt] + flags,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return (name, opt_name, engine, None, None, proc.stderr.strip())
+    got = [json.loads(line)["loss"] for line in proc.stdout.splitlines()]
+    loss_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, ref)) if len(got) == STEPS else float("inf")
+    saved = st.read(ckpt)
+    param_diff = 0.0
+    # BatchNorm running means are updated as PyTorch does (running variances differ by
+    # design: ONNX's BatchNormalization uses the biased batch variance, PyTorch the unbiased).
+    for bname, buf in model.named_buffers():
+        if bname.endswith("running_mean"):
+            param_diff = max(param_diff, float(np.max(np.abs(saved[bname] - buf.numpy()))))
+    for pname, p in model.named_parameters():
+        if pname not in saved:
+            return (name, opt_name, engine, None, None, f"parameter {pname} missing from the sgc checkpoint")
+        param_diff = max(param_diff, float(np.max(np.abs(saved[pname] - p.detach().numpy()))))
+    return (name, opt_name, engine, loss_rel, param_diff, "")
+
+
 def run_model(sgc, work, name, cls):
     torch.manual_seed(0)
     model = cls()
@@ -130,28 +161,8 @@ def run_model(sgc, work, name, cls):
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             opt.step()
             ref.append(loss.item())
-        ckpt = os.path.join(work, f"{name}_{opt_name}.safetensors")
-        cmd = [sgc, "train", onnx_path, "--data", data_path, "--steps", str(STEPS), "--save", ckpt] + flags
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            rows.append((name, opt_name, None, None, proc.stderr.strip()))
-            continue
-        got = [json.loads(line)["loss"] for line in proc.stdout.splitlines()]
-        loss_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, ref)) if len(got) == STEPS else float("inf")
-        saved = st.read(ckpt)
-        param_diff = 0.0
-        # BatchNorm running means are updated as PyTorch does (running variances differ by
-        # design: ONNX's BatchNormalization uses the biased batch variance, PyTorch the unbiased).
-        for bname, buf in model.named_buffers():
-            if bname.endswith("running_mean"):
-                param_diff = max(param_diff, float(np.max(np.abs(saved[bname] - buf.numpy()))))
-        for pname, p in model.named_parameters():
-            if pname not in saved:
-                rows.append((name, opt_name, None, None, f"parameter {pname} missing from the sgc checkpoint"))
-                break
-            param_diff = max(param_diff, float(np.max(np.abs(saved[pname] - p.detach().numpy()))))
-        else:
-            rows.append((name, opt_name, loss_rel, param_diff, ""))
+        for engine in ("interpreter", "compiled"):
+            rows.append(run_sgc(sgc, work, name, opt_name, flags, engine, onnx_path, data_path, model, ref))
     return rows
 
 
@@ -162,15 +173,15 @@ def main():
     for name, cls in (("mlp", MLP), ("cnn", CNN), ("gpt", GPT)):
         rows += run_model(sgc, work, name, cls)
     ok = True
-    print(f"{'model':6} {'optimizer':14} {'max loss rel diff':>18} {'max param abs diff':>19}")
-    for model, opt, lrel, pdiff, err in rows:
+    print(f"{'model':6} {'optimizer':14} {'engine':12} {'max loss rel diff':>18} {'max param abs diff':>19}")
+    for model, opt, engine, lrel, pdiff, err in rows:
         if err:
             ok = False
-            print(f"{model:6} {opt:14} FAILED: {err}")
+            print(f"{model:6} {opt:14} {engine:12} FAILED: {err}")
             continue
         good = lrel <= LOSS_RTOL and pdiff <= PARAM_TOL
         ok &= good
-        print(f"{model:6} {opt:14} {lrel:18.3e} {pdiff:19.3e}{'' if good else '  <- over tolerance'}")
+        print(f"{model:6} {opt:14} {engine:12} {lrel:18.3e} {pdiff:19.3e}{'' if good else '  <- over tolerance'}")
     print("torch equivalence:", "passed" if ok else "FAILED")
     return 0 if ok else 1
 

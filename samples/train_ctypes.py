@@ -1,0 +1,65 @@
+# Trains a model compiled by sgc from Python through ctypes (no other
+# dependency): load the .so, create a session, feed the bundled sample's
+# batches, print the loss of each step.
+# Usage: python3 samples/train_ctypes.py train.so samples/mlp_train_data.safetensors STEPS
+import ctypes, json, struct, sys
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("version", ctypes.c_uint32), ("device", ctypes.c_char_p),
+                ("num_threads", ctypes.c_int32)]
+
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    return {k: (v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in header.items()}
+
+
+def main():
+    lib = ctypes.CDLL(sys.argv[1])
+    lib.sgc_last_error.restype = ctypes.c_char_p
+    session = ctypes.c_void_p()
+    options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), b"cpu", 0)
+    if lib.sgc_session_create(ctypes.byref(options), ctypes.byref(session)):
+        sys.exit("sgc_session_create: " + lib.sgc_last_error().decode())
+    data = read_safetensors(sys.argv[2])
+    count = ctypes.c_int32()
+    lib.sgc_tensor_count(session, 0, ctypes.byref(count))
+    inputs = []
+    for i in range(count.value):
+        name, dtype, ndim, shape = ctypes.c_char_p(), DLDataType(), ctypes.c_int32(), ctypes.POINTER(ctypes.c_int64)()
+        lib.sgc_tensor_info(session, 0, i, ctypes.byref(name), ctypes.byref(dtype), ctypes.byref(ndim), ctypes.byref(shape))
+        inputs.append((name.value, dtype, ndim.value, shape))
+    for step in range(int(sys.argv[3])):
+        for name, dtype, ndim, shape in inputs:
+            full_shape, raw = data[name.decode()]
+            one = len(raw) // full_shape[0]
+            batch = ctypes.create_string_buffer(raw[(step % full_shape[0]) * one:][:one], one)
+            t = DLTensor(ctypes.cast(batch, ctypes.c_void_p), DLDevice(1, 0), ndim, dtype, shape, None, 0)
+            if lib.sgc_set_input(session, name, ctypes.byref(t)):
+                sys.exit("sgc_set_input: " + lib.sgc_last_error().decode())
+        loss = ctypes.c_double()
+        if lib.sgc_train_step(session, ctypes.byref(loss)):
+            sys.exit("sgc_train_step: " + lib.sgc_last_error().decode())
+        print(json.dumps({"step": step, "loss": loss.value}))
+    lib.sgc_session_destroy(session)
+
+
+if __name__ == "__main__":
+    main()

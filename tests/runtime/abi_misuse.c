@@ -1,0 +1,93 @@
+/* Misuse of the C ABI, from C: every call returns an error status with a
+ * message, leaves outputs untouched, and never aborts the host.
+ * Usage: abi_misuse MODEL.so (a compiled samples/mlp_train.onnx) */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sgc/sgc.h"
+
+static int failures = 0;
+#define EXPECT(cond)                                              \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      printf("FAIL line %d: %s\n", __LINE__, #cond);              \
+      ++failures;                                                 \
+    }                                                             \
+  } while (0)
+
+#define FN(ret, name, args) typedef ret(*name##_t) args; name##_t name = (name##_t)dlsym(lib, #name)
+
+int main(int argc, char** argv) {
+  void* lib = argc > 1 ? dlopen(argv[1], RTLD_NOW | RTLD_LOCAL) : NULL;
+  if (!lib) {
+    printf("cannot load the model: %s\n", dlerror());
+    return 1;
+  }
+  FN(const char*, sgc_last_error, (void));
+  FN(sgc_status, sgc_session_create, (const sgc_session_options*, sgc_session**));
+  FN(void, sgc_session_destroy, (sgc_session*));
+  FN(sgc_status, sgc_set_input, (sgc_session*, const char*, const DLTensor*));
+  FN(sgc_status, sgc_train_step, (sgc_session*, double*));
+  FN(sgc_status, sgc_set_learning_rate, (sgc_session*, double));
+  FN(sgc_status, sgc_get_tensor, (const sgc_session*, const char*, DLTensor*));
+  FN(sgc_status, sgc_load, (sgc_session*, const char*));
+  FN(sgc_status, sgc_save, (const sgc_session*, const char*));
+  FN(sgc_status, sgc_tensor_info, (const sgc_session*, sgc_tensor_kind, int32_t, const char**, DLDataType*, int32_t*, const int64_t**));
+
+  sgc_session* s = (sgc_session*)0x1; /* must stay untouched on error */
+  EXPECT(sgc_session_create(NULL, &s) == SGC_ERROR_INVALID_ARGUMENT && s == (sgc_session*)0x1);
+  sgc_session_options bad = SGC_SESSION_OPTIONS_INIT;
+  bad.struct_size = 4;
+  EXPECT(sgc_session_create(&bad, &s) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "ABI version"));
+  sgc_session_options gpu = SGC_SESSION_OPTIONS_INIT;
+  gpu.device = "cuda:0";
+  EXPECT(sgc_session_create(&gpu, &s) == SGC_ERROR_DEVICE && strstr(sgc_last_error(), "cuda:0"));
+  gpu.device = "tpu";
+  EXPECT(sgc_session_create(&gpu, &s) == SGC_ERROR_DEVICE);
+  sgc_session_destroy(NULL); /* accepted */
+
+  sgc_session_options o = SGC_SESSION_OPTIONS_INIT;
+  EXPECT(sgc_session_create(&o, &s) == SGC_OK);
+  double loss = -7;
+  EXPECT(sgc_train_step(s, &loss) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "was not set") && loss == -7);
+  EXPECT(sgc_train_step(NULL, &loss) == SGC_ERROR_INVALID_ARGUMENT);
+  EXPECT(sgc_train_step(s, NULL) == SGC_ERROR_INVALID_ARGUMENT);
+
+  float x[32 * 16] = {0};
+  int64_t xshape[2] = {32, 16}, wrong[2] = {16, 32};
+  DLTensor t = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xshape, NULL, 0};
+  EXPECT(sgc_set_input(s, "nope", &t) == SGC_ERROR_NOT_FOUND && strstr(sgc_last_error(), "nope"));
+  EXPECT(sgc_set_input(s, NULL, &t) == SGC_ERROR_NOT_FOUND);
+  EXPECT(sgc_set_input(s, "x", NULL) == SGC_ERROR_INVALID_ARGUMENT);
+  t.shape = wrong;
+  EXPECT(sgc_set_input(s, "x", &t) == SGC_ERROR_SHAPE_MISMATCH && strstr(sgc_last_error(), "F32[32, 16]"));
+  t.shape = xshape;
+  t.dtype.bits = 64;
+  EXPECT(sgc_set_input(s, "x", &t) == SGC_ERROR_DTYPE_MISMATCH);
+  t.dtype.bits = 32;
+  t.device.device_type = kDLCUDA;
+  EXPECT(sgc_set_input(s, "x", &t) == SGC_ERROR_DEVICE);
+  t.device.device_type = kDLCPU;
+  int64_t strides[2] = {1, 32};
+  t.strides = strides;
+  EXPECT(sgc_set_input(s, "x", &t) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "contiguous"));
+  t.strides = NULL;
+  EXPECT(sgc_set_input(s, "x", &t) == SGC_OK);
+  EXPECT(sgc_set_input(s, "sgc.lr", &t) == SGC_ERROR_NOT_FOUND); /* the learning rate has its own setter */
+  EXPECT(sgc_set_learning_rate(s, -1) == SGC_ERROR_INVALID_ARGUMENT);
+
+  float w[4];
+  int64_t wshape[1] = {4};
+  DLTensor out = {w, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, wshape, NULL, 0};
+  EXPECT(sgc_get_tensor(s, "mlp.fc1.weight", &out) == SGC_ERROR_SHAPE_MISMATCH);
+  EXPECT(sgc_get_tensor(s, "x", &out) == SGC_ERROR_NOT_FOUND); /* inputs are not parameters */
+  EXPECT(sgc_tensor_info(s, SGC_TENSOR_PARAMETER, 999, NULL, NULL, NULL, NULL) == SGC_ERROR_NOT_FOUND);
+  EXPECT(sgc_tensor_info(s, (sgc_tensor_kind)7, 0, NULL, NULL, NULL, NULL) == SGC_ERROR_INVALID_ARGUMENT);
+  EXPECT(sgc_load(s, "/nonexistent/ckpt.safetensors") == SGC_ERROR_IO && strstr(sgc_last_error(), "cannot open"));
+  EXPECT(sgc_save(s, "/nonexistent/dir/ckpt.safetensors") == SGC_ERROR_IO);
+  EXPECT(sgc_save(NULL, "x") == SGC_ERROR_INVALID_ARGUMENT);
+  sgc_session_destroy(s);
+  printf("abi misuse: %d failures\n", failures);
+  return failures != 0;
+}

@@ -1,0 +1,38 @@
+#!/bin/sh
+# The compiled .so: the same model and options give a bit-identical file
+# whatever the folder or time; it needs only the C library and libm; it
+# exports only sgc_*; the C and Python hosts in samples/ train it.
+# Usage: so_checks.sh SGC SOURCE_DIR BUILD_DIR
+set -eu
+sgc=$1 src=$2 build=$3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/a" "$tmp/b/deeper"
+cp "$src/samples/mlp_train.onnx" "$tmp/a/model.onnx"
+cp "$src/samples/mlp_train.onnx" "$tmp/b/deeper/model.onnx"
+(cd "$tmp/a" && "$sgc" compile model.onnx -o train.so --optimizer adamw)
+sleep 1
+(cd "$tmp/b/deeper" && SOURCE_DATE_EPOCH=1 "$sgc" compile "$tmp/b/deeper/model.onnx" -o "$tmp/b/train.so" --optimizer adamw)
+cmp "$tmp/a/train.so" "$tmp/b/train.so" || { echo "FAIL: two compiles differ"; exit 1; }
+echo "reproducible: ok ($(wc -c < "$tmp/a/train.so") bytes)"
+libs=$(ldd "$tmp/a/train.so" | awk '{print $1}' | grep -v -E '^(linux-vdso|/lib64/ld-linux|libc\.so|libm\.so)' || true)
+[ -z "$libs" ] || { echo "FAIL: unexpected libraries: $libs"; exit 1; }
+echo "ldd: only libc and libm"
+exported=$(nm -D --defined-only "$tmp/a/train.so" | awk '{print $3}' | grep -v '^sgc_' || true)
+[ -z "$exported" ] || { echo "FAIL: exports beyond sgc_*: $exported"; exit 1; }
+echo "exports: only sgc_* ($(nm -D --defined-only "$tmp/a/train.so" | wc -l) symbols)"
+cc -I "$src/runtime/include" "$src/samples/train_c.c" -o "$tmp/train_c" -ldl
+"$tmp/train_c" "$tmp/a/train.so" 3 | tee "$tmp/c.out"
+[ "$(grep -c '^step' "$tmp/c.out")" = 3 ] || { echo "FAIL: the C host"; exit 1; }
+/usr/bin/python3 "$src/samples/train_ctypes.py" "$tmp/a/train.so" "$src/samples/mlp_train_data.safetensors" 3 > "$tmp/py.out"
+"$sgc" train "$tmp/a/train.so" --data "$src/samples/mlp_train_data.safetensors" --steps 3 > "$tmp/sgc.out"
+# The Python host and `sgc train` feed the same batches: the losses agree.
+/usr/bin/python3 - "$tmp/py.out" "$tmp/sgc.out" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+assert len(a) == 3 and all(abs(x - y) <= 1e-6 * abs(y) for x, y in zip(a, b)), (a, b)
+print("python ctypes host: ok", a)
+PY
+cc -I "$src/runtime/include" "$src/tests/runtime/abi_misuse.c" -o "$tmp/abi_misuse" -ldl
+"$tmp/abi_misuse" "$tmp/a/train.so"
+echo "so checks: ok"
