@@ -30,6 +30,8 @@ void addBytes(llvm::Module& m, const std::string& name, const void* data, size_t
   addConstant(m, name + "_size", llvm::ConstantInt::get(llvm::Type::getInt64Ty(ctx), size), 8);
 }
 
+} // namespace
+
 /// Runs argv[0] with the arguments (no shell: paths are passed as they are).
 Error run(const std::vector<std::string>& args) {
   std::vector<char*> argv;
@@ -43,14 +45,40 @@ Error run(const std::vector<std::string>& args) {
   return Error::success();
 }
 
-} // namespace
+Expected<std::string> kernelsPtx(const CompiledProgram& p, const std::string& sm) {
+  llvm::LLVMContext ctx;
+  TargetSpec spec = TargetSpec::nvptx(sm);
+  auto m = emitKernels(ctx, p.kernels, spec);
+  if (!m) return m.takeError();
+  return compileModule(**m, spec);
+}
 
-Expected<std::unique_ptr<llvm::Module>> hostModule(llvm::LLVMContext& ctx, const CompiledProgram& p, const TargetSpec& cpu) {
+Expected<std::string> assemblePtx(const std::string& ptx, const std::string& sm, const std::string& ptxas) {
+  namespace fs = std::filesystem;
+  std::string dirTemplate = (fs::temp_directory_path() / "sgc-ptx-XXXXXX").string();
+  if (!mkdtemp(dirTemplate.data())) return makeError("cannot create a temporary folder");
+  fs::path dir = dirTemplate;
+  std::ofstream(dir / "kernels.ptx") << ptx;
+  Error e = run({ptxas, "-arch=" + sm, (dir / "kernels.ptx").string(), "-o", (dir / "kernels.cubin").string()});
+  std::string cubin;
+  if (!e) {
+    std::ifstream f(dir / "kernels.cubin", std::ios::binary);
+    cubin.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (e) return makeError("ptxas -arch=" + sm + ": " + errorText(std::move(e)));
+  return cubin;
+}
+
+Expected<std::unique_ptr<llvm::Module>> hostModule(llvm::LLVMContext& ctx, const CompiledProgram& p, const TargetSpec& cpu,
+                                                   const GpuBlobs& gpu) {
   auto m = emitKernels(ctx, p.kernels, cpu);
   if (!m) return m.takeError();
   addBytes(**m, "sgcrt_program", p.programJson.data(), p.programJson.size(), 8);
   static const uint8_t none = 0;
   addBytes(**m, "sgcrt_weights", p.weights.empty() ? &none : p.weights.data(), p.weights.size(), 64);
+  for (auto& [suffix, bytes] : gpu) addBytes(**m, "sgcrt_gpu_" + suffix, bytes.data(), bytes.size(), 64);
   std::vector<llvm::Constant*> fns;
   for (const kir::Kernel& k : p.kernels) fns.push_back((*m)->getFunction(k.name));
   auto* ptr = llvm::PointerType::getUnqual(ctx);
@@ -59,16 +87,25 @@ Expected<std::unique_ptr<llvm::Module>> hostModule(llvm::LLVMContext& ctx, const
   return m;
 }
 
-Expected<std::string> hostObject(const CompiledProgram& p, const TargetSpec& cpu) {
+Expected<std::string> hostObject(const CompiledProgram& p, const TargetSpec& cpu, const GpuBlobs& gpu) {
   llvm::LLVMContext ctx;
-  auto m = hostModule(ctx, p, cpu);
+  auto m = hostModule(ctx, p, cpu, gpu);
   if (!m) return m.takeError();
   return compileModule(**m, cpu);
 }
 
 Error writeSharedObject(const CompiledProgram& p, const std::string& out, const PackageOptions& o) {
   namespace fs = std::filesystem;
-  auto obj = hostObject(p, o.cpu);
+  GpuBlobs gpu;
+  for (const std::string& sm : o.gpus) {
+    auto ptx = kernelsPtx(p, sm);
+    if (!ptx) return ptx.takeError();
+    auto cubin = assemblePtx(*ptx, sm, o.ptxas);
+    if (!cubin) return cubin.takeError();
+    gpu.push_back({sm + "_ptx", *ptx});
+    gpu.push_back({sm + "_cubin", *cubin});
+  }
+  auto obj = hostObject(p, o.cpu, gpu);
   if (!obj) return obj.takeError();
   std::string dirTemplate = (fs::temp_directory_path() / "sgc-XXXXXX").string();
   if (!mkdtemp(dirTemplate.data())) return makeError("cannot create a temporary folder");

@@ -15,14 +15,26 @@ struct PackageOptions {
   std::string runtimeLib;    ///< path of libsgcrt.a
   std::string versionScript; ///< path of runtime/sgc.map
   std::string linker = "c++";
+  std::string ptxas;         ///< path of ptxas (for GPU targets)
   TargetSpec cpu = TargetSpec::x86();
+  std::vector<std::string> gpus; ///< sm_90, sm_80: PTX and cubin carried for each
 };
 
+/// The kernels as PTX for one GPU architecture (--emit=ptx).
+Expected<std::string> kernelsPtx(const CompiledProgram& p, const std::string& sm);
+
+/// PTX assembled by ptxas into a cubin for `sm`.
+Expected<std::string> assemblePtx(const std::string& ptx, const std::string& sm, const std::string& ptxas);
+
+/// GPU code carried by the .so: (name suffix, bytes), e.g. ("sm_90_ptx", ...).
+using GpuBlobs = std::vector<std::pair<std::string, std::string>>;
+
 /// The LLVM module of the host object (kernels and data), for --emit=llvm.
-Expected<std::unique_ptr<llvm::Module>> hostModule(llvm::LLVMContext& ctx, const CompiledProgram& p, const TargetSpec& cpu);
+Expected<std::unique_ptr<llvm::Module>> hostModule(llvm::LLVMContext& ctx, const CompiledProgram& p, const TargetSpec& cpu,
+                                                   const GpuBlobs& gpu = {});
 
 /// The host object's bytes (ELF), for --emit=obj.
-Expected<std::string> hostObject(const CompiledProgram& p, const TargetSpec& cpu);
+Expected<std::string> hostObject(const CompiledProgram& p, const TargetSpec& cpu, const GpuBlobs& gpu = {});
 
 /// Writes the shared object to `out` (through a temporary file renamed into place).
 Error writeSharedObject(const CompiledProgram& p, const std::string& out, const PackageOptions& opts);

@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 namespace sgc::driver {
@@ -25,7 +26,8 @@ const CommandSpec kCompile{
     "dims with --dim. --emit stops at a stage: ir (the imported graph, or with --train the training\n"
     "step), plan (the static memory plan), llvm (the host module), obj (its object file, to -o).",
     [] {
-      std::vector<OptionSpec> o{{"emit", "KIND", "so (default), ir, plan, llvm or obj"},
+      std::vector<OptionSpec> o{{"emit", "KIND", "so (default), ir, plan, llvm, ptx or obj"},
+                                {"target", "LIST", "what the .so carries: cpu (always) and GPU architectures, default cpu,sm_90"},
                                 {"stats", "", "print kernels, launches and bytes moved per step"},
                                 {"train", "", "build the training step (implied by any training flag)"},
                                 {"dim", "N=SIZE,...", "bind symbolic input dims to sizes"},
@@ -60,6 +62,28 @@ int emitIR(const ir::Graph& g, const Args& args) {
   return emitText(ir::print(g, po), args);
 }
 
+/// ptxas from $CUDA_HOME, /usr/local/cuda or the PATH; "" when absent.
+std::string findPtxas() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> dirs;
+  if (const char* h = getenv("CUDA_HOME")) dirs.push_back(std::string(h) + "/bin");
+  dirs.push_back("/usr/local/cuda/bin");
+  if (const char* path = getenv("PATH")) {
+    std::string p = path;
+    for (size_t start = 0; start <= p.size();) {
+      size_t end = p.find(':', start);
+      if (end == std::string::npos) end = p.size();
+      dirs.push_back(p.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  for (const std::string& d : dirs) {
+    std::error_code ec;
+    if (!d.empty() && fs::is_regular_file(fs::path(d) / "ptxas", ec)) return (fs::path(d) / "ptxas").string();
+  }
+  return "";
+}
+
 std::string envOr(const char* name, const char* def) {
   const char* v = getenv(name);
   return v && *v ? v : def;
@@ -68,7 +92,7 @@ std::string envOr(const char* name, const char* def) {
 /// The flags that shape the compiled program, in a fixed order (part of the content hash).
 std::string canonicalFlags(const Args& a) {
   std::string s;
-  for (const char* f : {"dim", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
+  for (const char* f : {"dim", "target", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
                         "clip-grad-norm", "loss", "freeze"})
     if (a.has(f)) s += std::string("--") + f + "=" + a.get(f) + "\n";
   return s;
@@ -94,8 +118,14 @@ int compileMain(int argc, char** argv) {
   if (!args) return help ? 0 : 2;
   if (args->positional().size() != 1) return reportError("compile takes one model (see sgc compile --help)");
   std::string emit = args->get("emit", "so");
-  if (emit != "ir" && emit != "plan" && emit != "llvm" && emit != "obj" && emit != "so")
-    return reportError("--emit=" + emit + ": expected so, ir, plan, llvm or obj");
+  if (emit != "ir" && emit != "plan" && emit != "llvm" && emit != "ptx" && emit != "obj" && emit != "so")
+    return reportError("--emit=" + emit + ": expected so, ir, plan, llvm, ptx or obj");
+  std::vector<std::string> gpus;
+  for (const std::string& t : splitList(args->get("target", "cpu,sm_90"))) {
+    if (t == "cpu") continue;
+    if (t != "sm_90" && t != "sm_80") return reportError("--target " + t + ": expected cpu, sm_90 or sm_80");
+    gpus.push_back(t);
+  }
   if ((emit == "so" || emit == "obj") && !args->has("o")) return reportError("--emit=" + emit + " needs -o FILE");
   const std::string& model = args->positional()[0];
   auto g = loadModel(model);
@@ -129,6 +159,11 @@ int compileMain(int argc, char** argv) {
     if (!m) return reportError(model + ": " + errorText(m.takeError()));
     return emitText(codegen::moduleText(**m), *args);
   }
+  if (emit == "ptx") {
+    auto ptx = codegen::kernelsPtx(*program, gpus.empty() ? "sm_90" : gpus[0]);
+    if (!ptx) return reportError(model + ": " + errorText(ptx.takeError()));
+    return emitText(*ptx, *args);
+  }
   if (emit == "obj") {
     auto obj = codegen::hostObject(*program, codegen::TargetSpec::x86());
     if (!obj) return reportError(model + ": " + errorText(obj.takeError()));
@@ -139,6 +174,11 @@ int compileMain(int argc, char** argv) {
   codegen::PackageOptions po;
   po.runtimeLib = envOr("SGC_RUNTIME_LIB", SGC_RUNTIME_LIB);
   po.versionScript = envOr("SGC_RUNTIME_MAP", SGC_RUNTIME_MAP);
+  po.gpus = gpus;
+  po.ptxas = findPtxas();
+  if (!gpus.empty() && po.ptxas.empty())
+    return reportError("--target " + args->get("target", "cpu,sm_90") + " needs ptxas from the CUDA toolkit (not found in $CUDA_HOME/bin, "
+                       "/usr/local/cuda/bin or PATH); use --target cpu for a CPU-only .so");
   if (Error e = codegen::writeSharedObject(*program, args->get("o"), po)) return reportError(std::move(e));
   return 0;
 }
