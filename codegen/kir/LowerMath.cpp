@@ -4,6 +4,7 @@
 #include "codegen/kir/LowerOps.h"
 
 #include <cmath>
+#include <functional>
 
 namespace sgc::kir {
 namespace {
@@ -30,45 +31,93 @@ int64_t axisOf(const ir::Node& n, int64_t rank, int64_t def) {
 }
 } // namespace
 
+/// A matrix product, one output row [r, 0..N) per parallel iteration:
+///   y[r, j] = alpha * sum_k a(r, k) * b(k, j) (+ beta * c(r, j))
+/// With b(k, j) contiguous in j, the row is accumulated in place k by k
+/// (the inner loop over j vectorizes); otherwise each element is a dot
+/// product over k. `aAt(r, k)`, `bAt(r, k, j)` give operand offsets.
+struct Product {
+  const ir::Value *a, *b, *y;
+  int64_t rows, N, K;
+  bool bRowContiguous;
+  std::function<ExprRef(ExprRef, ExprRef)> aAt;
+  std::function<ExprRef(ExprRef, ExprRef, ExprRef)> bAt;
+  double alpha = 1;
+  std::function<ExprRef(B&, ExprRef, ExprRef)> epilogue; ///< added to each element, may be null
+};
+
+static Kernel lowerProduct(const std::string& name, const Product& p) {
+  Scalar t = computeType(p.y->type.dtype);
+  B b(name);
+  int r = b.newLoopVar(), k = b.newLoopVar(), j = b.newLoopVar(), j2 = b.newLoopVar(), acc = b.newLocal(), aik = b.newLocal();
+  auto yAt = [&](int jv) { return B::add(B::mul(loopVar(r), B::i(p.N)), loopVar(jv)); };
+  auto finish = [&](ExprRef sum, int jv) {
+    ExprRef v = p.alpha == 1 ? sum : B::mul(B::c(p.alpha, t), sum);
+    return p.epilogue ? B::add(v, p.epilogue(b, loopVar(r), loopVar(jv))) : v;
+  };
+  std::vector<StmtRef> body;
+  if (p.bRowContiguous) {
+    body = {loop(j, p.N, false, {b.st(p.y, yAt(j), B::c(0, t))}),
+            loop(k, p.K, false, {let(aik, b.ld(p.a, p.aAt(loopVar(r), loopVar(k)))),
+                                 loop(j2, p.N, false, {b.st(p.y, yAt(j2), B::add(b.ld(p.y, yAt(j2)), B::mul(local(aik, t), b.ld(p.b, p.bAt(loopVar(r), loopVar(k), loopVar(j2))))))})})};
+    if (p.alpha != 1 || p.epilogue) {
+      int j3 = b.newLoopVar();
+      body.push_back(loop(j3, p.N, false, {b.st(p.y, yAt(j3), finish(b.ld(p.y, yAt(j3)), j3))}));
+    }
+  } else {
+    ExprRef prod = B::mul(b.ld(p.a, p.aAt(loopVar(r), loopVar(k))), b.ld(p.b, p.bAt(loopVar(r), loopVar(k), loopVar(j))));
+    body = {loop(j, p.N, false, {let(acc, B::c(0, t)), loop(k, p.K, false, {set(acc, B::add(local(acc, t), prod))}),
+                                 b.st(p.y, yAt(j), finish(local(acc, t), j))})};
+  }
+  return b.finish(loop(r, p.rows, true, body));
+}
+
 Expected<std::vector<Kernel>> lowerMatMul(const std::string& name, const ir::Node& n) {
   const ir::Value *a = n.input(0), *bv = n.input(1), *y = n.outputs[0];
   if (a->type.rank() < 2 || bv->type.rank() < 2) return makeError(ir::describe(n) + ": 1-D operands are not generated yet");
   std::vector<int64_t> as = shapeOf(a), bs = shapeOf(bv), ys = shapeOf(y);
-  int64_t K = as.back();
-  B b(name);
-  int o = b.newLoopVar(), k = b.newLoopVar(), acc = b.newLocal();
-  Scalar t = computeType(y->type.dtype);
-  auto c = B::coords(loopVar(o), ys);
-  auto operandAt = [&](const std::vector<int64_t>& s, ExprRef row, ExprRef col) {
+  int64_t M = ys[ys.size() - 2], N = ys.back(), K = as.back();
+  std::vector<int64_t> rowShape(ys.begin(), ys.end() - 1); // batch dims and M
+  // The offset of a batched operand's matrix for output row r (batch dims broadcast).
+  auto matrixBase = [&](const std::vector<int64_t>& s, ExprRef r) {
+    auto c = B::coords(std::move(r), rowShape);
     std::vector<ExprRef> oc;
-    size_t lead = ys.size() - s.size();
+    size_t lead = rowShape.size() - 1 - (s.size() - 2);
     for (size_t d = 0; d + 2 < s.size(); ++d) oc.push_back(s[d] == 1 ? B::i(0) : c[lead + d]);
-    oc.push_back(std::move(row));
-    oc.push_back(std::move(col));
-    return B::offset(oc, s);
+    oc.push_back(B::i(0));
+    oc.push_back(B::i(0));
+    return std::make_pair(B::offset(oc, s), c.back());
   };
-  ExprRef prod = B::mul(b.ld(a, operandAt(as, c[ys.size() - 2], loopVar(k))), b.ld(bv, operandAt(bs, loopVar(k), c.back())));
-  return std::vector<Kernel>{b.finish(loop(o, numel(y), true, {let(acc, B::c(0, t)), loop(k, K, false, {set(acc, B::add(local(acc, t), prod))}), b.st(y, loopVar(o), local(acc, t))}))};
+  Product p{a, bv, y, numel(y) / std::max<int64_t>(N, 1), N, K, true,
+            [&](ExprRef r, ExprRef k) {
+              auto [base, i] = matrixBase(as, r);
+              return B::add(base, B::add(B::mul(i, B::i(K)), k));
+            },
+            [&](ExprRef r, ExprRef k, ExprRef j) { return B::add(matrixBase(bs, r).first, B::add(B::mul(k, B::i(N)), j)); },
+            1, nullptr};
+  (void)M;
+  return std::vector<Kernel>{lowerProduct(name, p)};
 }
 
 Expected<std::vector<Kernel>> lowerGemm(const std::string& name, const ir::Node& n) {
   const ir::Value *a = n.input(0), *bv = n.input(1), *cv = n.input(2), *y = n.outputs[0];
   bool ta = n.getInt("transA", 0), tb = n.getInt("transB", 0);
   int64_t M = y->type.dims[0].value, N = y->type.dims[1].value, K = a->type.dims[ta ? 0 : 1].value;
-  Scalar t = computeType(y->type.dtype);
-  B b(name);
-  int o = b.newLoopVar(), k = b.newLoopVar(), acc = b.newLocal();
-  ExprRef i = binary("idiv", loopVar(o), B::i(N)), j = binary("imod", loopVar(o), B::i(N)), kk = loopVar(k);
-  ExprRef aAt = ta ? B::add(B::mul(kk, B::i(M)), i) : B::add(B::mul(i, B::i(K)), kk);
-  ExprRef bAt = tb ? B::add(B::mul(j, B::i(K)), kk) : B::add(B::mul(kk, B::i(N)), j);
-  ExprRef result = B::mul(B::c(n.getFloat("alpha", 1), t), local(acc, t));
+  Product p{a, bv, y, M, N, K, !tb,
+            [=](ExprRef i, ExprRef k) { return ta ? B::add(B::mul(k, B::i(M)), i) : B::add(B::mul(i, B::i(K)), k); },
+            [=](ExprRef, ExprRef k, ExprRef j) { return tb ? B::add(B::mul(j, B::i(K)), k) : B::add(B::mul(k, B::i(N)), j); },
+            n.getFloat("alpha", 1), nullptr};
   if (cv) {
     std::vector<int64_t> cs = shapeOf(cv);
     while (cs.size() < 2) cs.insert(cs.begin(), 1);
-    ExprRef cAt = B::add(B::mul(cs[0] == 1 ? B::i(0) : i, B::i(cs[1])), cs[1] == 1 ? B::i(0) : j);
-    result = B::add(result, B::mul(B::c(n.getFloat("beta", 1), t), b.ld(cv, cAt)));
+    double beta = n.getFloat("beta", 1);
+    Scalar t = computeType(y->type.dtype);
+    p.epilogue = [=](B& b, ExprRef i, ExprRef j) {
+      ExprRef cAt = B::add(B::mul(cs[0] == 1 ? B::i(0) : i, B::i(cs[1])), cs[1] == 1 ? B::i(0) : j);
+      return B::mul(B::c(beta, t), b.ld(cv, cAt));
+    };
   }
-  return std::vector<Kernel>{b.finish(loop(o, M * N, true, {let(acc, B::c(0, t)), loop(k, K, false, {set(acc, B::add(local(acc, t), B::mul(b.ld(a, aAt), b.ld(bv, bAt))))}), b.st(y, loopVar(o), result)}))};
+  return std::vector<Kernel>{lowerProduct(name, p)};
 }
 
 Expected<std::vector<Kernel>> lowerSoftmax(const std::string& name, const ir::Node& n) {

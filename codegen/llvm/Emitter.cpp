@@ -66,6 +66,12 @@ public:
     if (t_.kind == Target::NVPTX) fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry);
+    // Sums may be reassociated (so reductions vectorize) and multiply-adds fused; no
+    // assumption about NaN or infinity is made, so they still propagate.
+    llvm::FastMathFlags fmf;
+    fmf.setAllowReassoc();
+    fmf.setAllowContract();
+    b_.setFastMathFlags(fmf);
     for (size_t i = 0; i < k_.buffers.size(); ++i) {
       if (t_.kind == Target::NVPTX) {
         buffers_.push_back(fn_->getArg((unsigned)i));
