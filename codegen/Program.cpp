@@ -9,6 +9,7 @@
 #include <llvm/Support/SHA256.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -83,7 +84,8 @@ std::string hexHash(const ir::Graph& g, const std::string& options) {
 
 } // namespace
 
-Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr) {
+Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr, Weights mode,
+                                       const std::string& weightsFile) {
   if (g.outputs.size() != 1 || g.inputs.empty()) return makeError("the graph is not a training step (build it with the training flags)");
   CompiledProgram p;
   p.schedule = kernelSchedule(g);
@@ -98,7 +100,12 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     tensors.push_back({{"name", b.value->name}, {"kind", kindName(b.value->kind)}, {"region", (int)b.region}, {"offset", b.offset},
                        {"bytes", b.bytes}, {"dtype", std::string(ir::dtypeSafetensorsName(b.value->type.dtype))},
                        {"shape", b.value->type.shape()}});
-    if (b.value->data && !b.aliasOf) {
+    // Constants are always carried; parameters when embedded; state starts at zero (the arena's fill).
+    bool carried = b.value->kind == ir::ValueKind::Const || (b.value->kind == ir::ValueKind::Param && mode == Weights::Embedded);
+    if (b.value->kind == ir::ValueKind::State &&
+        std::any_of(b.value->data->bytes.begin(), b.value->data->bytes.end(), [](uint8_t x) { return x != 0; }))
+      return makeError("state %" + b.value->name + " does not start at zero");
+    if (b.value->data && !b.aliasOf && carried) {
       while (p.weights.size() % 64) p.weights.push_back(0);
       weights.push_back({tensorId[b.value->name], p.weights.size()});
       p.weights.insert(p.weights.end(), b.value->data->bytes.begin(), b.value->data->bytes.end());
@@ -145,7 +152,9 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   nlohmann::json prog = {{"abi", 1}, {"hash", p.hash}, {"alignment", p.plan.alignment}, {"regions", regions},
                          {"kernels", (int)p.kernels.size()}, {"tensors", tensors}, {"launches", launches}, {"updates", updates},
                          {"weights", weights}, {"loss", tensorId.at(g.outputs[0]->name)}, {"lr", tensorId.at(lr->name)},
-                         {"step", tensorId.at(step->name)}, {"lr_default", defaultLr}};
+                         {"step", tensorId.at(step->name)}, {"lr_default", defaultLr},
+                         {"weights_mode", mode == Weights::Embedded ? "embedded" : mode == Weights::External ? "external" : "none"},
+                         {"weights_file", weightsFile}};
   p.programJson = prog.dump();
   return p;
 }

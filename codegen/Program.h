@@ -20,7 +20,7 @@ struct CompiledProgram {
   MemoryPlan plan;
   std::vector<kir::Kernel> kernels;
   std::string programJson;      ///< what runtime/Program.h parses
-  std::vector<uint8_t> weights; ///< initial parameters, state and constants
+  std::vector<uint8_t> weights; ///< constants, and the initial parameters when embedded
   std::string hash;             ///< hex SHA-256 of the graph, the options and the versions
   int64_t bytesPerStep = 0;     ///< bytes the kernels read and write in one step
 };
@@ -31,8 +31,13 @@ std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g);
 
 /// Fuses, plans and lowers `g`. `options` is folded into the hash (the flags
 /// that shaped the graph).
+/// Where a train.so's parameters come from: embedded in it, a safetensors file
+/// beside it (`weightsFile`), or none (the host loads them through the ABI).
+enum class Weights { Embedded, External, None };
+
 /// `defaultLr` is the learning rate a session starts with.
-Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr = 1e-3);
+Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr = 1e-3,
+                                       Weights weights = Weights::Embedded, const std::string& weightsFile = "");
 
 /// Kernels, launches and bytes moved per step, as `sgc compile --stats` prints them.
 std::string programStats(const CompiledProgram& p);

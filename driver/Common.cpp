@@ -41,10 +41,11 @@ rt::StTensor toSafetensors(const ir::Tensor& t) {
   return rt::StTensor{std::string(ir::dtypeSafetensorsName(t.dtype)), t.shape, t.bytes};
 }
 
-Error saveCheckpoint(const ir::Graph& g, const std::string& path) {
+Error saveCheckpoint(const ir::Graph& g, const std::string& path, bool paramsOnly) {
   rt::StFile file;
   for (const auto* list : {&g.params, &g.state})
-    for (const ir::Value* v : *list) file[v->name] = toSafetensors(*v->data);
+    if (!paramsOnly || list == &g.params)
+      for (const ir::Value* v : *list) file[v->name] = toSafetensors(*v->data);
   std::string error;
   if (!rt::writeSafetensors(path, file, error)) return makeError(error);
   return Error::success();

@@ -23,8 +23,9 @@ int reportError(const std::string& msg);
 /// "1,234,567"
 std::string withCommas(int64_t n);
 
-/// Writes every parameter and state tensor of `g` to a safetensors file (atomically).
-Error saveCheckpoint(const ir::Graph& g, const std::string& path);
+/// Writes every parameter and state tensor of `g` (only the parameters with
+/// `paramsOnly`) to a safetensors file (atomically).
+Error saveCheckpoint(const ir::Graph& g, const std::string& path, bool paramsOnly = false);
 /// Loads a checkpoint into `g`'s parameters and state, checking that names,
 /// dtypes and shapes match exactly; `g` is untouched on error.
 Error loadCheckpoint(ir::Graph& g, const std::string& path);

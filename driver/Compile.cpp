@@ -29,6 +29,7 @@ const CommandSpec kCompile{
       std::vector<OptionSpec> o{{"emit", "KIND", "so (default), ir, plan, llvm, ptx or obj"},
                                 {"target", "LIST", "what the .so carries: cpu (always) and GPU architectures, default cpu,sm_90"},
                                 {"stats", "", "print kernels, launches and bytes moved per step"},
+                                {"weights", "WHERE", "embedded (default), external (a .weights.safetensors file beside the .so) or none"},
                                 {"train", "", "build the training step (implied by any training flag)"},
                                 {"dim", "N=SIZE,...", "bind symbolic input dims to sizes"},
                                 {"o", "FILE", "write the output to FILE instead of standard output"},
@@ -92,7 +93,7 @@ std::string envOr(const char* name, const char* def) {
 /// The flags that shape the compiled program, in a fixed order (part of the content hash).
 std::string canonicalFlags(const Args& a) {
   std::string s;
-  for (const char* f : {"dim", "target", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
+  for (const char* f : {"dim", "target", "weights", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
                         "clip-grad-norm", "loss", "freeze"})
     if (a.has(f)) s += std::string("--") + f + "=" + a.get(f) + "\n";
   return s;
@@ -150,7 +151,14 @@ int compileMain(int argc, char** argv) {
   }
   auto lr = numberFlag(*args, "lr", 1e-3);
   if (!lr) return reportError(lr.takeError());
-  auto program = codegen::buildProgram(**g, canonicalFlags(*args), *lr);
+  std::string weights = args->get("weights", "embedded");
+  if (weights != "embedded" && weights != "external" && weights != "none")
+    return reportError("--weights " + weights + ": expected embedded, external or none");
+  auto mode = weights == "embedded" ? codegen::Weights::Embedded : weights == "external" ? codegen::Weights::External : codegen::Weights::None;
+  std::string out = args->get("o");
+  std::string weightsPath = out.substr(0, out.size() > 3 && out.substr(out.size() - 3) == ".so" ? out.size() - 3 : out.size()) + ".weights.safetensors";
+  std::string weightsFile = weightsPath.substr(weightsPath.find_last_of('/') + 1);
+  auto program = codegen::buildProgram(**g, canonicalFlags(*args), *lr, mode, mode == codegen::Weights::External ? weightsFile : "");
   if (!program) return reportError(model + ": " + errorText(program.takeError()));
   if (args->has("stats")) fputs(codegen::programStats(*program).c_str(), stderr);
   if (emit == "llvm") {
@@ -179,7 +187,9 @@ int compileMain(int argc, char** argv) {
   if (!gpus.empty() && po.ptxas.empty())
     return reportError("--target " + args->get("target", "cpu,sm_90") + " needs ptxas from the CUDA toolkit (not found in $CUDA_HOME/bin, "
                        "/usr/local/cuda/bin or PATH); use --target cpu for a CPU-only .so");
-  if (Error e = codegen::writeSharedObject(*program, args->get("o"), po)) return reportError(std::move(e));
+  if (mode == codegen::Weights::External)
+    if (Error e = saveCheckpoint(**g, weightsPath, /*paramsOnly=*/true)) return reportError(std::move(e));
+  if (Error e = codegen::writeSharedObject(*program, out, po)) return reportError(std::move(e));
   return 0;
 }
 

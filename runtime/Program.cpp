@@ -75,6 +75,10 @@ bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program&
     p.lr = j.at("lr");
     p.step = j.at("step");
     p.lrDefault = j.at("lr_default");
+    p.weightsMode = j.at("weights_mode");
+    p.weightsFile = j.at("weights_file");
+    if (p.weightsMode != "embedded" && p.weightsMode != "external" && p.weightsMode != "none") return fail(error, "unknown weights mode");
+    if (p.weightsFile.find('/') != std::string::npos) return fail(error, "the weights file must be a name beside the library");
     if (!validTensor(p, p.loss) || !validTensor(p, p.lr) || !validTensor(p, p.step)) return fail(error, "no loss, lr or step");
   } catch (const nlohmann::json::exception& e) {
     return fail(error, e.what());

@@ -41,6 +41,8 @@ struct Program {
   std::vector<std::pair<int, uint64_t>> weights; ///< (tensor, offset in the weights blob)
   int loss = -1, lr = -1, step = -1;
   double lrDefault = 1e-3;
+  std::string weightsMode = "embedded"; ///< embedded | external | none
+  std::string weightsFile;              ///< for external: the file beside the .so
   int numKernels = 0;
 };
 

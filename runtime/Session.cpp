@@ -9,6 +9,7 @@
 #include "runtime/ThreadPool.h"
 
 #include <cmath>
+#include <dlfcn.h>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -64,6 +65,7 @@ struct sgc_session {
   std::vector<int> lists[3]; ///< tensor ids per sgc_tensor_kind
   std::vector<bool> inputSet;
   double lr = 1e-3;
+  bool paramsLoaded = true; ///< false until sgc_load for --weights none
 
   ~sgc_session() { std::free(arena); }
   uint8_t* data(int id) { return base[prog.tensors[id].region] + prog.tensors[id].offset; }
@@ -130,6 +132,8 @@ double readScalar(const sgc_session* s, int id) {
 
 sgc_status step(sgc_session* s, double* loss, bool train) {
   if (!s || !loss) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and loss must not be NULL");
+  if (!s->paramsLoaded)
+    return fail(SGC_ERROR_INVALID_ARGUMENT, "the parameters are not loaded: this library was compiled with --weights none; call sgc_load first");
   for (size_t i = 0; i < s->lists[SGC_TENSOR_INPUT].size(); ++i)
     if (!s->inputSet[i])
       return fail(SGC_ERROR_INVALID_ARGUMENT, "input '" + s->prog.tensors[s->lists[SGC_TENSOR_INPUT][i]].name + "' was not set");
@@ -184,6 +188,14 @@ sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
     }
     s->inputSet.assign(s->lists[SGC_TENSOR_INPUT].size(), false);
     s->lr = s->prog.lrDefault;
+    s->paramsLoaded = s->prog.weightsMode != "none";
+    if (s->prog.weightsMode == "external") {
+      Dl_info info;
+      if (!dladdr((void*)&sgc_abi_version, &info) || !info.dli_fname) return fail(SGC_ERROR_IO, "cannot find where this library lies");
+      std::string lib = info.dli_fname;
+      std::string path = lib.substr(0, lib.find_last_of('/') + 1) + s->prog.weightsFile;
+      if (sgc_status st = sgc_load(s.get(), path.c_str())) return st;
+    }
     int threads = o->num_threads ? o->num_threads : (int)std::max(1u, std::thread::hardware_concurrency());
     s->pool = std::make_unique<ThreadPool>(threads);
     *out = s.release();
@@ -296,6 +308,7 @@ sgc_status sgc_load(sgc_session* s, const char* path) {
       for (int id : s->lists[kind]) { // check everything before changing anything
         const TensorDesc& d = s->prog.tensors[id];
         auto it = file.find(d.name);
+        if (it == file.end() && kind == SGC_TENSOR_STATE) continue; // state is optional: it keeps its values
         if (it == file.end()) return fail(SGC_ERROR_IO, std::string(path) + ": no tensor '" + d.name + "'");
         if (it->second.dtype != d.dtype || it->second.shape != d.shape)
           return fail(SGC_ERROR_SHAPE_MISMATCH, std::string(path) + ": tensor '" + d.name + "' is " +
@@ -305,7 +318,11 @@ sgc_status sgc_load(sgc_session* s, const char* path) {
       }
     if (file.size() != expected) return fail(SGC_ERROR_IO, std::string(path) + ": holds tensors this model does not have");
     for (int kind : {SGC_TENSOR_PARAMETER, SGC_TENSOR_STATE})
-      for (int id : s->lists[kind]) std::memcpy(s->data(id), file[s->prog.tensors[id].name].data.data(), s->prog.tensors[id].bytes);
+      for (int id : s->lists[kind]) {
+        auto it = file.find(s->prog.tensors[id].name);
+        if (it != file.end()) std::memcpy(s->data(id), it->second.data.data(), s->prog.tensors[id].bytes);
+      }
+    s->paramsLoaded = true;
     return SGC_OK;
   } catch (const std::exception& e) {
     return fail(SGC_ERROR_OUT_OF_MEMORY, e.what());

@@ -35,4 +35,17 @@ print("python ctypes host: ok", a)
 PY
 cc -I "$src/runtime/include" "$src/tests/runtime/abi_misuse.c" -o "$tmp/abi_misuse" -ldl
 "$tmp/abi_misuse" "$tmp/a/train.so"
+# --weights external | none: same losses as embedded weights; none needs a checkpoint loaded first.
+(cd "$tmp/a" && "$sgc" compile model.onnx -o ext.so --optimizer adamw --target cpu --weights external \
+  && "$sgc" compile model.onnx -o none.so --optimizer adamw --target cpu --weights none)
+data="$src/samples/mlp_train_data.safetensors"
+"$sgc" train "$tmp/a/train.so" --data "$data" --steps 3 > "$tmp/emb.out"
+"$sgc" train "$tmp/a/ext.so" --data "$data" --steps 3 > "$tmp/ext.out"
+cmp "$tmp/emb.out" "$tmp/ext.out" || { echo "FAIL: external weights train differently"; exit 1; }
+if "$sgc" train "$tmp/a/none.so" --data "$data" --steps 1 2> "$tmp/none.err"; then echo "FAIL: --weights none trained unloaded"; exit 1; fi
+grep -q "call sgc_load first" "$tmp/none.err" || { echo "FAIL: unclear error: $(cat "$tmp/none.err")"; exit 1; }
+"$sgc" train "$tmp/a/none.so" --data "$data" --steps 3 --load "$tmp/a/ext.weights.safetensors" > "$tmp/none.out"
+cmp "$tmp/emb.out" "$tmp/none.out" || { echo "FAIL: --weights none with loaded weights trains differently"; exit 1; }
+[ "$(stat -c %s "$tmp/a/ext.so")" -lt "$(stat -c %s "$tmp/a/train.so")" ] || { echo "FAIL: external weights do not shrink the .so"; exit 1; }
+echo "weights embedded / external / none: ok"
 echo "so checks: ok"

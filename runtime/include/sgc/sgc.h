@@ -97,7 +97,9 @@ SGC_API sgc_status sgc_get_tensor(const sgc_session* session, const char* name, 
 SGC_API sgc_status sgc_set_tensor(sgc_session* session, const char* name, const DLTensor* tensor);
 /** Writes parameters and optimizer state as safetensors (temporary file, then rename). */
 SGC_API sgc_status sgc_save(const sgc_session* session, const char* path);
-/** Loads a checkpoint; names, dtypes and shapes are checked before anything changes. */
+/** Loads a checkpoint: every parameter, and optionally optimizer state (state it lacks keeps its
+ * values). Names, dtypes and shapes are checked before anything changes. A library compiled with
+ * --weights none must load its parameters this way before the first step. */
 SGC_API sgc_status sgc_load(sgc_session* session, const char* path);
 
 #ifdef __cplusplus
