@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 
@@ -30,6 +31,7 @@ const CommandSpec kCompile{
                                 {"target", "LIST", "what the .so carries: cpu (always) and GPU architectures, default cpu,sm_90"},
                                 {"stats", "", "print kernels, launches and bytes moved per step"},
                                 {"weights", "WHERE", "embedded (default), external (a .weights.safetensors file beside the .so) or none"},
+                                {"cache-dir", "DIR", "reuse (and store) compiled .so files keyed by their content hash"},
                                 {"train", "", "build the training step (implied by any training flag)"},
                                 {"dim", "N=SIZE,...", "bind symbolic input dims to sizes"},
                                 {"o", "FILE", "write the output to FILE instead of standard output"},
@@ -83,6 +85,32 @@ std::string findPtxas() {
     if (!d.empty() && fs::is_regular_file(fs::path(d) / "ptxas", ec)) return (fs::path(d) / "ptxas").string();
   }
   return "";
+}
+
+/// The first line of `ptxas --version`'s last line ("Cuda compilation tools, release 13.0, ...").
+std::string ptxasVersion(const std::string& ptxas) {
+  std::string cmd = "'" + ptxas + "' --version 2>/dev/null";
+  std::string out, last;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char line[256];
+    while (fgets(line, sizeof line, p)) last = line;
+    pclose(p);
+  }
+  for (char c : last)
+    out += isalnum((unsigned char)c) || c == '.' ? c : '_';
+  return out;
+}
+
+/// Copies `from` to `to` through a temporary file renamed into place; false if `from` is absent.
+bool copyAtomically(const std::string& from, const std::string& to) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_regular_file(from, ec)) return false;
+  std::string tmp = to + ".tmp." + std::to_string(getpid());
+  fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
+  if (!ec) fs::rename(tmp, to, ec);
+  if (ec) fs::remove(tmp, ec);
+  return !ec;
 }
 
 std::string envOr(const char* name, const char* def) {
@@ -189,7 +217,23 @@ int compileMain(int argc, char** argv) {
                        "/usr/local/cuda/bin or PATH); use --target cpu for a CPU-only .so");
   if (mode == codegen::Weights::External)
     if (Error e = saveCheckpoint(**g, weightsPath, /*paramsOnly=*/true)) return reportError(std::move(e));
+  // The cache key: the content hash (graph, options, sgc and LLVM versions) and the ptxas version.
+  std::string cached;
+  if (args->has("cache-dir")) {
+    std::string key = program->hash;
+    if (!gpus.empty()) key += "-" + ptxasVersion(po.ptxas);
+    cached = (std::filesystem::path(args->get("cache-dir")) / (key + ".so")).string();
+    if (copyAtomically(cached, out)) {
+      if (args->has("stats")) fprintf(stderr, "cache: hit %s\n", cached.c_str());
+      return 0;
+    }
+  }
   if (Error e = codegen::writeSharedObject(*program, out, po)) return reportError(std::move(e));
+  if (!cached.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(args->get("cache-dir"), ec);
+    if (ec || !copyAtomically(out, cached)) return reportError(args->get("cache-dir") + ": cannot store the compiled library in the cache");
+  }
   return 0;
 }
 

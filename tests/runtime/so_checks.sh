@@ -48,4 +48,10 @@ grep -q "call sgc_load first" "$tmp/none.err" || { echo "FAIL: unclear error: $(
 cmp "$tmp/emb.out" "$tmp/none.out" || { echo "FAIL: --weights none with loaded weights trains differently"; exit 1; }
 [ "$(stat -c %s "$tmp/a/ext.so")" -lt "$(stat -c %s "$tmp/a/train.so")" ] || { echo "FAIL: external weights do not shrink the .so"; exit 1; }
 echo "weights embedded / external / none: ok"
+# --cache-dir: the second compile of the same model and options is a cache hit with the same bytes.
+(cd "$tmp/a" && "$sgc" compile model.onnx -o c1.so --optimizer adamw --cache-dir cache --stats 2> c1.err \
+  && "$sgc" compile model.onnx -o c2.so --optimizer adamw --cache-dir cache --stats 2> c2.err)
+grep -q "cache: hit" "$tmp/a/c2.err" && ! grep -q "cache: hit" "$tmp/a/c1.err" || { echo "FAIL: no cache hit"; exit 1; }
+cmp "$tmp/a/c1.so" "$tmp/a/c2.so" && cmp "$tmp/a/c1.so" "$tmp/a/train.so" || { echo "FAIL: cached library differs"; exit 1; }
+echo "cache: ok"
 echo "so checks: ok"
