@@ -9,6 +9,7 @@
 #include "codegen/Program.h"
 #include "ir/Text.h"
 #include "ir/passes/BindDims.h"
+#include "ir/passes/Recompute.h"
 #include "ir/passes/Passes.h"
 
 #include <cstdio>
@@ -32,6 +33,7 @@ const CommandSpec kCompile{
                                 {"stats", "", "print kernels, launches and bytes moved per step"},
                                 {"weights", "WHERE", "embedded (default), external (a .weights.safetensors file beside the .so) or none"},
                                 {"cache-dir", "DIR", "reuse (and store) compiled .so files keyed by their content hash"},
+                                {"recompute", "MODE", "activation recomputation: none (default), selective or full"},
                                 {"train", "", "build the training step (implied by any training flag)"},
                                 {"dim", "N=SIZE,...", "bind symbolic input dims to sizes"},
                                 {"o", "FILE", "write the output to FILE instead of standard output"},
@@ -121,7 +123,7 @@ std::string envOr(const char* name, const char* def) {
 /// The flags that shape the compiled program, in a fixed order (part of the content hash).
 std::string canonicalFlags(const Args& a) {
   std::string s;
-  for (const char* f : {"dim", "target", "weights", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
+  for (const char* f : {"dim", "target", "weights", "recompute", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
                         "clip-grad-norm", "loss", "freeze"})
     if (a.has(f)) s += std::string("--") + f + "=" + a.get(f) + "\n";
   return s;
@@ -169,6 +171,9 @@ int compileMain(int argc, char** argv) {
     auto opts = parseTrainingFlags(*args);
     if (!opts) return reportError(opts.takeError());
     if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));
+    int repeated = 0;
+    if (Error e = ir::recompute(**g, args->get("recompute", "none"), &repeated)) return reportError(model + ": " + errorText(std::move(e)));
+    if (args->has("stats")) fprintf(stderr, "recomputed nodes: %d\n", repeated);
   }
   if (emit == "ir") return emitIR(**g, *args);
   if (emit == "plan") {

@@ -54,4 +54,13 @@ echo "weights embedded / external / none: ok"
 grep -q "cache: hit" "$tmp/a/c2.err" && ! grep -q "cache: hit" "$tmp/a/c1.err" || { echo "FAIL: no cache hit"; exit 1; }
 cmp "$tmp/a/c1.so" "$tmp/a/c2.so" && cmp "$tmp/a/c1.so" "$tmp/a/train.so" || { echo "FAIL: cached library differs"; exit 1; }
 echo "cache: ok"
+# --recompute: the same losses with a smaller activation peak.
+for mode in none selective full; do
+  (cd "$tmp/a" && "$sgc" compile model.onnx -o "r_$mode.so" --optimizer adamw --target cpu --recompute "$mode" --stats 2> "r_$mode.err")
+  "$sgc" train "$tmp/a/r_$mode.so" --data "$data" --steps 3 > "$tmp/r_$mode.out"
+  cmp "$tmp/r_$mode.out" "$tmp/emb.out" || { echo "FAIL: --recompute $mode changes the losses"; exit 1; }
+done
+peak() { sed -n 's/.*(activations \([0-9]*\),.*/\1/p' "$tmp/a/r_$1.err"; }
+[ "$(peak selective)" -lt "$(peak none)" ] && [ "$(peak full)" -le "$(peak selective)" ] || { echo "FAIL: activation peaks $(peak none) $(peak selective) $(peak full)"; exit 1; }
+echo "recompute: activations $(peak none) -> $(peak selective) (selective) -> $(peak full) (full) bytes, same losses"
 echo "so checks: ok"

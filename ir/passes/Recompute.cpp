@@ -1,0 +1,113 @@
+// The recompute pass (see Recompute.h).
+#include "ir/passes/Recompute.h"
+
+#include "ir/passes/InferShapes.h"
+
+#include <map>
+#include <set>
+
+namespace sgc::ir {
+namespace {
+
+bool selective(Op op) {
+  switch (op) {
+  case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Neg: case Op::Exp: case Op::Log: case Op::Sqrt:
+  case Op::Tanh: case Op::Erf: case Op::Sigmoid: case Op::Relu: case Op::LeakyRelu: case Op::Gelu: case Op::Where:
+  case Op::Cast: case Op::Pow: case Op::Clip: case Op::Identity: case Op::Equal: case Op::Less: case Op::Greater:
+  case Op::Reshape: case Op::Flatten: case Op::Squeeze: case Op::Unsqueeze: case Op::Transpose: case Op::Expand:
+    return true;
+  default: return false;
+  }
+}
+
+bool full(Op op) {
+  switch (op) {
+  case Op::Softmax: case Op::LogSoftmax: case Op::LayerNormalization: case Op::BatchNormalization: case Op::Dropout:
+  case Op::Gather: case Op::Slice: case Op::Concat: case Op::Split: case Op::ReduceSum: case Op::ReduceMean:
+  case Op::ReduceMax: case Op::Pad: case Op::MaxPool: case Op::AveragePool:
+    return true;
+  default: return selective(op);
+  }
+}
+
+struct Recomputer {
+  Graph& g;
+  bool fullMode;
+  std::set<const Node*> forward;
+  std::map<const Value*, Value*> clones; ///< forward value -> its recomputed copy
+  std::vector<Node*> created;            ///< in creation order (dependencies first)
+
+  bool eligible(const Value* v) const {
+    return v && v->kind == ValueKind::Result && forward.count(v->producer) &&
+           (fullMode ? full(v->producer->op) : selective(v->producer->op));
+  }
+
+  /// The recomputed copy of `v` (its producer cloned; eligible inputs recomputed too).
+  Value* copyOf(Value* v) {
+    auto it = clones.find(v);
+    if (it != clones.end()) return it->second;
+    Node* p = v->producer;
+    std::vector<Value*> ins;
+    for (Value* in : p->inputs) ins.push_back(eligible(in) ? copyOf(in) : in);
+    std::vector<std::string> names;
+    for (Value* o : p->outputs) names.push_back(g.uniqueName((o ? o->name : p->name) + ".recomputed"));
+    Node* c = g.addNode(p->op, ins, (int)p->outputs.size(), p->name + ".recomputed", names);
+    c->attrs = p->attrs;
+    for (size_t i = 0; i < p->outputs.size(); ++i) {
+      if (!p->outputs[i]) {
+        c->outputs[i] = nullptr;
+        continue;
+      }
+      c->outputs[i]->type = p->outputs[i]->type;
+      clones[p->outputs[i]] = c->outputs[i];
+    }
+    created.push_back(c);
+    return clones.at(v);
+  }
+};
+
+/// Nodes the loss depends on.
+std::set<const Node*> forwardOf(const Graph& g) {
+  std::set<const Node*> seen;
+  std::vector<const Value*> work(g.outputs.begin(), g.outputs.end());
+  while (!work.empty()) {
+    const Value* v = work.back();
+    work.pop_back();
+    if (!v || !v->producer || !seen.insert(v->producer).second) continue;
+    for (const Value* in : v->producer->inputs) work.push_back(in);
+  }
+  return seen;
+}
+
+} // namespace
+
+Error recompute(Graph& g, const std::string& mode, int* count) {
+  if (count) *count = 0;
+  if (mode == "none") return Error::success();
+  if (mode != "selective" && mode != "full") return makeError("--recompute " + mode + ": expected none, selective or full");
+  if (g.outputs.size() != 1) return makeError("recompute needs a training step (one loss output)");
+  Recomputer r{g, mode == "full", forwardOf(g), {}, {}};
+  // Each backward node reads recomputed copies; copies are placed right before their first reader.
+  std::vector<Node*> order;
+  for (auto& n : g.nodes()) order.push_back(n.get());
+  std::map<const Node*, std::vector<Node*>> before;
+  for (Node* n : order) {
+    if (r.forward.count(n)) continue;
+    size_t mark = r.created.size();
+    for (Value*& in : n->inputs)
+      if (r.eligible(in)) in = r.copyOf(in);
+    before[n].assign(r.created.begin() + mark, r.created.end());
+  }
+  // Rebuild the node list: the copies just before the node that first needed them.
+  std::map<const Node*, std::unique_ptr<Node>> owned;
+  for (auto& n : g.nodes()) owned[n.get()] = std::move(n);
+  g.nodes().clear();
+  for (Node* n : order) {
+    for (Node* c : before[n]) g.nodes().push_back(std::move(owned.at(c)));
+    g.nodes().push_back(std::move(owned.at(n)));
+  }
+  if (count) *count = (int)r.created.size();
+  return inferShapes(g);
+}
+
+} // namespace sgc::ir
