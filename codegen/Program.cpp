@@ -18,26 +18,58 @@ namespace {
 
 } // namespace
 
+namespace {
+
+bool isProduct(const ir::Node& n) {
+  return (n.op == ir::Op::Gemm || n.op == ir::Op::MatMul) && n.input(0)->type.rank() >= 2 && n.input(1)->type.rank() >= 2;
+}
+
+} // namespace
+
 std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
-  std::map<const ir::Value*, int> uses;
+  std::map<const ir::Value*, std::set<const ir::Node*>> consumers;
+  std::set<const ir::Value*> escaping(g.outputs.begin(), g.outputs.end()); // must be materialized
+  for (auto& u : g.updates) escaping.insert(u.second);
   for (const auto& n : g.nodes())
     for (const ir::Value* v : n->inputs)
-      if (v) ++uses[v];
-  for (const ir::Value* v : g.outputs) uses[v] += 2; // outputs and updates must be materialized
-  for (auto& u : g.updates) uses[u.second] += 2;
+      if (v) consumers[v].insert(n.get());
+  std::vector<const ir::Node*> nodes;
+  for (const auto& n : g.nodes()) nodes.push_back(n.get());
   std::vector<std::vector<const ir::Node*>> groups;
-  for (const auto& np : g.nodes()) {
-    const ir::Node* n = np.get();
-    if (!groups.empty() && kir::isFusibleElementwise(*n) && kir::isFusibleElementwise(*groups.back().back())) {
-      const ir::Node* last = groups.back().back();
-      const ir::Value* lv = last->outputs[0];
-      bool feeds = lv && uses[lv] == 1 && std::count(n->inputs.begin(), n->inputs.end(), lv) == 1;
-      if (feeds && n->outputs[0]->type.shape() == lv->type.shape()) {
-        groups.back().push_back(n);
-        continue;
-      }
+  for (size_t i = 0; i < nodes.size();) {
+    const ir::Node* head = nodes[i];
+    bool elementwise = kir::isFusibleElementwise(*head);
+    if (!elementwise && !isProduct(*head)) {
+      groups.push_back({head});
+      ++i;
+      continue;
     }
-    groups.push_back({n});
+    // The run: following elementwise nodes of the head's shape and dtype that read something the run computes.
+    const ir::Value* hv = head->outputs[0];
+    std::vector<const ir::Node*> run{head};
+    std::set<const ir::Value*> produced{hv};
+    for (size_t j = i + 1; j < nodes.size(); ++j) {
+      const ir::Node* n = nodes[j];
+      bool reads = std::any_of(n->inputs.begin(), n->inputs.end(), [&](const ir::Value* v) { return produced.count(v); });
+      if (!kir::isFusibleElementwise(*n) || !reads || n->outputs[0]->type.shape() != hv->type.shape() ||
+          (!elementwise && n->outputs[0]->type.dtype != hv->type.dtype))
+        break;
+      run.push_back(n);
+      produced.insert(n->outputs[0]);
+    }
+    // The longest prefix whose values, but the last, are read only inside it.
+    size_t best = 0;
+    for (size_t k = 1; k < run.size(); ++k) {
+      std::set<const ir::Node*> inside(run.begin(), run.begin() + k + 1);
+      bool ok = true;
+      for (size_t m = 0; m < k && ok; ++m) {
+        const ir::Value* v = run[m]->outputs[0];
+        ok = !escaping.count(v) && std::all_of(consumers[v].begin(), consumers[v].end(), [&](const ir::Node* c) { return inside.count(c); });
+      }
+      if (ok) best = k;
+    }
+    groups.emplace_back(run.begin(), run.begin() + best + 1);
+    i += best + 1;
   }
   return groups;
 }
@@ -117,7 +149,11 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     const auto& group = p.schedule[gi];
     std::string name = "sgc_k" + std::to_string(gi);
     std::vector<kir::Kernel> ks;
-    if (group.size() > 1) {
+    if (group.size() > 1 && !kir::isFusibleElementwise(*group[0])) {
+      auto k = kir::lowerProductGroup(name, group);
+      if (!k) return k.takeError();
+      ks = std::move(*k);
+    } else if (group.size() > 1) {
       auto k = kir::lowerElementwise(name, group);
       if (!k) return k.takeError();
       ks.push_back(std::move(*k));
@@ -160,16 +196,20 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
 }
 
 std::string programStats(const CompiledProgram& p) {
-  int64_t fused = 0, serial = 0;
-  for (const auto& g : p.schedule) fused += g.size() > 1 ? (int64_t)g.size() : 0;
+  int64_t fused = 0, serial = 0, epilogues = 0;
+  for (const auto& g : p.schedule) {
+    fused += g.size() > 1 ? (int64_t)g.size() : 0;
+    epilogues += g.size() > 1 && isProduct(*g[0]);
+  }
   for (const auto& k : p.kernels) serial += kir::isSerial(k);
   int64_t arena = 0;
   for (int r = 0; r < kNumRegions; ++r) arena += p.plan.regionBytes[r];
   char buf[512];
   snprintf(buf, sizeof buf,
            "kernels: %zu (%lld serial)\nlaunches per step: %zu\nnodes fused into multi-node kernels: %lld\n"
+           "matrix products with fused epilogues: %lld\n"
            "bytes moved per step: %lld\narena: %lld bytes (activations %lld, peak of %lld without reuse)\n",
-           p.kernels.size(), (long long)serial, p.kernels.size(), (long long)fused, (long long)p.bytesPerStep, (long long)arena,
+           p.kernels.size(), (long long)serial, p.kernels.size(), (long long)fused, (long long)epilogues, (long long)p.bytesPerStep, (long long)arena,
            (long long)p.plan.regionBytes[(int)Region::Activations], (long long)p.plan.activationsUnshared);
   return buf;
 }

@@ -1,6 +1,8 @@
 // The lowering of elementwise groups and reductions (see Lower.h).
 #include "codegen/kir/Lower.h"
 
+#include "codegen/kir/Builder.h"
+
 #include <cmath>
 #include <map>
 #include <set>
@@ -32,12 +34,10 @@ ExprRef broadcastIndex(ExprRef flat, const std::vector<int64_t>& out, const std:
 }
 
 struct GroupLowering {
-  const std::vector<const ir::Node*>& group;
-  Kernel k;
+  Builder& b;
   std::map<const ir::Value*, ExprRef> exprs; ///< values computed inside the group
-  std::map<const ir::Value*, int> buffers;   ///< external inputs
   std::vector<int64_t> outShape;
-  ExprRef flat = loopVar(0);
+  ExprRef flat;
 
   Error fail(const ir::Node& n, const std::string& msg) { return makeError(ir::describe(n) + ": " + msg); }
 
@@ -46,11 +46,7 @@ struct GroupLowering {
     if (!v) return fail(n, "absent inputs are not fused");
     if (exprs.count(v)) return exprs[v];
     if (!v->type.isStatic()) return fail(n, "input %" + v->name + " has no static shape");
-    if (!buffers.count(v)) {
-      buffers[v] = (int)k.buffers.size();
-      k.buffers.push_back({v->name, v->type.dtype, v->type.staticNumel().value(), false});
-    }
-    return load(buffers[v], broadcastIndex(flat, outShape, v->type.shape()), computeType(v->type.dtype));
+    return b.ld(v, broadcastIndex(flat, outShape, v->type.shape()));
   }
 
   Expected<ExprRef> expression(const ir::Node& n) {
@@ -126,26 +122,31 @@ bool isFusibleElementwise(const ir::Node& n) {
   }
 }
 
-Expected<Kernel> lowerElementwise(const std::string& name, const std::vector<const ir::Node*>& group) {
-  if (group.empty()) return makeError("an empty elementwise group");
-  GroupLowering L{group, {}, {}, {}, {}};
-  L.k.name = name;
-  const ir::Value* out = group.back()->outputs[0];
+Expected<ExprRef> chainExpression(Builder& b, const std::vector<const ir::Node*>& chain, const ir::Value* seedValue, ExprRef seed,
+                                  ExprRef flat) {
+  GroupLowering L{b, {}, {}, std::move(flat)};
+  const ir::Value* out = chain.back()->outputs[0];
   if (!out->type.isStatic()) return makeError("%" + out->name + " has no static shape");
   L.outShape = out->type.shape();
-  for (const ir::Node* n : group) {
+  if (seedValue) L.exprs[seedValue] = std::move(seed);
+  for (const ir::Node* n : chain) {
     if (!isFusibleElementwise(*n)) return L.fail(*n, "not an elementwise op the code generator fuses");
     if (n->outputs[0]->type.shape() != L.outShape) return L.fail(*n, "its result shape differs from the group's");
     auto e = L.expression(*n);
     if (!e) return e.takeError();
     L.exprs[n->outputs[0]] = cast(*e, computeType(n->outputs[0]->type.dtype));
   }
-  int outBuf = (int)L.k.buffers.size();
-  int64_t numel = out->type.staticNumel().value();
-  L.k.buffers.push_back({out->name, out->type.dtype, numel, true});
-  L.k.body = loop(0, numel, true, {store(outBuf, L.flat, L.exprs[out])});
-  L.k.numLoopVars = 1;
-  return L.k;
+  return L.exprs.at(out);
+}
+
+Expected<Kernel> lowerElementwise(const std::string& name, const std::vector<const ir::Node*>& group) {
+  if (group.empty()) return makeError("an empty elementwise group");
+  Builder b(name);
+  int i = b.newLoopVar();
+  auto e = chainExpression(b, group, nullptr, nullptr, loopVar(i));
+  if (!e) return e.takeError();
+  const ir::Value* out = group.back()->outputs[0];
+  return b.finish(loop(i, out->type.staticNumel().value(), true, {b.st(out, loopVar(i), *e)}));
 }
 
 Expected<Kernel> lowerReduce(const std::string& name, const ir::Node& n) {

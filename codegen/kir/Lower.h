@@ -20,6 +20,14 @@ bool isFusibleElementwise(const ir::Node& n);
 /// inputs in order of first use, then the output.
 Expected<Kernel> lowerElementwise(const std::string& name, const std::vector<const ir::Node*>& group);
 
+class Builder;
+
+/// The expression of an elementwise chain's last result at flat output index
+/// `flat`; `seedValue` (if any) is not loaded but stands for `seed` (a matrix
+/// product's element, say). External inputs are registered in `b`.
+Expected<ExprRef> chainExpression(Builder& b, const std::vector<const ir::Node*>& chain, const ir::Value* seedValue, ExprRef seed,
+                                  ExprRef flat);
+
 /// Lowers a ReduceSum/Mean/Max/Min/SumSquare/L2 node with constant axes.
 Expected<Kernel> lowerReduce(const std::string& name, const ir::Node& n);
 

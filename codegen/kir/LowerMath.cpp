@@ -1,6 +1,7 @@
 // Lowerings of matrix products, row-wise ops (softmax, layer normalization,
 // losses and their gradients), elementwise derivatives and optimizer updates.
 #include "codegen/kir/Builder.h"
+#include "codegen/kir/Lower.h"
 #include "codegen/kir/LowerOps.h"
 
 #include <cmath>
@@ -37,30 +38,39 @@ int64_t axisOf(const ir::Node& n, int64_t rank, int64_t def) {
 /// (the inner loop over j vectorizes); otherwise each element is a dot
 /// product over k. `aAt(r, k)`, `bAt(r, k, j)` give operand offsets.
 struct Product {
-  const ir::Value *a, *b, *y;
+  const ir::Value *a, *b, *y; ///< y: the buffer written (the product's, or its epilogue's last result)
   int64_t rows, N, K;
   bool bRowContiguous;
   std::function<ExprRef(ExprRef, ExprRef)> aAt;
   std::function<ExprRef(ExprRef, ExprRef, ExprRef)> bAt;
   double alpha = 1;
   std::function<ExprRef(B&, ExprRef, ExprRef)> epilogue; ///< added to each element, may be null
+  std::vector<const ir::Node*> chain;                    ///< elementwise nodes applied to the product
+  const ir::Value* product = nullptr;                    ///< the product's own value (the chain's seed)
 };
 
-static Kernel lowerProduct(const std::string& name, const Product& p) {
+static Expected<Kernel> lowerProduct(const std::string& name, const Product& p) {
   Scalar t = computeType(p.y->type.dtype);
   B b(name);
   int r = b.newLoopVar(), k = b.newLoopVar(), j = b.newLoopVar(), j2 = b.newLoopVar(), acc = b.newLocal(), aik = b.newLocal();
   auto yAt = [&](int jv) { return B::add(B::mul(loopVar(r), B::i(p.N)), loopVar(jv)); };
+  Error err = Error::success();
   auto finish = [&](ExprRef sum, int jv) {
     ExprRef v = p.alpha == 1 ? sum : B::mul(B::c(p.alpha, t), sum);
-    return p.epilogue ? B::add(v, p.epilogue(b, loopVar(r), loopVar(jv))) : v;
+    if (p.epilogue) v = B::add(v, p.epilogue(b, loopVar(r), loopVar(jv)));
+    if (p.chain.empty()) return v;
+    auto e = chainExpression(b, p.chain, p.product, v, yAt(jv));
+    if (e) return *e;
+    if (!err) err = e.takeError();
+    else llvm::consumeError(e.takeError());
+    return v;
   };
   std::vector<StmtRef> body;
   if (p.bRowContiguous) {
     body = {loop(j, p.N, false, {b.st(p.y, yAt(j), B::c(0, t))}),
             loop(k, p.K, false, {let(aik, b.ld(p.a, p.aAt(loopVar(r), loopVar(k)))),
                                  loop(j2, p.N, false, {b.st(p.y, yAt(j2), B::add(b.ld(p.y, yAt(j2)), B::mul(local(aik, t), b.ld(p.b, p.bAt(loopVar(r), loopVar(k), loopVar(j2))))))})})};
-    if (p.alpha != 1 || p.epilogue) {
+    if (p.alpha != 1 || p.epilogue || !p.chain.empty()) {
       int j3 = b.newLoopVar();
       body.push_back(loop(j3, p.N, false, {b.st(p.y, yAt(j3), finish(b.ld(p.y, yAt(j3)), j3))}));
     }
@@ -69,11 +79,17 @@ static Kernel lowerProduct(const std::string& name, const Product& p) {
     body = {loop(j, p.N, false, {let(acc, B::c(0, t)), loop(k, p.K, false, {set(acc, B::add(local(acc, t), prod))}),
                                  b.st(p.y, yAt(j), finish(local(acc, t), j))})};
   }
+  if (err) return err;
   return b.finish(loop(r, p.rows, true, body));
 }
 
-Expected<std::vector<Kernel>> lowerMatMul(const std::string& name, const ir::Node& n) {
-  const ir::Value *a = n.input(0), *bv = n.input(1), *y = n.outputs[0];
+static Expected<std::vector<Kernel>> kernels(Expected<Kernel> k) {
+  if (!k) return k.takeError();
+  return std::vector<Kernel>{std::move(*k)};
+}
+
+Expected<std::vector<Kernel>> lowerMatMulChain(const std::string& name, const ir::Node& n, const std::vector<const ir::Node*>& chain) {
+  const ir::Value *a = n.input(0), *bv = n.input(1), *y = chain.empty() ? n.outputs[0] : chain.back()->outputs[0];
   if (a->type.rank() < 2 || bv->type.rank() < 2) return makeError(ir::describe(n) + ": 1-D operands are not generated yet");
   std::vector<int64_t> as = shapeOf(a), bs = shapeOf(bv), ys = shapeOf(y);
   int64_t M = ys[ys.size() - 2], N = ys.back(), K = as.back();
@@ -94,19 +110,21 @@ Expected<std::vector<Kernel>> lowerMatMul(const std::string& name, const ir::Nod
               return B::add(base, B::add(B::mul(i, B::i(K)), k));
             },
             [&](ExprRef r, ExprRef k, ExprRef j) { return B::add(matrixBase(bs, r).first, B::add(B::mul(k, B::i(N)), j)); },
-            1, nullptr};
+            1, nullptr, chain, n.outputs[0]};
   (void)M;
-  return std::vector<Kernel>{lowerProduct(name, p)};
+  return kernels(lowerProduct(name, p));
 }
 
-Expected<std::vector<Kernel>> lowerGemm(const std::string& name, const ir::Node& n) {
-  const ir::Value *a = n.input(0), *bv = n.input(1), *cv = n.input(2), *y = n.outputs[0];
+Expected<std::vector<Kernel>> lowerMatMul(const std::string& name, const ir::Node& n) { return lowerMatMulChain(name, n, {}); }
+
+Expected<std::vector<Kernel>> lowerGemmChain(const std::string& name, const ir::Node& n, const std::vector<const ir::Node*>& chain) {
+  const ir::Value *a = n.input(0), *bv = n.input(1), *cv = n.input(2), *y = chain.empty() ? n.outputs[0] : chain.back()->outputs[0];
   bool ta = n.getInt("transA", 0), tb = n.getInt("transB", 0);
   int64_t M = y->type.dims[0].value, N = y->type.dims[1].value, K = a->type.dims[ta ? 0 : 1].value;
   Product p{a, bv, y, M, N, K, !tb,
             [=](ExprRef i, ExprRef k) { return ta ? B::add(B::mul(k, B::i(M)), i) : B::add(B::mul(i, B::i(K)), k); },
             [=](ExprRef, ExprRef k, ExprRef j) { return tb ? B::add(B::mul(j, B::i(K)), k) : B::add(B::mul(k, B::i(N)), j); },
-            n.getFloat("alpha", 1), nullptr};
+            n.getFloat("alpha", 1), nullptr, chain, n.outputs[0]};
   if (cv) {
     std::vector<int64_t> cs = shapeOf(cv);
     while (cs.size() < 2) cs.insert(cs.begin(), 1);
@@ -117,7 +135,15 @@ Expected<std::vector<Kernel>> lowerGemm(const std::string& name, const ir::Node&
       return B::mul(B::c(beta, t), b.ld(cv, cAt));
     };
   }
-  return std::vector<Kernel>{lowerProduct(name, p)};
+  return kernels(lowerProduct(name, p));
+}
+
+Expected<std::vector<Kernel>> lowerGemm(const std::string& name, const ir::Node& n) { return lowerGemmChain(name, n, {}); }
+
+Expected<std::vector<Kernel>> lowerProductGroup(const std::string& name, const std::vector<const ir::Node*>& group) {
+  std::vector<const ir::Node*> chain(group.begin() + 1, group.end());
+  if (group[0]->op == ir::Op::Gemm) return lowerGemmChain(name, *group[0], chain);
+  return lowerMatMulChain(name, *group[0], chain);
 }
 
 Expected<std::vector<Kernel>> lowerSoftmax(const std::string& name, const ir::Node& n) {

@@ -16,6 +16,10 @@ namespace sgc::kir {
 /// node and what is not generated yet.
 Expected<std::vector<Kernel>> lowerNode(const std::string& name, const ir::Node& n);
 
+/// A MatMul or Gemm followed by elementwise nodes applied to its result
+/// (group[0] is the product), as one kernel.
+Expected<std::vector<Kernel>> lowerProductGroup(const std::string& name, const std::vector<const ir::Node*>& group);
+
 /// Whether a kernel runs as one serial call (its body is not a parallel loop).
 inline bool isSerial(const Kernel& k) { return !(k.body->kind == StmtKind::Loop && k.body->parallel); }
 

@@ -3,6 +3,7 @@
 // run on random inputs; the same kernels' PTX assembles with ptxas for sm_90
 // and sm_80 (SKIP when the CUDA toolkit is absent).
 #include "codegen/kir/Lower.h"
+#include "codegen/kir/LowerOps.h"
 #include "codegen/llvm/Emitter.h"
 #include "ir/Text.h"
 #include "ir/interp/Interpreter.h"
@@ -152,6 +153,65 @@ TEST_P(KernelCheck, PtxAssembles) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, KernelCheck, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+TEST(Kernel, ProductWithEpilogueMatchesInterpreter) {
+  // Gemm with bias (transB, as Linear layers export), then GELU's erf pattern and a scale: one kernel.
+  auto g = ir::parse(R"(graph @g {
+    input %x : f32[5, 7]
+    input %w : f32[6, 7]
+    input %bias : f32[6]
+    const %r2 : f32[] = dense<"0xf304b53f">
+    const %one : f32[] = dense<"0x0000803f">
+    %h : ?[*] = Gemm(%x, %w, %bias) {transB = 1}
+    %d : ?[*] = Div(%h, %r2)
+    %e : ?[*] = Erf(%d)
+    %a : ?[*] = Add(%e, %one)
+    %y : ?[*] = Mul(%h, %a)
+    output %y })", "epilogue");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  std::vector<const ir::Node*> group;
+  for (auto& n : (*g)->nodes()) group.push_back(n.get());
+  for (int transB : {1, 0}) {
+    if (!transB) { // the same with a plain right operand: the row-accumulating form
+      group[0]->inputs[1]->type = ir::Type::of(ir::DType::F32, {7, 6});
+      const_cast<ir::Node*>(group[0])->attrs["transB"] = int64_t(0);
+    }
+    auto ks = kir::lowerProductGroup("k", group);
+    ASSERT_TRUE(!!ks) << errorText(ks.takeError());
+    ASSERT_EQ(ks->size(), 1u);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::map<std::string, ir::Tensor> in;
+    for (ir::Value* v : (*g)->inputs) {
+      ir::Tensor t(v->type.dtype, v->type.shape());
+      for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
+      in[v->name] = t;
+    }
+    auto want = ir::run(**g, in);
+    ASSERT_TRUE(!!want) << errorText(want.takeError());
+    std::vector<ir::Tensor> storage;
+    storage.reserve(8);
+    std::vector<void*> args;
+    for (const kir::BufferArg& b : (*ks)[0].buffers) {
+      const ir::Value* v = (*g)->findValue(b.name);
+      storage.push_back(b.written ? ir::Tensor(b.dtype, v->type.shape()) : v->kind == ir::ValueKind::Input ? in.at(b.name) : *v->data);
+      args.push_back(storage.back().bytes.data());
+    }
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    auto mod = codegen::emitKernels(*ctx, *ks, codegen::TargetSpec::x86());
+    ASSERT_TRUE(!!mod) << errorText(mod.takeError());
+    auto jit = llvm::orc::LLJITBuilder().create();
+    ASSERT_TRUE(!!jit);
+    ASSERT_FALSE((*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(*mod), std::move(ctx))));
+    auto sym = (*jit)->lookup("k");
+    ASSERT_TRUE(!!sym);
+    sym->toPtr<void (*)(void**, int64_t, int64_t)>()(args.data(), 0, (*ks)[0].body->extent);
+    const ir::Tensor& ref = want->at("y");
+    const ir::Tensor& out = storage[std::find_if((*ks)[0].buffers.begin(), (*ks)[0].buffers.end(), [](auto& b) { return b.written; }) - (*ks)[0].buffers.begin()];
+    for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(out.getF(i), ref.getF(i), 1e-5 * (1 + std::fabs(ref.getF(i)))) << "transB " << transB;
+  }
+}
 
 TEST(Kernel, ObjectCodeIsDeterministic) {
   auto g = parsed(cases()[0]);
