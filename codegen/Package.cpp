@@ -78,7 +78,19 @@ Expected<std::unique_ptr<llvm::Module>> hostModule(llvm::LLVMContext& ctx, const
   addBytes(**m, "sgcrt_program", p.programJson.data(), p.programJson.size(), 8);
   static const uint8_t none = 0;
   addBytes(**m, "sgcrt_weights", p.weights.empty() ? &none : p.weights.data(), p.weights.size(), 64);
-  for (auto& [suffix, bytes] : gpu) addBytes(**m, "sgcrt_gpu_" + suffix, bytes.data(), bytes.size(), 64);
+  // The GPU blobs, and a table the runtime searches by name: {name, data, size} per blob.
+  auto* ptrTy = llvm::PointerType::getUnqual(ctx);
+  auto* i64 = llvm::Type::getInt64Ty(ctx);
+  auto* entryTy = llvm::StructType::get(ctx, {ptrTy, ptrTy, i64});
+  std::vector<llvm::Constant*> entries;
+  for (auto& [suffix, bytes] : gpu) {
+    addBytes(**m, "sgcrt_gpu_" + suffix, bytes.data(), bytes.size(), 64);
+    auto* nameInit = llvm::ConstantDataArray::getString(ctx, suffix);
+    auto* name = new llvm::GlobalVariable(**m, nameInit->getType(), true, llvm::GlobalValue::PrivateLinkage, nameInit, "sgcrt_gpu_name_" + suffix);
+    entries.push_back(llvm::ConstantStruct::get(entryTy, {name, (*m)->getNamedGlobal("sgcrt_gpu_" + suffix), llvm::ConstantInt::get(i64, bytes.size())}));
+  }
+  addConstant(**m, "sgcrt_gpu_blobs", llvm::ConstantArray::get(llvm::ArrayType::get(entryTy, entries.size()), entries), 8);
+  addConstant(**m, "sgcrt_gpu_blob_count", llvm::ConstantInt::get(i64, entries.size()), 8);
   std::vector<llvm::Constant*> fns;
   for (const kir::Kernel& k : p.kernels) fns.push_back((*m)->getFunction(k.name));
   auto* ptr = llvm::PointerType::getUnqual(ctx);

@@ -183,10 +183,12 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   const ir::Value *lr = g.findValue("sgc.lr"), *step = g.findValue("sgc.step");
   if (!lr || !step) return makeError("the graph is not a training step (no sgc.lr or sgc.step)");
   p.hash = hexHash(g, options);
+  nlohmann::json names = nlohmann::json::array();
+  for (const kir::Kernel& k : p.kernels) names.push_back(k.name);
   nlohmann::json regions = nlohmann::json::array();
   for (int r = 0; r < kNumRegions; ++r) regions.push_back(p.plan.regionBytes[r]);
   nlohmann::json prog = {{"abi", 1}, {"hash", p.hash}, {"alignment", p.plan.alignment}, {"regions", regions},
-                         {"kernels", (int)p.kernels.size()}, {"tensors", tensors}, {"launches", launches}, {"updates", updates},
+                         {"kernels", (int)p.kernels.size()}, {"kernel_names", names}, {"tensors", tensors}, {"launches", launches}, {"updates", updates},
                          {"weights", weights}, {"loss", tensorId.at(g.outputs[0]->name)}, {"lr", tensorId.at(lr->name)},
                          {"step", tensorId.at(step->name)}, {"lr_default", defaultLr},
                          {"weights_mode", mode == Weights::Embedded ? "embedded" : mode == Weights::External ? "external" : "none"},

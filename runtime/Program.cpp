@@ -49,6 +49,8 @@ bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program&
     p.hash = j.at("hash");
     p.alignment = j.at("alignment");
     p.numKernels = j.at("kernels");
+    p.kernelNames = j.at("kernel_names").get<std::vector<std::string>>();
+    if ((int)p.kernelNames.size() != p.numKernels) return fail(error, "kernel names do not match the kernel count");
     auto regions = j.at("regions");
     if (regions.size() != kNumRegions) return fail(error, "wrong number of regions");
     for (int r = 0; r < kNumRegions; ++r) p.regions[r] = regions[r];

@@ -44,6 +44,7 @@ struct Program {
   std::string weightsMode = "embedded"; ///< embedded | external | none
   std::string weightsFile;              ///< for external: the file beside the .so
   int numKernels = 0;
+  std::vector<std::string> kernelNames; ///< the GPU modules' function names, by kernel index
 };
 
 /// Parses and checks the description; `weightsBytes` bounds the weight offsets.

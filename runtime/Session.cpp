@@ -1,9 +1,12 @@
-// The C ABI (include/sgc/sgc.h) over the CPU executor: a session owns the
-// arena laid out by the static memory plan, runs the step's kernel launches
-// (parallel ones split across a thread pool), applies the updates, and reads
-// and writes tensors and checkpoints. No exception crosses the ABI.
+// The C ABI (include/sgc/sgc.h) over two executors: a session owns the arena
+// laid out by the static memory plan (in host memory, or as one allocation on
+// a GPU), runs the step's kernel launches (on the CPU, parallel ones split
+// across a thread pool; on the GPU, the library's cubin or PTX), applies the
+// updates, and reads and writes tensors and checkpoints. No exception crosses
+// the ABI.
 #include "sgc/sgc.h"
 
+#include "runtime/Cuda.h"
 #include "runtime/Program.h"
 #include "runtime/Safetensors.h"
 #include "runtime/ThreadPool.h"
@@ -25,6 +28,13 @@ __attribute__((visibility("hidden"))) extern const uint64_t sgcrt_program_size;
 __attribute__((visibility("hidden"))) extern const uint8_t sgcrt_weights[];
 __attribute__((visibility("hidden"))) extern const uint64_t sgcrt_weights_size;
 __attribute__((visibility("hidden"))) extern const sgcrt_kernel sgcrt_kernels[];
+struct sgcrt_gpu_blob {
+  const char* name;
+  const void* data;
+  uint64_t size;
+};
+__attribute__((visibility("hidden"))) extern const sgcrt_gpu_blob sgcrt_gpu_blobs[];
+__attribute__((visibility("hidden"))) extern const uint64_t sgcrt_gpu_blob_count;
 }
 
 using namespace sgc::rt;
@@ -59,7 +69,9 @@ std::string shapeText(const std::string& dtype, const int64_t* shape, int ndim) 
 struct sgc_session {
   Program prog;
   void* arena = nullptr;
-  uint8_t* base[kNumRegions] = {};
+  uint8_t* base[kNumRegions] = {};      ///< CPU: region starts in host memory
+  std::unique_ptr<CudaDevice> gpu;      ///< GPU: the device and its arena
+  uint64_t devBase[kNumRegions] = {};   ///< GPU: region starts in device memory
   std::unique_ptr<ThreadPool> pool;
   std::map<std::string, int> byName;
   std::vector<int> lists[3]; ///< tensor ids per sgc_tensor_kind
@@ -70,6 +82,19 @@ struct sgc_session {
   ~sgc_session() { std::free(arena); }
   uint8_t* data(int id) { return base[prog.tensors[id].region] + prog.tensors[id].offset; }
   const uint8_t* data(int id) const { return base[prog.tensors[id].region] + prog.tensors[id].offset; }
+  uint64_t devData(int id) const { return devBase[prog.tensors[id].region] + prog.tensors[id].offset; }
+
+  /// Copies a tensor's bytes out of / into the arena, wherever it lives.
+  bool read(int id, void* dst, std::string& error) const {
+    if (gpu) return gpu->toHost(dst, devData(id), prog.tensors[id].bytes, error);
+    std::memcpy(dst, data(id), prog.tensors[id].bytes);
+    return true;
+  }
+  bool write(int id, const void* src, std::string& error) {
+    if (gpu) return gpu->toDevice(devData(id), src, prog.tensors[id].bytes, error);
+    std::memcpy(data(id), src, prog.tensors[id].bytes);
+    return true;
+  }
 };
 
 namespace {
@@ -106,7 +131,17 @@ int findTensor(const sgc_session* s, const char* name, std::initializer_list<Ten
   return -1;
 }
 
-void runLaunches(sgc_session* s, bool forwardOnly) {
+bool runLaunches(sgc_session* s, bool forwardOnly, std::string& error) {
+  if (s->gpu) {
+    std::vector<uint64_t> args;
+    for (const Launch& l : s->prog.launches) {
+      if (forwardOnly && !l.forward) continue;
+      args.clear();
+      for (int a : l.args) args.push_back(s->devData(a));
+      if (!s->gpu->launch(l.kernel, args, l.serial, l.extent, error)) return false;
+    }
+    return s->gpu->synchronize(error);
+  }
   std::vector<void*> args;
   for (const Launch& l : s->prog.launches) {
     if (forwardOnly && !l.forward) continue;
@@ -116,18 +151,20 @@ void runLaunches(sgc_session* s, bool forwardOnly) {
     if (l.serial) fn(args.data(), 0, 1);
     else s->pool->parallelFor(l.extent, [&](int64_t b, int64_t e) { fn(args.data(), b, e); });
   }
+  return true;
 }
 
-double readScalar(const sgc_session* s, int id) {
-  const TensorDesc& d = s->prog.tensors[id];
-  if (d.dtype == "F64") {
-    double v;
-    std::memcpy(&v, s->data(id), 8);
-    return v;
+bool readScalar(const sgc_session* s, int id, double& out, std::string& error) {
+  uint8_t bytes[8];
+  if (!s->read(id, bytes, error)) return false;
+  if (s->prog.tensors[id].dtype == "F64") {
+    std::memcpy(&out, bytes, 8);
+    return true;
   }
   float v;
-  std::memcpy(&v, s->data(id), 4);
-  return v;
+  std::memcpy(&v, bytes, 4);
+  out = v;
+  return true;
 }
 
 sgc_status step(sgc_session* s, double* loss, bool train) {
@@ -138,12 +175,19 @@ sgc_status step(sgc_session* s, double* loss, bool train) {
     if (!s->inputSet[i])
       return fail(SGC_ERROR_INVALID_ARGUMENT, "input '" + s->prog.tensors[s->lists[SGC_TENSOR_INPUT][i]].name + "' was not set");
   float lr = (float)s->lr;
-  std::memcpy(s->data(s->prog.lr), &lr, sizeof lr);
-  runLaunches(s, !train);
-  double l = readScalar(s, s->prog.loss);
+  std::string error;
+  double l = 0;
+  if (!s->write(s->prog.lr, &lr, error) || !runLaunches(s, !train, error) || !readScalar(s, s->prog.loss, l, error))
+    return fail(SGC_ERROR_DEVICE, error);
   if (train)
-    for (auto& [target, source] : s->prog.updates)
-      std::memcpy(s->data(target), s->data(source), s->prog.tensors[target].bytes);
+    for (auto& [target, source] : s->prog.updates) {
+      uint64_t bytes = s->prog.tensors[target].bytes;
+      if (s->gpu) {
+        if (!s->gpu->copy(s->devData(target), s->devData(source), bytes, error)) return fail(SGC_ERROR_DEVICE, error);
+      } else {
+        std::memcpy(s->data(target), s->data(source), bytes);
+      }
+    }
   *loss = l;
   return SGC_OK;
 }
@@ -160,8 +204,10 @@ sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
   if (o->struct_size < sizeof(sgc_session_options) || o->version != SGC_ABI_VERSION)
     return fail(SGC_ERROR_INVALID_ARGUMENT, "options are not of this ABI version (initialize them with SGC_SESSION_OPTIONS_INIT)");
   std::string device = o->device ? o->device : "cpu";
-  if (device.rfind("cuda", 0) == 0) return fail(SGC_ERROR_DEVICE, "device '" + device + "': this library has no GPU runtime yet");
-  if (device != "cpu") return fail(SGC_ERROR_DEVICE, "unknown device '" + device + "' (expected cpu or cuda:N)");
+  int ordinal = -1;
+  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.find_first_not_of("0123456789", 5) == std::string::npos)
+    ordinal = std::atoi(device.c_str() + 5);
+  if (device != "cpu" && ordinal < 0) return fail(SGC_ERROR_DEVICE, "unknown device '" + device + "' (expected cpu or cuda:N)");
   if (o->num_threads < 0) return fail(SGC_ERROR_INVALID_ARGUMENT, "num_threads must be 0 or positive");
   try {
     auto s = std::make_unique<sgc_session>();
@@ -173,11 +219,20 @@ sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
       offsets[r] = total;
       total += (s->prog.regions[r] + 63) / 64 * 64;
     }
-    s->arena = std::aligned_alloc(64, total ? total : 64);
-    if (!s->arena) return fail(SGC_ERROR_OUT_OF_MEMORY, "cannot allocate the " + std::to_string(total) + "-byte arena");
-    std::memset(s->arena, 0, total);
-    for (int r = 0; r < kNumRegions; ++r) s->base[r] = (uint8_t*)s->arena + offsets[r];
-    for (auto& [t, off] : s->prog.weights) std::memcpy(s->data(t), sgcrt_weights + off, s->prog.tensors[t].bytes);
+    if (ordinal >= 0) {
+      std::vector<GpuBlob> blobs;
+      for (uint64_t i = 0; i < sgcrt_gpu_blob_count; ++i) blobs.push_back({sgcrt_gpu_blobs[i].name, sgcrt_gpu_blobs[i].data, sgcrt_gpu_blobs[i].size});
+      s->gpu = CudaDevice::open(ordinal, blobs, s->prog.kernelNames, total, error);
+      if (!s->gpu) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
+      for (int r = 0; r < kNumRegions; ++r) s->devBase[r] = s->gpu->arena() + offsets[r];
+    } else {
+      s->arena = std::aligned_alloc(64, total ? total : 64);
+      if (!s->arena) return fail(SGC_ERROR_OUT_OF_MEMORY, "cannot allocate the " + std::to_string(total) + "-byte arena");
+      std::memset(s->arena, 0, total);
+      for (int r = 0; r < kNumRegions; ++r) s->base[r] = (uint8_t*)s->arena + offsets[r];
+    }
+    for (auto& [t, off] : s->prog.weights)
+      if (!s->write(t, sgcrt_weights + off, error)) return fail(SGC_ERROR_DEVICE, error);
     for (int i = 0; i < (int)s->prog.tensors.size(); ++i) {
       const TensorDesc& d = s->prog.tensors[i];
       if (d.kind == TensorKind::Result || d.kind == TensorKind::Const) continue;
@@ -246,7 +301,8 @@ sgc_status sgc_set_input(sgc_session* s, const char* name, const DLTensor* t) {
   int id = findTensor(s, name, {TensorKind::Input});
   if (id < 0 || id == s->prog.lr) return fail(SGC_ERROR_NOT_FOUND, std::string("no input named '") + (name ? name : "(null)") + "'");
   if (sgc_status st = checkTensor(s, id, t, "input")) return st;
-  std::memcpy(s->data(id), (const uint8_t*)t->data + t->byte_offset, s->prog.tensors[id].bytes);
+  std::string error;
+  if (!s->write(id, (const uint8_t*)t->data + t->byte_offset, error)) return fail(SGC_ERROR_DEVICE, error);
   auto& inputs = s->lists[SGC_TENSOR_INPUT];
   s->inputSet[std::find(inputs.begin(), inputs.end(), id) - inputs.begin()] = true;
   return SGC_OK;
@@ -267,7 +323,8 @@ sgc_status sgc_get_tensor(const sgc_session* s, const char* name, DLTensor* out)
   int id = findTensor(s, name, {TensorKind::Param, TensorKind::State});
   if (id < 0) return fail(SGC_ERROR_NOT_FOUND, std::string("no parameter or state named '") + (name ? name : "(null)") + "'");
   if (sgc_status st = checkTensor(s, id, out, "tensor")) return st;
-  std::memcpy((uint8_t*)out->data + out->byte_offset, s->data(id), s->prog.tensors[id].bytes);
+  std::string error;
+  if (!s->read(id, (uint8_t*)out->data + out->byte_offset, error)) return fail(SGC_ERROR_DEVICE, error);
   return SGC_OK;
 }
 
@@ -276,7 +333,8 @@ sgc_status sgc_set_tensor(sgc_session* s, const char* name, const DLTensor* t) {
   int id = findTensor(s, name, {TensorKind::Param, TensorKind::State});
   if (id < 0) return fail(SGC_ERROR_NOT_FOUND, std::string("no parameter or state named '") + (name ? name : "(null)") + "'");
   if (sgc_status st = checkTensor(s, id, t, "tensor")) return st;
-  std::memcpy(s->data(id), (const uint8_t*)t->data + t->byte_offset, s->prog.tensors[id].bytes);
+  std::string error;
+  if (!s->write(id, (const uint8_t*)t->data + t->byte_offset, error)) return fail(SGC_ERROR_DEVICE, error);
   return SGC_OK;
 }
 
@@ -287,7 +345,10 @@ sgc_status sgc_save(const sgc_session* s, const char* path) {
     for (int kind : {SGC_TENSOR_PARAMETER, SGC_TENSOR_STATE})
       for (int id : s->lists[kind]) {
         const TensorDesc& d = s->prog.tensors[id];
-        file[d.name] = StTensor{d.dtype, d.shape, std::vector<uint8_t>(s->data(id), s->data(id) + d.bytes)};
+        StTensor t{d.dtype, d.shape, std::vector<uint8_t>(d.bytes)};
+        std::string error;
+        if (!s->read(id, t.data.data(), error)) return fail(SGC_ERROR_DEVICE, error);
+        file[d.name] = std::move(t);
       }
     std::string error;
     if (!writeSafetensors(path, file, error)) return fail(SGC_ERROR_IO, error);
@@ -320,7 +381,7 @@ sgc_status sgc_load(sgc_session* s, const char* path) {
     for (int kind : {SGC_TENSOR_PARAMETER, SGC_TENSOR_STATE})
       for (int id : s->lists[kind]) {
         auto it = file.find(s->prog.tensors[id].name);
-        if (it != file.end()) std::memcpy(s->data(id), it->second.data.data(), s->prog.tensors[id].bytes);
+        if (it != file.end() && !s->write(id, it->second.data.data(), error)) return fail(SGC_ERROR_DEVICE, error);
       }
     s->paramsLoaded = true;
     return SGC_OK;

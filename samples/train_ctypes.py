@@ -1,8 +1,9 @@
 # Trains a model compiled by sgc from Python through ctypes (no other
 # dependency): load the .so, create a session, feed the bundled sample's
 # batches, print the loss of each step.
-# Usage: python3 samples/train_ctypes.py train.so samples/mlp_train_data.safetensors STEPS
-import ctypes, json, struct, sys
+# Usage: python3 samples/train_ctypes.py train.so samples/mlp_train_data.safetensors STEPS [DEVICE]
+# (DEVICE: cpu, the default, or cuda:N)
+import ctypes, json, os, struct, sys
 
 
 class DLDevice(ctypes.Structure):
@@ -32,10 +33,11 @@ def read_safetensors(path):
 
 
 def main():
-    lib = ctypes.CDLL(sys.argv[1])
+    lib = ctypes.CDLL(os.path.abspath(sys.argv[1]))  # a path: never a search of the library path
     lib.sgc_last_error.restype = ctypes.c_char_p
     session = ctypes.c_void_p()
-    options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), b"cpu", 0)
+    device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
+    options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), device.encode(), 0)
     if lib.sgc_session_create(ctypes.byref(options), ctypes.byref(session)):
         sys.exit("sgc_session_create: " + lib.sgc_last_error().decode())
     data = read_safetensors(sys.argv[2])

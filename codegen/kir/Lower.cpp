@@ -87,7 +87,11 @@ struct GroupLowering {
     case Op::Sub: return binary("sub", a[0], a[1]);
     case Op::Mul: return binary("mul", a[0], a[1]);
     case Op::Div: return binary("div", a[0], a[1]);
-    case Op::Pow: return binary("pow", a[0], cast(a[1], a[0]->type));
+    case Op::Pow: {
+      const ir::Value* e = n.input(1);
+      if (e->kind == ir::ValueKind::Const && e->data->numel() == 1 && e->data->getF(0) == 2) return binary("mul", a[0], a[0]);
+      return binary("pow", a[0], cast(a[1], a[0]->type));
+    }
     case Op::Min: return binary("min", a[0], a[1]);
     case Op::Max: return binary("max", a[0], a[1]);
     case Op::Equal: return binary("eq", a[0], a[1]);

@@ -320,9 +320,19 @@ private:
         llvm::FunctionCallee f = m_.getOrInsertFunction(f64 ? "pow" : "powf", a->getType(), a->getType(), a->getType());
         return b_.CreateCall(f, {a, c});
       }
-      auto l = logOf(a);
+      // |a|^c = exp(c log|a|); a negative base takes the sign of an odd integer c (NaN for
+      // a fractional c); a zero exponent gives 1, as pow does.
+      auto l = logOf(intrinsic(llvm::Intrinsic::fabs, {a}));
       if (!l) return l.takeError();
-      return expOf(b_.CreateFMul(c, *l));
+      auto r = expOf(b_.CreateFMul(c, *l));
+      if (!r) return r.takeError();
+      llvm::Value* fc = intrinsic(llvm::Intrinsic::floor, {c});
+      llvm::Value* isInt = b_.CreateFCmpOEQ(fc, c);
+      llvm::Value* half = intrinsic(llvm::Intrinsic::floor, {b_.CreateFMul(c, fconst(c, 0.5))});
+      llvm::Value* odd = b_.CreateFCmpUNE(b_.CreateFMul(half, fconst(c, 2)), c);
+      llvm::Value* negBase = b_.CreateSelect(isInt, b_.CreateSelect(odd, b_.CreateFNeg(*r), *r), fconst(c, NAN));
+      llvm::Value* v = b_.CreateSelect(b_.CreateFCmpOLT(a, fconst(a, 0)), negBase, *r);
+      return b_.CreateSelect(b_.CreateFCmpOEQ(c, fconst(c, 0)), fconst(c, 1), v);
     }
     static const std::map<std::string, std::pair<llvm::CmpInst::Predicate, llvm::CmpInst::Predicate>> cmp = {
         {"eq", {llvm::CmpInst::FCMP_OEQ, llvm::CmpInst::ICMP_EQ}}, {"lt", {llvm::CmpInst::FCMP_OLT, llvm::CmpInst::ICMP_SLT}},

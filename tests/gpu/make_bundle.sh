@@ -1,0 +1,15 @@
+#!/bin/sh
+# Compiles the GPU test models (the bundled training sample, and the MLP, CNN
+# and GPT of tests/training/torch_equivalence.py) for the CPU and sm_90 into
+# DIR with their data, ready to carry to a GPU machine.
+# Usage: make_bundle.sh SGC SOURCE_DIR MODELS_DIR OUT_DIR
+set -eu
+sgc=$1 src=$2 models=$3 out=$4
+mkdir -p "$out"
+"$sgc" compile "$src/samples/mlp_train.onnx" -o "$out/sample.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90
+cp "$src/samples/mlp_train_data.safetensors" "$out/sample_data.safetensors"
+for m in mlp cnn gpt; do
+  "$sgc" compile "$models/$m.onnx" -o "$out/$m.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90
+  cp "$models/${m}_data.safetensors" "$out/"
+done
+cp "$src/tests/gpu/check_gpu.sh" "$src/samples/train_ctypes.py" "$out/"
