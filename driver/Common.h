@@ -20,6 +20,10 @@ rt::StTensor toSafetensors(const ir::Tensor& t);
 int reportError(Error e);
 int reportError(const std::string& msg);
 
+/// Prints a training step's JSON line; a NaN or infinite loss is reported on
+/// its line and as an error (returns 1), else returns 0.
+int reportStep(const std::string& model, int64_t step, double loss);
+
 /// "1,234,567"
 std::string withCommas(int64_t n);
 

@@ -109,13 +109,7 @@ int trainMain(int argc, char** argv) {
     auto out = ir::runStep(**g, feed);
     if (!out) return reportError(model + ": step " + std::to_string(i) + ": " + errorText(out.takeError()));
     double loss = out->begin()->second.getF(0);
-    if (!std::isfinite(loss)) {
-      printf("{\"step\": %lld, \"loss\": null, \"error\": \"the loss is %s\"}\n", (long long)i, std::isnan(loss) ? "NaN" : "infinite");
-      fflush(stdout);
-      return reportError(model + ": the loss became " + (std::isnan(loss) ? "NaN" : "infinite") + " at step " + std::to_string(i));
-    }
-    printf("{\"step\": %lld, \"loss\": %.9g}\n", (long long)i, loss);
-    fflush(stdout);
+    if (int r = reportStep(model, i, loss)) return r;
   }
   if (args->has("save"))
     if (Error e = saveCheckpoint(**g, args->get("save"))) return reportError(std::move(e));

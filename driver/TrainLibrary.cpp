@@ -122,13 +122,7 @@ int trainLibrary(const std::string& path, const Args& args, int64_t steps) {
     }
     double loss = 0;
     if (int r = check(api.sgc_train_step(s, &loss))) return r;
-    if (!std::isfinite(loss)) {
-      printf("{\"step\": %lld, \"loss\": null, \"error\": \"the loss is %s\"}\n", (long long)i, std::isnan(loss) ? "NaN" : "infinite");
-      fflush(stdout);
-      return reportError(path + ": the loss became " + (std::isnan(loss) ? "NaN" : "infinite") + " at step " + std::to_string(i));
-    }
-    printf("{\"step\": %lld, \"loss\": %.9g}\n", (long long)i, loss);
-    fflush(stdout);
+    if (int r = reportStep(path, i, loss)) return r;
   }
   if (args.has("save")) return check(api.sgc_save(s, args.get("save").c_str()));
   return 0;
