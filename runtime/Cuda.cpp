@@ -85,10 +85,8 @@ std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal, const std::vector<GpuB
   d->api_ = std::make_unique<Api>();
   if (!d->api_->load(error)) return nullptr;
   Api& a = *d->api_;
-  int count = 0;
   if (!d->check(a.cuInit(0), "cuInit", error) || !d->check(a.cuDeviceGet(&d->device_, ordinal), ("device cuda:" + std::to_string(ordinal)).c_str(), error))
     return nullptr;
-  (void)count;
   int major = 0, minor = 0;
   a.cuDeviceGetAttribute(&major, kAttrMajor, d->device_);
   a.cuDeviceGetAttribute(&minor, kAttrMinor, d->device_);
