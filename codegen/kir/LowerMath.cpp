@@ -47,40 +47,58 @@ struct Product {
   std::function<ExprRef(B&, ExprRef, ExprRef)> epilogue; ///< added to each element, may be null
   std::vector<const ir::Node*> chain;                    ///< elementwise nodes applied to the product
   const ir::Value* product = nullptr;                    ///< the product's own value (the chain's seed)
+  int64_t rowsPerMatrix = 0;                             ///< rows of one matrix of a batch (0: all rows)
 };
 
 static Expected<Kernel> lowerProduct(const std::string& name, const Product& p) {
   Scalar t = computeType(p.y->type.dtype);
   B b(name);
-  int r = b.newLoopVar(), k = b.newLoopVar(), j = b.newLoopVar(), j2 = b.newLoopVar(), acc = b.newLocal(), aik = b.newLocal();
-  auto yAt = [&](int jv) { return B::add(B::mul(loopVar(r), B::i(p.N)), loopVar(jv)); };
+  int r = b.newLoopVar(), k = b.newLoopVar(), j = b.newLoopVar(), acc = b.newLocal();
+  auto yAt = [&](ExprRef row, ExprRef col) { return B::add(B::mul(std::move(row), B::i(p.N)), std::move(col)); };
   Error err = Error::success();
-  auto finish = [&](ExprRef sum, int jv) {
+  // alpha * sum (+ beta * c) followed by the fused elementwise chain, at (row, col).
+  auto finish = [&](ExprRef row, ExprRef col, ExprRef sum) {
     ExprRef v = p.alpha == 1 ? sum : B::mul(B::c(p.alpha, t), sum);
-    if (p.epilogue) v = B::add(v, p.epilogue(b, loopVar(r), loopVar(jv)));
+    if (p.epilogue) v = B::add(v, p.epilogue(b, row, col));
     if (p.chain.empty()) return v;
-    auto e = chainExpression(b, p.chain, p.product, v, yAt(jv));
+    auto e = chainExpression(b, p.chain, p.product, v, yAt(row, col));
     if (e) return *e;
     if (!err) err = e.takeError();
     else llvm::consumeError(e.takeError());
     return v;
   };
-  std::vector<StmtRef> body;
-  if (p.bRowContiguous) {
-    body = {loop(j, p.N, false, {b.st(p.y, yAt(j), B::c(0, t))}),
-            loop(k, p.K, false, {let(aik, b.ld(p.a, p.aAt(loopVar(r), loopVar(k)))),
-                                 loop(j2, p.N, false, {b.st(p.y, yAt(j2), B::add(b.ld(p.y, yAt(j2)), B::mul(local(aik, t), b.ld(p.b, p.bAt(loopVar(r), loopVar(k), loopVar(j2))))))})})};
-    if (p.alpha != 1 || p.epilogue || !p.chain.empty()) {
-      int j3 = b.newLoopVar();
-      body.push_back(loop(j3, p.N, false, {b.st(p.y, yAt(j3), finish(b.ld(p.y, yAt(j3)), j3))}));
-    }
-  } else {
+  if (!p.bRowContiguous) { // dot products over k
     ExprRef prod = B::mul(b.ld(p.a, p.aAt(loopVar(r), loopVar(k))), b.ld(p.b, p.bAt(loopVar(r), loopVar(k), loopVar(j))));
-    body = {loop(j, p.N, false, {let(acc, B::c(0, t)), loop(k, p.K, false, {set(acc, B::add(local(acc, t), prod))}),
-                                 b.st(p.y, yAt(j), finish(local(acc, t), j))})};
+    auto body = {loop(j, p.N, false, {let(acc, B::c(0, t)), loop(k, p.K, false, {set(acc, B::add(local(acc, t), prod))}),
+                                      b.st(p.y, yAt(loopVar(r), loopVar(j)), finish(loopVar(r), loopVar(j), local(acc, t)))})};
+    Kernel kernel = b.finish(loop(r, p.rows, true, body));
+    if (err) return err;
+    return kernel;
   }
+  // Rows accumulated in place, R rows per iteration: each element of b's row k,
+  // loaded once, feeds R multiply-adds (R divides the rows of each matrix).
+  int64_t m = p.rowsPerMatrix ? p.rowsPerMatrix : p.rows; // a block must not straddle two matrices of a batch
+  int64_t R = m % 4 == 0 ? 4 : m % 2 == 0 ? 2 : 1;
+  auto rowOf = [&](ExprRef q) { return B::add(B::mul(loopVar(r), B::i(R)), std::move(q)); };
+  int j2 = b.newLoopVar(), q = b.newLoopVar(), j3 = b.newLoopVar(), bkj = b.newLocal();
+  std::vector<StmtRef> loadA, update{let(bkj, b.ld(p.b, p.bAt(rowOf(B::i(0)), loopVar(k), loopVar(j2))))};
+  for (int64_t qi = 0; qi < R; ++qi) {
+    int a = b.newLocal();
+    loadA.push_back(let(a, b.ld(p.a, p.aAt(rowOf(B::i(qi)), loopVar(k)))));
+    ExprRef at = yAt(rowOf(B::i(qi)), loopVar(j2));
+    update.push_back(b.st(p.y, at, B::add(b.ld(p.y, at), B::mul(local(a, t), local(bkj, t)))));
+  }
+  loadA.push_back(loop(j2, p.N, false, update));
+  std::vector<StmtRef> body{loop(q, R, false, {loop(j, p.N, false, {b.st(p.y, yAt(rowOf(loopVar(q)), loopVar(j)), B::c(0, t))})}),
+                            loop(k, p.K, false, loadA)};
+  if (p.alpha != 1 || p.epilogue || !p.chain.empty()) {
+    int q2 = b.newLoopVar();
+    ExprRef at = yAt(rowOf(loopVar(q2)), loopVar(j3));
+    body.push_back(loop(q2, R, false, {loop(j3, p.N, false, {b.st(p.y, at, finish(rowOf(loopVar(q2)), loopVar(j3), b.ld(p.y, at)))})}));
+  }
+  Kernel kernel = b.finish(loop(r, p.rows / R, true, body));
   if (err) return err;
-  return b.finish(loop(r, p.rows, true, body));
+  return kernel;
 }
 
 static Expected<std::vector<Kernel>> kernels(Expected<Kernel> k) {
@@ -110,8 +128,7 @@ Expected<std::vector<Kernel>> lowerMatMulChain(const std::string& name, const ir
               return B::add(base, B::add(B::mul(i, B::i(K)), k));
             },
             [&](ExprRef r, ExprRef k, ExprRef j) { return B::add(matrixBase(bs, r).first, B::add(B::mul(k, B::i(N)), j)); },
-            1, nullptr, chain, n.outputs[0]};
-  (void)M;
+            1, nullptr, chain, n.outputs[0], M};
   return kernels(lowerProduct(name, p));
 }
 
