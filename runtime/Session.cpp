@@ -74,7 +74,7 @@ struct sgc_session {
   uint64_t devBase[kNumRegions] = {};   ///< GPU: region starts in device memory
   std::unique_ptr<ThreadPool> pool;
   std::map<std::string, int> byName;
-  std::vector<int> lists[3]; ///< tensor ids per sgc_tensor_kind
+  std::vector<int> lists[4]; ///< tensor ids per sgc_tensor_kind
   std::vector<bool> inputSet;
   double lr = 1e-3;
   bool paramsLoaded = true; ///< false until sgc_load for --weights none
@@ -241,6 +241,7 @@ sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
       if (d.kind == TensorKind::Param) s->lists[SGC_TENSOR_PARAMETER].push_back(i);
       if (d.kind == TensorKind::State) s->lists[SGC_TENSOR_STATE].push_back(i);
     }
+    s->lists[SGC_TENSOR_OUTPUT].push_back(s->prog.loss);
     s->inputSet.assign(s->lists[SGC_TENSOR_INPUT].size(), false);
     s->lr = s->prog.lrDefault;
     s->paramsLoaded = s->prog.weightsMode != "none";
@@ -279,14 +280,14 @@ sgc_status sgc_memory_plan_bytes(const sgc_session* s, uint64_t* bytes) {
 }
 
 sgc_status sgc_tensor_count(const sgc_session* s, sgc_tensor_kind kind, int32_t* count) {
-  if (!s || !count || kind < SGC_TENSOR_INPUT || kind > SGC_TENSOR_STATE) return fail(SGC_ERROR_INVALID_ARGUMENT, "bad session, kind or count");
+  if (!s || !count || kind < SGC_TENSOR_INPUT || kind > SGC_TENSOR_OUTPUT) return fail(SGC_ERROR_INVALID_ARGUMENT, "bad session, kind or count");
   *count = (int32_t)s->lists[kind].size();
   return SGC_OK;
 }
 
 sgc_status sgc_tensor_info(const sgc_session* s, sgc_tensor_kind kind, int32_t index, const char** name, DLDataType* dtype,
                            int32_t* ndim, const int64_t** shape) {
-  if (!s || kind < SGC_TENSOR_INPUT || kind > SGC_TENSOR_STATE) return fail(SGC_ERROR_INVALID_ARGUMENT, "bad session or kind");
+  if (!s || kind < SGC_TENSOR_INPUT || kind > SGC_TENSOR_OUTPUT) return fail(SGC_ERROR_INVALID_ARGUMENT, "bad session or kind");
   if (index < 0 || index >= (int32_t)s->lists[kind].size()) return fail(SGC_ERROR_NOT_FOUND, "index " + std::to_string(index) + " is out of range");
   const TensorDesc& d = s->prog.tensors[s->lists[kind][index]];
   if (name) *name = d.name.c_str();

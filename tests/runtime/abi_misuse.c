@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   FN(sgc_status, sgc_load, (sgc_session*, const char*));
   FN(sgc_status, sgc_save, (const sgc_session*, const char*));
   FN(sgc_status, sgc_tensor_info, (const sgc_session*, sgc_tensor_kind, int32_t, const char**, DLDataType*, int32_t*, const int64_t**));
+  FN(sgc_status, sgc_tensor_count, (const sgc_session*, sgc_tensor_kind, int32_t*));
+  FN(sgc_status, sgc_model_hash, (const sgc_session*, const char**));
+  FN(sgc_status, sgc_memory_plan_bytes, (const sgc_session*, uint64_t*));
 
   sgc_session* s = (sgc_session*)0x1; /* must stay untouched on error */
   EXPECT(sgc_session_create(NULL, &s) == SGC_ERROR_INVALID_ARGUMENT && s == (sgc_session*)0x1);
@@ -49,6 +52,19 @@ int main(int argc, char** argv) {
 
   sgc_session_options o = SGC_SESSION_OPTIONS_INIT;
   EXPECT(sgc_session_create(&o, &s) == SGC_OK);
+
+  /* Self-description: inputs, parameters, the loss output, the plan size, a SHA-256 content hash. */
+  int32_t n = -1;
+  EXPECT(sgc_tensor_count(s, SGC_TENSOR_INPUT, &n) == SGC_OK && n == 2);
+  EXPECT(sgc_tensor_count(s, SGC_TENSOR_PARAMETER, &n) == SGC_OK && n == 8);
+  EXPECT(sgc_tensor_count(s, SGC_TENSOR_OUTPUT, &n) == SGC_OK && n == 1);
+  const char* out_name = NULL;
+  int32_t out_ndim = -1;
+  EXPECT(sgc_tensor_info(s, SGC_TENSOR_OUTPUT, 0, &out_name, NULL, &out_ndim, NULL) == SGC_OK && !strcmp(out_name, "loss") && out_ndim == 0);
+  const char* hash = NULL;
+  EXPECT(sgc_model_hash(s, &hash) == SGC_OK && strlen(hash) == 64);
+  uint64_t plan = 0;
+  EXPECT(sgc_memory_plan_bytes(s, &plan) == SGC_OK && plan > 0);
   double loss = -7;
   EXPECT(sgc_train_step(s, &loss) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "was not set") && loss == -7);
   EXPECT(sgc_train_step(NULL, &loss) == SGC_ERROR_INVALID_ARGUMENT);

@@ -70,9 +70,10 @@ SGC_API sgc_status sgc_model_hash(const sgc_session* session, const char** hash)
 /** Bytes of the memory plan (all regions of the arena). */
 SGC_API sgc_status sgc_memory_plan_bytes(const sgc_session* session, uint64_t* bytes);
 
-typedef enum { SGC_TENSOR_INPUT = 0, SGC_TENSOR_PARAMETER = 1, SGC_TENSOR_STATE = 2 } sgc_tensor_kind;
+typedef enum { SGC_TENSOR_INPUT = 0, SGC_TENSOR_PARAMETER = 1, SGC_TENSOR_STATE = 2, SGC_TENSOR_OUTPUT = 3 } sgc_tensor_kind;
 
-/** Number of tensors of a kind (inputs the host feeds, parameters, optimizer state). */
+/** Number of tensors of a kind (inputs the host feeds, parameters, optimizer state, outputs: the
+ * loss that sgc_train_step returns). */
 SGC_API sgc_status sgc_tensor_count(const sgc_session* session, sgc_tensor_kind kind, int32_t* count);
 /** The name, dtype and shape of tensor `index` of a kind. Pointers stay valid for the session. */
 SGC_API sgc_status sgc_tensor_info(const sgc_session* session, sgc_tensor_kind kind, int32_t index, const char** name,
