@@ -23,31 +23,32 @@ ExprRef make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
 bool isCompare(const std::string& op) { return op == "eq" || op == "lt" || op == "le" || op == "gt" || op == "ge"; }
 } // namespace
 
-ExprRef constant(double v, Scalar t) { return make({ExprKind::Const, t, v, 0, "", {}}); }
-ExprRef loopVar(int id) { return make({ExprKind::LoopVar, Scalar::I64, 0, id, "", {}}); }
-ExprRef local(int id, Scalar t) { return make({ExprKind::Local, t, 0, id, "", {}}); }
-ExprRef load(int buffer, ExprRef index, Scalar t) { return make({ExprKind::Load, t, 0, buffer, "", {std::move(index)}}); }
+ExprRef constant(double v, Scalar t) { return make({ExprKind::Const, t, v, t == Scalar::I64 ? (int64_t)v : 0, 0, "", {}}); }
+ExprRef constantI64(int64_t v) { return make({ExprKind::Const, Scalar::I64, (double)v, v, 0, "", {}}); }
+ExprRef loopVar(int id) { return make({ExprKind::LoopVar, Scalar::I64, 0, 0, id, "", {}}); }
+ExprRef local(int id, Scalar t) { return make({ExprKind::Local, t, 0, 0, id, "", {}}); }
+ExprRef load(int buffer, ExprRef index, Scalar t) { return make({ExprKind::Load, t, 0, 0, buffer, "", {std::move(index)}}); }
 
 ExprRef unary(const std::string& op, ExprRef a) {
   Scalar t = a->type;
-  return make({ExprKind::Unary, t, 0, 0, op, {std::move(a)}});
+  return make({ExprKind::Unary, t, 0, 0, 0, op, {std::move(a)}});
 }
 
 ExprRef binary(const std::string& op, ExprRef a, ExprRef b) {
   assert(a->type == b->type && "binary operands share a type");
   Scalar t = isCompare(op) ? Scalar::I1 : a->type;
-  return make({ExprKind::Binary, t, 0, 0, op, {std::move(a), std::move(b)}});
+  return make({ExprKind::Binary, t, 0, 0, 0, op, {std::move(a), std::move(b)}});
 }
 
 ExprRef select(ExprRef c, ExprRef a, ExprRef b) {
   assert(c->type == Scalar::I1 && a->type == b->type && "select takes an i1 and two values of one type");
   Scalar t = a->type;
-  return make({ExprKind::Select, t, 0, 0, "", {std::move(c), std::move(a), std::move(b)}});
+  return make({ExprKind::Select, t, 0, 0, 0, "", {std::move(c), std::move(a), std::move(b)}});
 }
 
 ExprRef cast(ExprRef a, Scalar t) {
   if (a->type == t) return a;
-  return make({ExprKind::Cast, t, 0, 0, "", {std::move(a)}});
+  return make({ExprKind::Cast, t, 0, 0, 0, "", {std::move(a)}});
 }
 
 StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body) {
@@ -85,7 +86,10 @@ namespace {
 std::string exprText(const Expr& e) {
   char buf[64];
   switch (e.kind) {
-  case ExprKind::Const: snprintf(buf, sizeof buf, "%.9g", e.value); return buf;
+  case ExprKind::Const:
+    if (e.type == Scalar::I64) return std::to_string(e.bits);
+    snprintf(buf, sizeof buf, "%.9g", e.value);
+    return buf;
   case ExprKind::LoopVar: return "i" + std::to_string(e.id);
   case ExprKind::Local: return "t" + std::to_string(e.id);
   case ExprKind::Load: return "b" + std::to_string(e.id) + "[" + exprText(*e.args[0]) + "]";

@@ -29,19 +29,22 @@ enum class ExprKind : uint8_t { Const, LoopVar, Local, Load, Unary, Binary, Sele
 struct Expr {
   ExprKind kind;
   Scalar type;
-  double value = 0;     ///< Const (integers are exact up to 2^53)
+  double value = 0;     ///< Const (f32, f64, i1)
+  int64_t bits = 0;     ///< Const of type i64: exact
   int id = 0;           ///< LoopVar, Local: its number; Load: the buffer
   std::string op;       ///< Unary/Binary: "exp", "add", "lt", ...
   std::vector<ExprRef> args;
 };
 
 ExprRef constant(double v, Scalar t);
+ExprRef constantI64(int64_t v); ///< any 64-bit pattern, exactly
 ExprRef loopVar(int id);
 ExprRef local(int id, Scalar t);
 ExprRef load(int buffer, ExprRef index, Scalar t);
 /// neg abs exp log sqrt rsqrt reciprocal tanh erf sigmoid relu floor sign not
 ExprRef unary(const std::string& op, ExprRef a);
-/// add sub mul div pow min max | eq lt le gt ge (result i1) | and or | idiv imod (i64)
+/// add sub mul div pow min max | eq lt le gt ge (result i1) | and or | idiv imod xor shr (i64;
+/// shr is a logical shift, mul/add wrap around)
 ExprRef binary(const std::string& op, ExprRef a, ExprRef b);
 ExprRef select(ExprRef cond, ExprRef a, ExprRef b);
 ExprRef cast(ExprRef a, Scalar t);

@@ -410,3 +410,35 @@ Expected<std::vector<Kernel>> lowerOptimizer(const std::string& name, const ir::
 }
 
 } // namespace sgc::kir
+
+namespace sgc::kir {
+
+/// Dropout with the interpreter's counter-based generator: splitmix64 of
+/// (seed mixed with the step, element index), so both draw the same mask.
+Expected<std::vector<Kernel>> lowerDropout(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *ratioV = n.input(1), *trainingV = n.input(2), *stepV = n.input(3), *y = n.outputs[0];
+  const ir::Value* maskV = n.outputs.size() > 1 ? n.outputs[1] : nullptr;
+  bool training = trainingV && !(trainingV->kind == ir::ValueKind::Const && trainingV->data->getI(0) == 0);
+  Scalar t = computeType(x->type.dtype);
+  B b(name);
+  int i = b.newLoopVar(), keepL = b.newLocal();
+  auto u64 = [](uint64_t v) { return constantI64((int64_t)v); };
+  ExprRef keep = constant(1, Scalar::I1), scale = B::c(1, t);
+  if (training) {
+    ExprRef ratio = ratioV ? cast(b.ld(ratioV, B::i(0)), Scalar::F64) : constant(0.5, Scalar::F64);
+    ExprRef seed = u64((uint64_t)n.getInt("seed", 0));
+    if (stepV) seed = binary("xor", binary("mul", seed, u64(0x100000001b3ull)), b.ld(stepV, B::i(0)));
+    ExprRef z = binary("add", binary("add", binary("mul", seed, u64(0x9e3779b97f4a7c15ull)), loopVar(i)), u64(0x632be59bd9b4e019ull));
+    z = binary("mul", binary("xor", z, binary("shr", z, B::i(30))), u64(0xbf58476d1ce4e5b9ull));
+    z = binary("mul", binary("xor", z, binary("shr", z, B::i(27))), u64(0x94d049bb133111ebull));
+    z = binary("xor", z, binary("shr", z, B::i(31)));
+    ExprRef u = binary("mul", cast(binary("shr", z, B::i(11)), Scalar::F64), constant(0x1.0p-53, Scalar::F64));
+    keep = binary("or", binary("eq", ratio, constant(0, Scalar::F64)), binary("ge", u, ratio));
+    scale = cast(binary("div", constant(1, Scalar::F64), binary("sub", constant(1, Scalar::F64), ratio)), t);
+  }
+  std::vector<StmtRef> body{let(keepL, keep), b.st(y, loopVar(i), select(local(keepL, Scalar::I1), B::mul(b.ld(x, loopVar(i)), scale), B::c(0, t)))};
+  if (maskV) body.push_back(b.st(maskV, loopVar(i), local(keepL, Scalar::I1)));
+  return std::vector<Kernel>{b.finish(loop(i, numel(y), true, body))};
+}
+
+} // namespace sgc::kir

@@ -30,6 +30,7 @@ LOWERING(lowerPoolGrad)
 LOWERING(lowerPad)
 LOWERING(lowerBatchNorm)
 LOWERING(lowerGlobalPool)
+LOWERING(lowerDropout)
 #undef LOWERING
 
 Expected<std::vector<Kernel>> lowerNode(const std::string& name, const ir::Node& n) {
@@ -74,6 +75,7 @@ Expected<std::vector<Kernel>> lowerNode(const std::string& name, const ir::Node&
   case Op::Pad: return lowerPad(name, n);
   case Op::BatchNormalization: case Op::BatchNormGrad: return lowerBatchNorm(name, n);
   case Op::GlobalAveragePool: case Op::GlobalMaxPool: return lowerGlobalPool(name, n);
+  case Op::Dropout: return lowerDropout(name, n);
   default: return makeError(ir::describe(n) + ": code generation for " + std::string(ir::opName(n.op)) + " is not built yet");
   }
 }

@@ -309,6 +309,8 @@ private:
     if (op == "div") return fp ? b_.CreateFDiv(a, c) : b_.CreateSDiv(a, c);
     if (op == "idiv") return b_.CreateSDiv(a, c);
     if (op == "imod") return b_.CreateSRem(a, c);
+    if (op == "xor") return b_.CreateXor(a, c);
+    if (op == "shr") return b_.CreateLShr(a, c);
     if (op == "and") return b_.CreateAnd(a, c);
     if (op == "or") return b_.CreateOr(a, c);
     if (op == "min") return fp ? intrinsic(llvm::Intrinsic::minimum, {a, c}) : intrinsic(llvm::Intrinsic::smin, {a, c});
@@ -366,7 +368,7 @@ private:
     Expected<llvm::Value*> r = nullptr;
     switch (e.kind) {
     case ExprKind::Const:
-      r = e.type == Scalar::I64 ? (llvm::Value*)b_.getInt64((int64_t)e.value)
+      r = e.type == Scalar::I64 ? (llvm::Value*)b_.getInt64(e.bits)
           : e.type == Scalar::I1 ? (llvm::Value*)b_.getInt1(e.value != 0)
                                  : (llvm::Value*)llvm::ConstantFP::get(scalarType(e.type), e.value);
       break;

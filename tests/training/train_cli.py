@@ -103,7 +103,14 @@ def main():
     if any(r.returncode for r in runs) or drops[0] != drops[1] or len(set(values)) != 3 or not all(0 < v < 384 and v % 2 == 0 for v in values):
         failures += 1
         print(f"FAIL dropout: {drops}")
-    print(f"train cli: {len(cases) + 3 - failures} passed, {failures} failed")
+    # the compiled .so draws the same dropout masks as the interpreter
+    so = p("drop.so")
+    compiled = subprocess.run([sgc, "compile", p("drop.onnx"), "-o", so, "--target", "cpu", "--lr", "0"], capture_output=True, text=True)
+    run_so = train(so, "--data", p("same.safetensors"), "--steps", "3")
+    if compiled.returncode or run_so.returncode or losses(run_so) != drops[0]:
+        failures += 1
+        print(f"FAIL compiled dropout: {compiled.stderr} {run_so.stderr} {losses(run_so) if not run_so.returncode else ''}")
+    print(f"train cli: {len(cases) + 4 - failures} passed, {failures} failed")
     return 1 if failures else 0
 
 
