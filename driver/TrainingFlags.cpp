@@ -17,7 +17,8 @@ std::vector<OptionSpec> trainingFlagSpecs() {
           {"eps", "X", "Adam epsilon (default 1e-8)"},
           {"clip-grad-norm", "X", "clip gradients to this global L2 norm"},
           {"loss", "NAME", "the model output that is the loss (default: its single scalar output)"},
-          {"freeze", "REGEX", "parameters whose name matches are not trained"}};
+          {"freeze", "REGEX", "parameters whose name matches are not trained"},
+          {"precision", "P", "f32 (default) or bf16: products and convolutions in bf16, the rest and the weights in f32"}};
 }
 
 bool hasTrainingFlags(const Args& a) {
@@ -39,6 +40,7 @@ Expected<ir::TrainingOptions> parseTrainingFlags(const Args& a) {
   ir::TrainingOptions o;
   o.loss = a.get("loss");
   o.freeze = a.get("freeze");
+  o.precision = a.get("precision", "f32");
   auto& opt = o.optimizer;
   opt.kind = a.get("optimizer", "sgd");
   opt.nesterov = a.has("nesterov");

@@ -41,7 +41,8 @@ ExprRef constantI64(int64_t v); ///< any 64-bit pattern, exactly
 ExprRef loopVar(int id);
 ExprRef local(int id, Scalar t);
 ExprRef load(int buffer, ExprRef index, Scalar t);
-/// neg abs exp log sqrt rsqrt reciprocal tanh erf sigmoid relu floor sign not
+/// neg abs exp log sqrt tanh erf floor not | round_bf16 round_f16 (an f32 rounded to the
+/// narrow format and back, as storing and reloading would)
 ExprRef unary(const std::string& op, ExprRef a);
 /// add sub mul div pow min max | eq lt le gt ge (result i1) | and or | idiv imod xor shr (i64;
 /// shr is a logical shift, mul/add wrap around)

@@ -138,7 +138,12 @@ Expected<ExprRef> chainExpression(Builder& b, const std::vector<const ir::Node*>
     if (n->outputs[0]->type.shape() != L.outShape) return L.fail(*n, "its result shape differs from the group's");
     auto e = L.expression(*n);
     if (!e) return e.takeError();
-    L.exprs[n->outputs[0]] = cast(*e, computeType(n->outputs[0]->type.dtype));
+    // A narrow float result is rounded as if it were stored: the interpreter rounds every node's result.
+    ir::DType dt = n->outputs[0]->type.dtype;
+    ExprRef v = cast(*e, computeType(dt));
+    if (dt == ir::DType::BF16) v = unary("round_bf16", v);
+    if (dt == ir::DType::F16) v = unary("round_f16", v);
+    L.exprs[n->outputs[0]] = v;
   }
   return L.exprs.at(out);
 }

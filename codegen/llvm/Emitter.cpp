@@ -210,8 +210,24 @@ private:
     case ir::DType::I32: case ir::DType::U32: return b_.getInt32Ty();
     case ir::DType::I16: case ir::DType::U16: return b_.getInt16Ty();
     case ir::DType::I8: case ir::DType::U8: case ir::DType::Bool: return b_.getInt8Ty();
+    case ir::DType::F16: return b_.getHalfTy();
+    case ir::DType::BF16: return b_.getInt16Ty(); // converted by hand: see bf16ToFloat
     default: return nullptr;
     }
+  }
+
+  /// bf16 <-> f32 with integer operations (round to nearest even, NaN kept quiet), so no
+  /// target needs a library routine for it.
+  llvm::Value* bf16ToFloat(llvm::Value* bits) {
+    return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits, b_.getInt32Ty()), 16), b_.getFloatTy());
+  }
+  llvm::Value* floatToBf16(llvm::Value* f) {
+    llvm::Value* bits = b_.CreateBitCast(f, b_.getInt32Ty());
+    llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
+    llvm::Value* rounded = b_.CreateLShr(b_.CreateAdd(bits, b_.CreateAdd(b_.getInt32(0x7fff), lsb)), 16);
+    llvm::Value* quiet = b_.CreateOr(b_.CreateLShr(bits, 16), b_.getInt32(0x40));
+    llvm::Value* isNan = b_.CreateFCmpUNO(f, f);
+    return b_.CreateTrunc(b_.CreateSelect(isNan, quiet, rounded), b_.getInt16Ty());
   }
 
   Expected<llvm::Value*> loadElement(int buffer, llvm::Value* index, Scalar want) {
@@ -219,6 +235,8 @@ private:
     llvm::Type* et = elementType(dt);
     if (!et) return fail(std::string(ir::dtypeName(dt)) + " buffers are not generated yet");
     llvm::Value* v = b_.CreateLoad(et, b_.CreateGEP(et, buffers_[buffer], index));
+    if (dt == ir::DType::BF16) return bf16ToFloat(v);
+    if (dt == ir::DType::F16) return b_.CreateFPExt(v, b_.getFloatTy());
     if (dt == ir::DType::Bool) return b_.CreateICmpNE(v, b_.getInt8(0));
     if (et->isIntegerTy() && want == Scalar::I64)
       return ir::isUnsignedInt(dt) ? b_.CreateZExt(v, b_.getInt64Ty()) : b_.CreateSExt(v, b_.getInt64Ty());
@@ -230,6 +248,8 @@ private:
     llvm::Type* et = elementType(dt);
     if (!et) return fail(std::string(ir::dtypeName(dt)) + " buffers are not generated yet");
     if (dt == ir::DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
+    else if (dt == ir::DType::BF16) v = floatToBf16(v);
+    else if (dt == ir::DType::F16) v = b_.CreateFPTrunc(v, b_.getHalfTy());
     else if (et->isIntegerTy() && v->getType() != et) v = b_.CreateTrunc(v, et);
     b_.CreateStore(v, b_.CreateGEP(et, buffers_[buffer], index));
     return Error::success();
@@ -297,6 +317,8 @@ private:
     if (op == "sqrt") return intrinsic(llvm::Intrinsic::sqrt, {x});
     if (op == "floor") return intrinsic(llvm::Intrinsic::floor, {x});
     if (op == "tanh") return tanhOf(x);
+    if (op == "round_bf16") return bf16ToFloat(floatToBf16(x));
+    if (op == "round_f16") return b_.CreateFPExt(b_.CreateFPTrunc(x, b_.getHalfTy()), x->getType());
     if (op == "erf") return erfOf(x);
     return fail("unknown unary op '" + op + "'");
   }

@@ -3,6 +3,7 @@
 
 #include "ir/Verifier.h"
 #include "ir/autodiff/Autodiff.h"
+#include "ir/passes/Autocast.h"
 #include "ir/passes/InferShapes.h"
 
 #include <algorithm>
@@ -104,6 +105,7 @@ Error checkTrainingOptions(const TrainingOptions& opts) {
   if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) return makeError("nesterov needs a momentum and zero dampening");
   if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1)) return makeError("betas must be in [0, 1)");
   if (!(o.eps >= 0) || !(o.clipGradNorm >= 0)) return makeError("eps and clip-grad-norm must be non-negative");
+  if (opts.precision != "f32" && opts.precision != "bf16") return makeError("unknown precision '" + opts.precision + "' (expected f32 or bf16)");
   try {
     std::regex r(opts.freeze);
   } catch (const std::regex_error& e) {
@@ -127,6 +129,8 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   std::rotate(g.nodes().begin(), g.nodes().end() - 1, g.nodes().end());
   g.updates.push_back({step, nextStep});
 
+  if (opts.precision == "bf16")
+    if (Error e = autocastBf16(g)) return e;
   std::set<Value*> buffers;
   collectRunningStats(g, buffers);
   for (auto& n : g.nodes())

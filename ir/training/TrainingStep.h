@@ -35,6 +35,7 @@ struct OptimizerOptions {
 struct TrainingOptions {
   std::string loss;   ///< output name; empty: the single scalar output
   std::string freeze; ///< ECMAScript regex over parameter names; empty: none
+  std::string precision = "f32"; ///< f32, or bf16: products and convolutions in bf16 (autocast)
   OptimizerOptions optimizer;
 };
 

@@ -10,6 +10,8 @@ mkdir -p "$out"
 cp "$src/samples/mlp_train_data.safetensors" "$out/sample_data.safetensors"
 for m in mlp cnn gpt; do
   "$sgc" compile "$models/$m.onnx" -o "$out/$m.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90
+  "$sgc" compile "$models/$m.onnx" -o "$out/${m}_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16
   cp "$models/${m}_data.safetensors" "$out/"
+  cp "$models/${m}_data.safetensors" "$out/${m}_bf16_data.safetensors"
 done
 cp "$src/tests/gpu/check_gpu.sh" "$src/samples/train_ctypes.py" "$out/"

@@ -7,7 +7,8 @@
 # on the same data by PyTorch and by `sgc train` with each optimizer, both on
 # the reference interpreter and through the model compiled to a .so (sgc
 # compile). Per-step losses must agree within 1e-4 relative and final
-# parameters within 1e-3. Usage: /usr/bin/python3 torch_equivalence.py SGC WORKDIR
+# parameters within 1e-3; each model compiled with --precision bf16 must stay
+# close to its f32 build (first step within 1e-2, 12 steps within 5e-2). Usage: /usr/bin/python3 torch_equivalence.py SGC WORKDIR
 import json, math, os, subprocess, sys
 import numpy as np
 import torch
@@ -18,6 +19,11 @@ import st  # noqa: E402
 
 STEPS, BATCHES = 12, 3
 LOSS_RTOL, PARAM_TOL = 1e-4, 1e-3
+# bf16 mixed precision against the f32 build: the first step (identical weights) within
+# 1e-2; over 12 AdamW steps at lr 1e-2 the trajectories drift apart (measured up to 2.5e-2
+# for the CNN), so whole runs within 5e-2. The 2e-2 of the GPU issue compares the same bf16
+# program on the GPU and the CPU (tests/gpu/check_gpu.sh).
+BF16_FIRST_RTOL, BF16_RTOL = 1e-2, 5e-2
 
 
 class MLP(nn.Module):
@@ -166,12 +172,36 @@ def run_model(sgc, work, name, cls):
     return rows
 
 
+def bf16_rows(sgc, work):
+    """Mixed precision: each model compiled with --precision bf16 against its f32 build (12 AdamW steps)."""
+    rows = []
+    for name in ("mlp", "cnn", "gpt"):
+        losses = {}
+        for prec in ("f32", "bf16"):
+            so = os.path.join(work, f"{name}_{prec}.so")
+            proc = subprocess.run([sgc, "compile", os.path.join(work, name + ".onnx"), "-o", so, "--target", "cpu", "--optimizer", "adamw",
+                                   "--lr", "1e-2", "--precision", prec], capture_output=True, text=True)
+            if proc.returncode == 0:
+                proc = subprocess.run([sgc, "train", so, "--data", os.path.join(work, name + "_data.safetensors"), "--steps", str(STEPS)],
+                                      capture_output=True, text=True)
+            if proc.returncode != 0:
+                rows.append((name, f"bf16 vs f32", "compiled", None, None, proc.stderr.strip()))
+                break
+            losses[prec] = [json.loads(line)["loss"] for line in proc.stdout.splitlines()]
+        else:
+            diffs = [abs(a - b) / abs(b) for a, b in zip(losses["bf16"], losses["f32"])]
+            first = "" if diffs[0] <= BF16_FIRST_RTOL else f"first step differs by {diffs[0]:.2e}"
+            rows.append((name, "bf16 vs f32", "compiled", max(diffs), 0.0, first))
+    return rows
+
+
 def main():
     sgc, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
     rows = []
     for name, cls in (("mlp", MLP), ("cnn", CNN), ("gpt", GPT)):
         rows += run_model(sgc, work, name, cls)
+    rows += bf16_rows(sgc, work)
     ok = True
     print(f"{'model':6} {'optimizer':14} {'engine':12} {'max loss rel diff':>18} {'max param abs diff':>19}")
     for model, opt, engine, lrel, pdiff, err in rows:
@@ -179,7 +209,7 @@ def main():
             ok = False
             print(f"{model:6} {opt:14} {engine:12} FAILED: {err}")
             continue
-        good = lrel <= LOSS_RTOL and pdiff <= PARAM_TOL
+        good = lrel <= (BF16_RTOL if opt.startswith("bf16") else LOSS_RTOL) and pdiff <= PARAM_TOL
         ok &= good
         print(f"{model:6} {opt:14} {engine:12} {lrel:18.3e} {pdiff:19.3e}{'' if good else '  <- over tolerance'}")
     print("torch equivalence:", "passed" if ok else "FAILED")
