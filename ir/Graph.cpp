@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <map>
 #include <set>
 
 namespace sgc::ir {
@@ -124,6 +125,14 @@ Node* Graph::addNode(Op op, std::vector<Value*> ins, int numOutputs, const std::
     node->outputs.push_back(v);
   }
   return node;
+}
+
+void Graph::setOrder(const std::vector<Node*>& order) {
+  assert(order.size() == nodes_.size() && "setOrder takes every node once");
+  std::map<const Node*, std::unique_ptr<Node>> owned;
+  for (auto& n : nodes_) owned[n.get()] = std::move(n);
+  nodes_.clear();
+  for (Node* n : order) nodes_.push_back(std::move(owned.at(n)));
 }
 
 Value* Graph::addResult(Node* n, const std::string& name) {

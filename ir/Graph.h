@@ -68,6 +68,10 @@ public:
   Node* addNode(Op op, std::vector<Value*> inputs, int numOutputs, const std::string& name = "",
                 const std::vector<std::string>& outNames = {});
 
+  /// Puts the nodes in `order`, which must hold each of them once (passes that
+  /// insert nodes build the new order, then call this).
+  void setOrder(const std::vector<Node*>& order);
+
   /// Gives an existing node one more result value.
   Value* addResult(Node* n, const std::string& name);
 

@@ -38,14 +38,13 @@ Error autocastBf16(Graph& g, int* count) {
     after[n].push_back(back);
     ++moved;
   }
-  std::map<const Node*, std::unique_ptr<Node>> owned;
-  for (auto& n : g.nodes()) owned[n.get()] = std::move(n);
-  g.nodes().clear();
+  std::vector<Node*> placed;
   for (Node* n : order) {
-    for (Node* c : before[n]) g.nodes().push_back(std::move(owned.at(c)));
-    g.nodes().push_back(std::move(owned.at(n)));
-    for (Node* c : after[n]) g.nodes().push_back(std::move(owned.at(c)));
+    placed.insert(placed.end(), before[n].begin(), before[n].end());
+    placed.push_back(n);
+    placed.insert(placed.end(), after[n].begin(), after[n].end());
   }
+  g.setOrder(placed);
   if (count) *count = moved;
   return inferShapes(g);
 }

@@ -98,14 +98,13 @@ Error recompute(Graph& g, const std::string& mode, int* count) {
       if (r.eligible(in)) in = r.copyOf(in);
     before[n].assign(r.created.begin() + mark, r.created.end());
   }
-  // Rebuild the node list: the copies just before the node that first needed them.
-  std::map<const Node*, std::unique_ptr<Node>> owned;
-  for (auto& n : g.nodes()) owned[n.get()] = std::move(n);
-  g.nodes().clear();
+  // The copies go just before the node that first needed them.
+  std::vector<Node*> placed;
   for (Node* n : order) {
-    for (Node* c : before[n]) g.nodes().push_back(std::move(owned.at(c)));
-    g.nodes().push_back(std::move(owned.at(n)));
+    placed.insert(placed.end(), before[n].begin(), before[n].end());
+    placed.push_back(n);
   }
+  g.setOrder(placed);
   if (count) *count = (int)r.created.size();
   return inferShapes(g);
 }

@@ -126,7 +126,10 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   Value* step = g.addState(kStepState, Tensor::scalarI64(0));
   Value* nextStep = emit(g, Op::Add, {step, g.addConst("sgc.one", Tensor::scalarI64(1))}, "sgc.step.next");
   // The step is counted first: training-mode Dropout in the forward pass reads it.
-  std::rotate(g.nodes().begin(), g.nodes().end() - 1, g.nodes().end());
+  std::vector<Node*> order{nextStep->producer};
+  for (auto& n : g.nodes())
+    if (n.get() != nextStep->producer) order.push_back(n.get());
+  g.setOrder(order);
   g.updates.push_back({step, nextStep});
 
   if (opts.precision == "bf16")
