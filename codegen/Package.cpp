@@ -33,7 +33,7 @@ void addBytes(llvm::Module& m, const std::string& name, const void* data, size_t
 } // namespace
 
 /// Runs argv[0] with the arguments (no shell: paths are passed as they are).
-Error run(const std::vector<std::string>& args) {
+static Error run(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

@@ -11,6 +11,7 @@
 #include "runtime/Safetensors.h"
 #include "runtime/ThreadPool.h"
 
+#include <algorithm>
 #include <cmath>
 #include <dlfcn.h>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 
 // Provided by the compiled model's object (hidden: not exported from train.so).
 extern "C" {
