@@ -225,46 +225,34 @@ Expected<std::vector<Kernel>> lowerLayerNorm(const std::string& name, const ir::
 }
 
 Expected<std::vector<Kernel>> lowerLayerNormGrad(const std::string& name, const ir::Node& n) {
-  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2);
+  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4);
   int64_t axis = axisOf(n, x->type.rank(), -1), M = 1;
   for (int64_t d = axis; d < x->type.rank(); ++d) M *= x->type.dims[d].value;
   if (scale->type.staticNumel() != M) return makeError(ir::describe(n) + ": broadcast scale is not generated yet");
+  if (!meanV || !invV) return makeError(ir::describe(n) + ": the forward statistics (mean, inverse std-dev) are needed");
   int64_t rows = numel(x) / std::max<int64_t>(M, 1);
-  double eps = n.getFloat("epsilon", 1e-5);
   Scalar t = computeType(x->type.dtype);
   std::vector<Kernel> ks;
-  { // dx, one row per iteration
+  { // dx, one row per iteration, from the forward's saved statistics
     B b(name + "_dx");
-    int row = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
-    auto body = rowStats(b, x, row, M, mean, inv, eps, t);
-    int k1 = b.newLoopVar(), k2 = b.newLoopVar();
+    int row = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
     auto at = [&](int k) { return B::add(B::mul(loopVar(row), B::i(M)), loopVar(k)); };
     auto xhat = [&](int k) { return B::mul(B::sub(b.ld(x, at(k)), local(mean, t)), local(inv, t)); };
     auto dxhat = [&](int k) { return B::mul(b.ld(dy, at(k)), b.ld(scale, loopVar(k))); };
-    body.push_back(let(s1, B::c(0, t)));
-    body.push_back(let(s2, B::c(0, t)));
-    body.push_back(loop(k1, M, false, {set(s1, B::add(local(s1, t), dxhat(k1))), set(s2, B::add(local(s2, t), B::mul(dxhat(k1), xhat(k1))))}));
     ExprRef dx = B::mul(B::div(local(inv, t), B::c((double)M, t)),
                         B::sub(B::sub(B::mul(B::c((double)M, t), dxhat(k2)), local(s1, t)), B::mul(xhat(k2), local(s2, t))));
-    body.push_back(loop(k2, M, false, {b.st(n.outputs[0], at(k2), dx)}));
-    ks.push_back(b.finish(loop(row, rows, true, body)));
+    ks.push_back(b.finish(loop(row, rows, true,
+        {let(mean, cast(b.ld(meanV, loopVar(row)), t)), let(inv, cast(b.ld(invV, loopVar(row)), t)), let(s1, B::c(0, t)), let(s2, B::c(0, t)),
+         loop(k1, M, false, {set(s1, B::add(local(s1, t), dxhat(k1))), set(s2, B::add(local(s2, t), B::mul(dxhat(k1), xhat(k1))))}),
+         loop(k2, M, false, {b.st(n.outputs[0], at(k2), dx)})})));
   }
-  { // dscale and dbias, one normalized element per iteration, over all rows
+  { // dscale and dbias, one normalized element per iteration, summed over the rows
     B b(name + "_dparams");
     int e = b.newLoopVar(), r = b.newLoopVar(), ds = b.newLocal(), db = b.newLocal();
-    // Each row's statistics are recomputed here: O(rows * M^2) work, fine for the models
-    // tested now; saving them from the forward pass comes with the performance work.
-    int k1 = b.newLoopVar(), k2 = b.newLoopVar(), mean = b.newLocal(), var = b.newLocal();
-    auto xr = [&](ExprRef k) { return b.ld(x, B::add(B::mul(loopVar(r), B::i(M)), std::move(k))); };
-    ExprRef dev = B::sub(xr(loopVar(k2)), local(mean, t));
-    ExprRef inv = B::div(B::c(1, t), unary("sqrt", B::add(B::div(local(var, t), B::c((double)M, t)), B::c(eps, t))));
     ExprRef at = B::add(B::mul(loopVar(r), B::i(M)), loopVar(e));
-    ExprRef xhat = B::mul(B::sub(b.ld(x, at), local(mean, t)), inv);
+    ExprRef xhat = B::mul(B::sub(b.ld(x, at), cast(b.ld(meanV, loopVar(r)), t)), cast(b.ld(invV, loopVar(r)), t));
     ks.push_back(b.finish(loop(e, M, true, {let(ds, B::c(0, t)), let(db, B::c(0, t)),
-        loop(r, rows, false, {let(mean, B::c(0, t)), loop(k1, M, false, {set(mean, B::add(local(mean, t), xr(loopVar(k1))))}),
-                              set(mean, B::div(local(mean, t), B::c((double)M, t))), let(var, B::c(0, t)),
-                              loop(k2, M, false, {set(var, B::add(local(var, t), B::mul(dev, dev)))}),
-                              set(ds, B::add(local(ds, t), B::mul(b.ld(dy, at), xhat))), set(db, B::add(local(db, t), b.ld(dy, at)))}),
+        loop(r, rows, false, {set(ds, B::add(local(ds, t), B::mul(b.ld(dy, at), xhat))), set(db, B::add(local(db, t), b.ld(dy, at)))}),
         b.st(n.outputs[1], loopVar(e), local(ds, t)), b.st(n.outputs[2], loopVar(e), local(db, t))})));
   }
   return ks;

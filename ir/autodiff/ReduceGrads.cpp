@@ -1,5 +1,6 @@
 // Gradient rules of reductions, softmax, normalizations, dropout and losses.
 #include "ir/autodiff/Autodiff.h"
+#include "ir/shapes/Shapes.h"
 
 #include <set>
 
@@ -79,7 +80,22 @@ Error gradSoftmax(GradCtx& c) {
 Error gradLayerNorm(GradCtx& c) {
   if ((c.dy.size() > 1 && c.dy[1]) || (c.dy.size() > 2 && c.dy[2]))
     return c.fail("gradients through the Mean and InvStdDev outputs are not supported");
-  Node* g = c.emitNode(Op::LayerNormGrad, {c.x(0), c.x(1), c.dy[0]}, 3,
+  // The forward's row statistics are reused (given results of its own if it had none).
+  while (c.n.outputs.size() < 3) c.g.addResult(&c.n, c.n.name + ".stat");
+  for (size_t i = 1; i < 3; ++i)
+    if (!c.n.outputs[i]) {
+      Value* v = c.g.addResult(&c.n, c.n.name + ".stat");
+      c.n.outputs.pop_back();
+      c.n.outputs[i] = v;
+    }
+  InferCtx ic{c.n, {}, {}, {}}; // types for the new results, from the node's own rule
+  for (Value* in : c.n.inputs) {
+    ic.in.push_back(in ? in->type : Type{});
+    ic.values.push_back(nullptr);
+  }
+  if (Error e = inferNode(ic)) return e;
+  for (size_t i = 1; i < 3; ++i) c.n.outputs[i]->type = ic.out[i];
+  Node* g = c.emitNode(Op::LayerNormGrad, {c.x(0), c.x(1), c.dy[0], c.n.outputs[1], c.n.outputs[2]}, 3,
                        {{"axis", c.n.getInt("axis", -1)}, {"epsilon", c.n.getFloat("epsilon", 1e-5)}});
   for (size_t i = 0; i < 3 && i < c.dx.size(); ++i) c.dx[i] = g->outputs[i];
   if (c.dx.size() > 2 && c.x(2) && c.x(2)->type.ranked && c.x(1)->type.ranked && !(c.x(2)->type.dims == c.x(1)->type.dims))
