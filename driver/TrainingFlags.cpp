@@ -18,7 +18,9 @@ std::vector<OptionSpec> trainingFlagSpecs() {
           {"clip-grad-norm", "X", "clip gradients to this global L2 norm"},
           {"loss", "NAME", "the model output that is the loss (default: its single scalar output)"},
           {"freeze", "REGEX", "parameters whose name matches are not trained"},
-          {"precision", "P", "f32 (default) or bf16: products and convolutions in bf16, the rest and the weights in f32"}};
+          {"precision", "P", "f32 (default) or bf16: products and convolutions in bf16, the rest and the weights in f32"},
+          {"data-parallel", "MODE", "none (default) or allreduce: gradients all-reduced in buckets (one rank for now)"},
+          {"bucket-mb", "MB", "all-reduce bucket size in megabytes (default 25)"}};
 }
 
 bool hasTrainingFlags(const Args& a) {
@@ -41,6 +43,10 @@ Expected<ir::TrainingOptions> parseTrainingFlags(const Args& a) {
   o.loss = a.get("loss");
   o.freeze = a.get("freeze");
   o.precision = a.get("precision", "f32");
+  o.dataParallel = a.get("data-parallel", "none");
+  auto bucket = numberFlag(a, "bucket-mb", 25);
+  if (!bucket) return bucket.takeError();
+  o.bucketMb = *bucket;
   auto& opt = o.optimizer;
   opt.kind = a.get("optimizer", "sgd");
   opt.nesterov = a.has("nesterov");

@@ -1,6 +1,7 @@
 // Dispatch of node lowerings (see LowerOps.h).
 #include "codegen/kir/LowerOps.h"
 
+#include "codegen/kir/Builder.h"
 #include "codegen/kir/Lower.h"
 
 namespace sgc::kir {
@@ -76,6 +77,16 @@ Expected<std::vector<Kernel>> lowerNode(const std::string& name, const ir::Node&
   case Op::BatchNormalization: case Op::BatchNormGrad: return lowerBatchNorm(name, n);
   case Op::GlobalAveragePool: case Op::GlobalMaxPool: return lowerGlobalPool(name, n);
   case Op::Dropout: return lowerDropout(name, n);
+  case Op::AllReduce: { // one rank: each reduced gradient is the gradient itself
+    std::vector<Kernel> ks;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      Builder b(name + "_" + std::to_string(i));
+      int e = b.newLoopVar();
+      const ir::Value *in = n.inputs[i], *out = n.outputs[i];
+      ks.push_back(b.finish(loop(e, out->type.staticNumel().value(), true, {b.st(out, loopVar(e), b.ld(in, loopVar(e)))})));
+    }
+    return ks;
+  }
   default: return makeError(ir::describe(n) + ": code generation for " + std::string(ir::opName(n.op)) + " is not built yet");
   }
 }

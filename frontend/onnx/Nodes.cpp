@@ -108,7 +108,7 @@ std::string onnxDomain(Op op) {
   case Op::Adagrad: case Op::Momentum: case Op::Adam: return kTrainingDomain;
   case Op::SumTo: case Op::UnaryGrad: case Op::SoftmaxGrad: case Op::LayerNormGrad: case Op::BatchNormGrad:
   case Op::SceLossGrad: case Op::NllLossGrad: case Op::SliceGrad: case Op::GatherGrad: case Op::GatherElementsGrad:
-  case Op::ConvGradInput: case Op::ConvGradWeight: case Op::PoolGrad: case Op::SgdUpdate: case Op::AdamUpdate:
+  case Op::ConvGradInput: case Op::ConvGradWeight: case Op::PoolGrad: case Op::SgdUpdate: case Op::AdamUpdate: case Op::AllReduce:
     return "-";
   default: return "";
   }

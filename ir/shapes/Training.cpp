@@ -68,6 +68,12 @@ Error inferOptimizerUpdate(InferCtx& c) {
   return Error::success();
 }
 
+Error inferCollective(InferCtx& c) {
+  if (c.out.size() != c.in.size()) return c.fail("one result per input");
+  c.out = c.in;
+  return Error::success();
+}
+
 /// ONNX's preview optimizers: inputs (R, T, then `groups` lists of n tensors),
 /// outputs (groups - 1) lists: the new X and the new state tensors.
 Error inferPreviewOptimizer(InferCtx& c) {

@@ -4,6 +4,7 @@
 #include "ir/Verifier.h"
 #include "ir/autodiff/Autodiff.h"
 #include "ir/passes/Autocast.h"
+#include "ir/passes/DataParallel.h"
 #include "ir/passes/InferShapes.h"
 
 #include <algorithm>
@@ -106,6 +107,10 @@ Error checkTrainingOptions(const TrainingOptions& opts) {
   if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1)) return makeError("betas must be in [0, 1)");
   if (!(o.eps >= 0) || !(o.clipGradNorm >= 0)) return makeError("eps and clip-grad-norm must be non-negative");
   if (opts.precision != "f32" && opts.precision != "bf16") return makeError("unknown precision '" + opts.precision + "' (expected f32 or bf16)");
+  if (opts.dataParallel == "zero1") return makeError("--data-parallel zero1 is not built yet (allreduce is)");
+  if (opts.dataParallel != "none" && opts.dataParallel != "allreduce")
+    return makeError("unknown --data-parallel '" + opts.dataParallel + "' (expected none or allreduce)");
+  if (!(opts.bucketMb > 0)) return makeError("--bucket-mb must be positive");
   try {
     std::regex r(opts.freeze);
   } catch (const std::regex_error& e) {
@@ -154,6 +159,8 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   for (Value* p : trainable)
     if ((*grads)[p]) pairs.push_back({p, (*grads)[p]});
   if (pairs.empty()) return makeError("the loss '" + (*loss)->name + "' does not depend on any trainable parameter");
+  if (opts.dataParallel == "allreduce") // before clipping: the norm is the global one
+    if (Error e = insertAllReduce(g, pairs, opts.bucketMb)) return e;
   if (opts.optimizer.clipGradNorm > 0) clipByGlobalNorm(g, pairs, opts.optimizer.clipGradNorm);
   for (auto& [p, grad] : pairs) addOptimizer(g, opts.optimizer, p, grad, lr, nextStep);
   g.outputs = {*loss};
