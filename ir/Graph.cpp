@@ -86,29 +86,17 @@ Value* Graph::addInput(const std::string& n, Type type) {
   return v;
 }
 
-Value* Graph::addParam(const std::string& n, Tensor data) {
-  Value* v = newValue(n, ValueKind::Param);
+Value* Graph::addInitializer(const std::string& n, ValueKind kind, Tensor data, std::vector<Value*>& list) {
+  Value* v = newValue(n, kind);
   v->type = Type::of(data.dtype, data.shape);
   v->data = std::make_shared<const Tensor>(std::move(data));
-  params.push_back(v);
+  list.push_back(v);
   return v;
 }
 
-Value* Graph::addState(const std::string& n, Tensor data) {
-  Value* v = newValue(n, ValueKind::State);
-  v->type = Type::of(data.dtype, data.shape);
-  v->data = std::make_shared<const Tensor>(std::move(data));
-  state.push_back(v);
-  return v;
-}
-
-Value* Graph::addConst(const std::string& n, Tensor data) {
-  Value* v = newValue(n, ValueKind::Const);
-  v->type = Type::of(data.dtype, data.shape);
-  v->data = std::make_shared<const Tensor>(std::move(data));
-  consts.push_back(v);
-  return v;
-}
+Value* Graph::addParam(const std::string& n, Tensor data) { return addInitializer(n, ValueKind::Param, std::move(data), params); }
+Value* Graph::addState(const std::string& n, Tensor data) { return addInitializer(n, ValueKind::State, std::move(data), state); }
+Value* Graph::addConst(const std::string& n, Tensor data) { return addInitializer(n, ValueKind::Const, std::move(data), consts); }
 
 Node* Graph::addNode(Op op, std::vector<Value*> ins, int numOutputs, const std::string& n,
                      const std::vector<std::string>& outNames) {

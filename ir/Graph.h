@@ -94,6 +94,7 @@ public:
 
 private:
   Value* newValue(const std::string& name, ValueKind kind);
+  Value* addInitializer(const std::string& name, ValueKind kind, Tensor data, std::vector<Value*>& list);
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::map<std::string, Value*> byName_;
