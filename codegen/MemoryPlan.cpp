@@ -32,6 +32,7 @@ struct Planner {
   std::map<const Value*, int> lastUse;
   std::map<const ir::Node*, int> positions;
   std::set<const Value*> grads;
+  std::set<int> productGroups; ///< positions of kernels led by a matrix product
 
   Buffer& buf(const Value* v) { return plan.buffers[index.at(v)]; }
 
@@ -51,8 +52,11 @@ struct Planner {
     int end = schedule.empty() ? (int)order.size() : (int)schedule.size();
     if (schedule.empty())
       for (int i = 0; i < end; ++i) positions[order[i]] = i;
-    for (int i = 0; i < (int)schedule.size(); ++i)
+    for (int i = 0; i < (int)schedule.size(); ++i) {
       for (const ir::Node* n : schedule[i]) positions[n] = i;
+      Op head = schedule[i][0]->op;
+      if (schedule[i].size() > 1 && (head == Op::MatMul || head == Op::Gemm)) productGroups.insert(i);
+    }
     for (const ir::Node* np : order) {
       const ir::Node& n = *np;
       int i = positions.at(np);
@@ -97,6 +101,9 @@ struct Planner {
         const Value* r = root(in);
         Buffer& rb = buf(r);
         if (rb.region != Region::Activations || rb.bytes != out.bytes || in->type.dtype != n.outputs[0]->type.dtype) continue;
+        // A product's epilogue may not take the bytes of a value from outside its kernel: the
+        // product is written (whole, on the GPU) before the epilogue reads its other operands.
+        if (productGroups.count(i) && rb.first != i) continue;
         out.aliasOf = r;
         rb.last = std::max(rb.last, out.last);
         break;
@@ -169,7 +176,7 @@ const char* regionName(Region r) {
 }
 
 Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, int64_t alignment) {
-  Planner p{g, {}, {}, {}, {}, {}};
+  Planner p{g, {}, {}, {}, {}, {}, {}};
   p.plan.alignment = alignment;
   if (Error e = p.collect(schedule)) return e;
   p.aliasInPlace();

@@ -7,7 +7,7 @@
 namespace sgc::ir {
 namespace {
 
-constexpr int64_t kFoldLimit = 1 << 16; ///< largest result (elements) folded to a constant
+constexpr int64_t kFoldLimit = 1 << 22; ///< largest result (elements) folded to a constant (a 2048^2 attention mask)
 
 bool foldable(const Node& n, const InferCtx& c) {
   if (n.op == Op::Dropout) return false; // random in training mode
