@@ -91,11 +91,15 @@ Expected<std::unique_ptr<llvm::Module>> hostModule(llvm::LLVMContext& ctx, const
   }
   addConstant(**m, "sgcrt_gpu_blobs", llvm::ConstantArray::get(llvm::ArrayType::get(entryTy, entries.size()), entries), 8);
   addConstant(**m, "sgcrt_gpu_blob_count", llvm::ConstantInt::get(i64, entries.size()), 8);
+  // The CPU's kernels by index; GPU-only kernels have none (a CPU session never launches them).
   std::vector<llvm::Constant*> fns;
-  for (const kir::Kernel& k : p.kernels) fns.push_back((*m)->getFunction(k.name));
   auto* ptr = llvm::PointerType::getUnqual(ctx);
+  for (const kir::Kernel& k : p.kernels) {
+    llvm::Function* f = (*m)->getFunction(k.name);
+    if (f) f->setVisibility(llvm::GlobalValue::HiddenVisibility);
+    fns.push_back(f ? (llvm::Constant*)f : llvm::ConstantPointerNull::get(ptr));
+  }
   addConstant(**m, "sgcrt_kernels", llvm::ConstantArray::get(llvm::ArrayType::get(ptr, fns.size()), fns), 8);
-  for (const kir::Kernel& k : p.kernels) (*m)->getFunction(k.name)->setVisibility(llvm::GlobalValue::HiddenVisibility);
   return m;
 }
 

@@ -99,6 +99,22 @@ std::set<const ir::Node*> forwardNodes(const ir::Graph& g) {
   return seen;
 }
 
+/// A launch of kernel `index` over its buffers; adds the bytes it moves to `bytes`.
+nlohmann::json launchJson(const kir::Kernel& k, int index, const std::map<std::string, int>& tensorId, int64_t& bytes) {
+  nlohmann::json args = nlohmann::json::array();
+  for (const kir::BufferArg& a : k.buffers) {
+    args.push_back(tensorId.at(a.name));
+    bytes += (int64_t)a.numel * (int64_t)ir::dtypeSize(a.dtype) * (a.written ? 2 : 1);
+  }
+  return {{"kernel", index}, {"serial", kir::isSerial(k)}, {"extent", kir::isSerial(k) ? 1 : k.body->extent}, {"args", args}};
+}
+
+nlohmann::json gemmJson(const kir::GemmShape& g, const std::map<std::string, int>& tensorId) {
+  return {{"a", tensorId.at(g.a->name)}, {"b", tensorId.at(g.b->name)}, {"y", tensorId.at(g.y->name)},
+          {"m", g.m}, {"n", g.n}, {"k", g.k}, {"batch", g.batch}, {"stride_a", g.strideA}, {"stride_b", g.strideB},
+          {"trans_a", g.transA}, {"trans_b", g.transB}, {"dtype", std::string(ir::dtypeSafetensorsName(g.y->type.dtype))}};
+}
+
 std::string hexHash(const ir::Graph& g, const std::string& options) {
   llvm::SHA256 sha;
   sha.update(ir::print(g));
@@ -162,15 +178,45 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       if (!k) return k.takeError();
       ks = std::move(*k);
     }
+    std::string label; // the group's ops, for profiles: "MatMul+Add+Gelu"
+    for (const ir::Node* n : group) label += (label.empty() ? "" : "+") + std::string(ir::opName(n->op));
     for (kir::Kernel& k : ks) {
-      nlohmann::json args = nlohmann::json::array();
-      for (const kir::BufferArg& a : k.buffers) {
-        args.push_back(tensorId.at(a.name));
-        p.bytesPerStep += (int64_t)a.numel * (int64_t)ir::dtypeSize(a.dtype) * (a.written ? 2 : 1);
-      }
-      launches.push_back({{"kernel", (int)p.kernels.size()}, {"serial", kir::isSerial(k)}, {"forward", forward.count(group.back()) != 0},
-                          {"extent", kir::isSerial(k) ? 1 : k.body->extent}, {"args", args}});
+      launches.push_back(launchJson(k, (int)p.kernels.size(), tensorId, p.bytesPerStep));
+      ++p.launches;
+      launches.back()["forward"] = forward.count(group.back()) != 0;
+      launches.back()["label"] = label;
       p.kernels.push_back(std::move(k));
+    }
+    // On a GPU some nodes run as other kernels, with more parallelism: the group's first
+    // launch carries them, and its other launches (an empty list) are skipped there.
+    if (group.size() == 1) {
+      auto gpu = kir::lowerForGpu(name + "_gpu", *group[0]);
+      if (!gpu) return gpu.takeError();
+      if (*gpu) {
+        nlohmann::json calls = nlohmann::json::array();
+        int64_t unused = 0;
+        for (kir::Kernel& k : **gpu) {
+          calls.push_back(launchJson(k, (int)p.kernels.size(), tensorId, unused));
+          p.kernels.push_back(std::move(k));
+        }
+        size_t first = launches.size() - ks.size();
+        for (size_t i = first; i < launches.size(); ++i) launches[i]["gpu"] = i == first ? calls : nlohmann::json::array();
+        ++p.gpuForms;
+      }
+    }
+    // On a GPU a product runs through the GEMM library, then its epilogue kernel.
+    if (auto gemm = isProduct(*group[0]) ? kir::gemmShape(group) : std::nullopt) {
+      auto epilogue = kir::lowerProductEpilogue(name + "_epilogue", group);
+      if (!epilogue) return epilogue.takeError();
+      nlohmann::json& launch = launches.back();
+      launch["gemm"] = gemmJson(*gemm, tensorId);
+      ++p.gemms;
+      if (*epilogue) {
+        int64_t unused = 0;
+        launch["epilogue"] = launchJson(**epilogue, (int)p.kernels.size(), tensorId, unused);
+        p.kernels.push_back(std::move(**epilogue));
+        ++p.gemmEpilogues;
+      }
     }
   }
   nlohmann::json updates = nlohmann::json::array();
@@ -210,8 +256,10 @@ std::string programStats(const CompiledProgram& p) {
   snprintf(buf, sizeof buf,
            "kernels: %zu (%lld serial)\nlaunches per step: %zu\nnodes fused into multi-node kernels: %lld\n"
            "matrix products with fused epilogues: %lld\n"
+           "GPU: products through cuBLASLt: %lld (%lld followed by an epilogue kernel); nodes in GPU form: %lld\n"
            "bytes moved per step: %lld\narena: %lld bytes (activations %lld, peak of %lld without reuse)\n",
-           p.kernels.size(), (long long)serial, p.kernels.size(), (long long)fused, (long long)epilogues, (long long)p.bytesPerStep, (long long)arena,
+           p.kernels.size(), (long long)serial, (size_t)p.launches, (long long)fused, (long long)epilogues,
+           (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.gpuForms, (long long)p.bytesPerStep, (long long)arena,
            (long long)p.plan.regionBytes[(int)Region::Activations], (long long)p.plan.activationsUnshared);
   return buf;
 }

@@ -1,7 +1,11 @@
 // The CUDA driver API loader and device executor (see Cuda.h).
 #include "runtime/Cuda.h"
 
+#include "runtime/CublasLt.h"
+
+#include <algorithm>
 #include <dlfcn.h>
+#include <mutex>
 
 namespace sgc::rt {
 
@@ -9,6 +13,9 @@ namespace {
 using CUresult = int;
 using CUdeviceptr = unsigned long long;
 constexpr int kAttrMajor = 75, kAttrMinor = 76; // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
+constexpr unsigned kStreamNonBlocking = 1;        // CU_STREAM_NON_BLOCKING
+constexpr int kCaptureThreadLocal = 1;            // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+constexpr uint64_t kWorkspaceBytes = 32 << 20;    // cuBLASLt's workspace
 } // namespace
 
 struct CudaDevice::Api {
@@ -31,10 +38,22 @@ struct CudaDevice::Api {
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*cuLaunchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
-
-  ~Api() {
-    if (lib) dlclose(lib);
-  }
+  CUresult (*cuStreamCreate)(void**, unsigned);
+  CUresult (*cuStreamDestroy)(void*);
+  CUresult (*cuStreamSynchronize)(void*);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, void*);
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, void*);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, void*);
+  CUresult (*cuStreamBeginCapture)(void*, int);
+  CUresult (*cuStreamEndCapture)(void*, void**);
+  CUresult (*cuGraphInstantiate)(void**, void*, unsigned long long);
+  CUresult (*cuGraphLaunch)(void*, void*);
+  CUresult (*cuGraphExecDestroy)(void*);
+  CUresult (*cuGraphDestroy)(void*);
+  CUresult (*cuEventCreate)(void**, unsigned);
+  CUresult (*cuEventDestroy)(void*);
+  CUresult (*cuEventRecord)(void*, void*);
+  CUresult (*cuEventElapsedTime)(float*, void*, void*);
 
   bool load(std::string& error) {
     lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -59,7 +78,15 @@ struct CudaDevice::Api {
                    {"cuMemAlloc", (void**)&cuMemAlloc}, {"cuMemFree", (void**)&cuMemFree}, {"cuMemsetD8", (void**)&cuMemsetD8},
                    {"cuMemcpyHtoD", (void**)&cuMemcpyHtoD}, {"cuMemcpyDtoH", (void**)&cuMemcpyDtoH},
                    {"cuMemcpyDtoD", (void**)&cuMemcpyDtoD}, {"cuLaunchKernel", (void**)&cuLaunchKernel},
-                   {"cuGetErrorString", (void**)&cuGetErrorString}};
+                   {"cuGetErrorString", (void**)&cuGetErrorString}, {"cuStreamCreate", (void**)&cuStreamCreate},
+                   {"cuStreamDestroy", (void**)&cuStreamDestroy}, {"cuStreamSynchronize", (void**)&cuStreamSynchronize},
+                   {"cuMemcpyHtoDAsync", (void**)&cuMemcpyHtoDAsync}, {"cuMemcpyDtoHAsync", (void**)&cuMemcpyDtoHAsync},
+                   {"cuMemcpyDtoDAsync", (void**)&cuMemcpyDtoDAsync}, {"cuStreamBeginCapture", (void**)&cuStreamBeginCapture},
+                   {"cuStreamEndCapture", (void**)&cuStreamEndCapture}, {"cuGraphInstantiateWithFlags", (void**)&cuGraphInstantiate},
+                   {"cuGraphLaunch", (void**)&cuGraphLaunch}, {"cuGraphExecDestroy", (void**)&cuGraphExecDestroy},
+                   {"cuGraphDestroy", (void**)&cuGraphDestroy}, {"cuEventCreate", (void**)&cuEventCreate},
+                   {"cuEventDestroy", (void**)&cuEventDestroy}, {"cuEventRecord", (void**)&cuEventRecord},
+                   {"cuEventElapsedTime", (void**)&cuEventElapsedTime}};
     for (const Entry& e : entries) {
       int status = 0;
       if (getProc(e.name, e.slot, 12000, 0, &status) != 0 || !*e.slot) {
@@ -71,6 +98,21 @@ struct CudaDevice::Api {
   }
 };
 
+/// The driver API, loaded once for the process and never unloaded: CUDA's libraries keep
+/// process-wide state (the primary contexts; cuBLASLt's runtime) that does not survive dlclose.
+const CudaDevice::Api* CudaDevice::sharedApi(std::string& error) {
+  static std::mutex mutex;
+  static const Api* api = nullptr;
+  static std::string loadError;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!api && loadError.empty()) {
+    auto* a = new Api();
+    if (a->load(loadError)) api = a;
+  }
+  if (!api) error = loadError;
+  return api;
+}
+
 bool CudaDevice::check(int result, const char* what, std::string& error) {
   if (result == 0) return true;
   const char* msg = nullptr;
@@ -80,11 +122,10 @@ bool CudaDevice::check(int result, const char* what, std::string& error) {
 }
 
 std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal, const std::vector<GpuBlob>& blobs, const std::vector<std::string>& kernels,
-                                             uint64_t arenaBytes, std::string& error) {
+                                             uint64_t arenaBytes, bool gemms, std::string& error) {
   std::unique_ptr<CudaDevice> d(new CudaDevice);
-  d->api_ = std::make_unique<Api>();
-  if (!d->api_->load(error)) return nullptr;
-  Api& a = *d->api_;
+  if (!(d->api_ = sharedApi(error))) return nullptr;
+  const Api& a = *d->api_;
   if (!d->check(a.cuInit(0), "cuInit", error) || !d->check(a.cuDeviceGet(&d->device_, ordinal), ("device cuda:" + std::to_string(ordinal)).c_str(), error))
     return nullptr;
   int major = 0, minor = 0;
@@ -114,32 +155,50 @@ std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal, const std::vector<GpuB
     if (!d->check(a.cuModuleGetFunction(&f, d->module_, k.c_str()), ("kernel " + k).c_str(), error)) return nullptr;
     d->functions_.push_back(f);
   }
+  if (!d->check(a.cuStreamCreate(&d->stream_, kStreamNonBlocking), "cuStreamCreate", error)) return nullptr;
+  if (gemms) {
+    d->lt_ = CublasLt::open(d->gemmNote_);
+    if (d->lt_) d->gemmNote_ = d->lt_->version();
+    else d->gemmNote_ = "GEMMs on sgc kernels: " + d->gemmNote_;
+  }
+  // One allocation: the arena, then (with cuBLASLt) its workspace, 256-byte aligned.
+  uint64_t arenaRounded = (arenaBytes + 255) / 256 * 256;
+  d->workspaceBytes_ = d->lt_ ? kWorkspaceBytes : 0;
   CUdeviceptr p = 0;
-  if (!d->check(a.cuMemAlloc(&p, arenaBytes ? arenaBytes : 256), ("allocating the " + std::to_string(arenaBytes) + "-byte arena").c_str(), error) ||
+  uint64_t total = std::max<uint64_t>(256, arenaRounded + d->workspaceBytes_);
+  if (!d->check(a.cuMemAlloc(&p, total), ("allocating the " + std::to_string(total) + "-byte arena").c_str(), error) ||
       !d->check(a.cuMemsetD8(p, 0, arenaBytes), "clearing the arena", error))
     return nullptr;
   d->arena_ = p;
-  d->description_ = "cuda:" + std::to_string(ordinal) + " (" + arch + ", " + chosen->name + ")";
+  d->workspace_ = p + arenaRounded;
+  d->description_ = "cuda:" + std::to_string(ordinal) + " (" + arch + ", " + chosen->name + (d->gemmNote_.empty() ? "" : ", " + d->gemmNote_) + ")";
   return d;
 }
 
 CudaDevice::~CudaDevice() {
-  if (!api_ || !api_->lib) return;
+  if (!api_) return;
+  if (stream_) api_->cuStreamSynchronize(stream_);
+  if (graphExec_) api_->cuGraphExecDestroy(graphExec_);
+  if (graph_) api_->cuGraphDestroy(graph_);
+  for (void* e : events_)
+    if (e) api_->cuEventDestroy(e);
+  lt_.reset();
   if (arena_) api_->cuMemFree(arena_);
+  if (stream_) api_->cuStreamDestroy(stream_);
   if (module_) api_->cuModuleUnload(module_);
   if (context_) api_->cuDevicePrimaryCtxRelease(device_);
 }
 
 bool CudaDevice::toDevice(uint64_t dst, const void* src, uint64_t bytes, std::string& error) {
-  return !bytes || check(api_->cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD", error);
+  return !bytes || check(api_->cuMemcpyHtoDAsync(dst, src, bytes, stream_), "cuMemcpyHtoDAsync", error);
 }
 
 bool CudaDevice::toHost(void* dst, uint64_t src, uint64_t bytes, std::string& error) {
-  return !bytes || check(api_->cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH", error);
+  return !bytes || (check(api_->cuMemcpyDtoHAsync(dst, src, bytes, stream_), "cuMemcpyDtoHAsync", error) && synchronize(error));
 }
 
 bool CudaDevice::copy(uint64_t dst, uint64_t src, uint64_t bytes, std::string& error) {
-  return !bytes || check(api_->cuMemcpyDtoD(dst, src, bytes), "cuMemcpyDtoD", error);
+  return !bytes || check(api_->cuMemcpyDtoDAsync(dst, src, bytes, stream_), "cuMemcpyDtoDAsync", error);
 }
 
 bool CudaDevice::launch(int index, std::vector<uint64_t>& args, bool serial, int64_t extent, std::string& error) {
@@ -147,10 +206,41 @@ bool CudaDevice::launch(int index, std::vector<uint64_t>& args, bool serial, int
   for (uint64_t& a : args) params.push_back(&a);
   unsigned threads = serial ? 1 : 256;
   int64_t blocks = serial ? 1 : std::max<int64_t>(1, std::min<int64_t>((extent + 255) / 256, 65535));
-  return check(api_->cuLaunchKernel(functions_[index], (unsigned)blocks, 1, 1, threads, 1, 1, 0, nullptr, params.data(), nullptr),
+  return check(api_->cuLaunchKernel(functions_[index], (unsigned)blocks, 1, 1, threads, 1, 1, 0, stream_, params.data(), nullptr),
                "cuLaunchKernel", error);
 }
 
-bool CudaDevice::synchronize(std::string& error) { return check(api_->cuCtxSynchronize(), "the step on the GPU", error); }
+int CudaDevice::prepareGemm(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, std::string& error) {
+  return lt_ ? lt_->prepare(g, a, b, y, workspaceBytes_, error) : -1;
+}
+
+bool CudaDevice::gemm(int plan, uint64_t a, uint64_t b, uint64_t y, std::string& error) {
+  return lt_->run(plan, a, b, y, workspace_, workspaceBytes_, stream_, error);
+}
+
+bool CudaDevice::beginCapture(std::string& error) {
+  return check(api_->cuStreamBeginCapture(stream_, kCaptureThreadLocal), "cuStreamBeginCapture", error);
+}
+
+bool CudaDevice::endCapture(std::string& error) {
+  if (!check(api_->cuStreamEndCapture(stream_, &graph_), "capturing the step as a CUDA graph", error)) return false;
+  return check(api_->cuGraphInstantiate(&graphExec_, graph_, 0), "cuGraphInstantiate", error);
+}
+
+bool CudaDevice::recordEvent(size_t slot, std::string& error) {
+  if (slot >= events_.size()) events_.resize(slot + 1, nullptr);
+  if (!events_[slot] && !check(api_->cuEventCreate(&events_[slot], 0), "cuEventCreate", error)) return false;
+  return check(api_->cuEventRecord(events_[slot], stream_), "cuEventRecord", error);
+}
+
+float CudaDevice::elapsedMs(size_t from, size_t to) {
+  float ms = 0;
+  if (from < events_.size() && to < events_.size() && events_[from] && events_[to]) api_->cuEventElapsedTime(&ms, events_[from], events_[to]);
+  return ms;
+}
+
+bool CudaDevice::replay(std::string& error) { return check(api_->cuGraphLaunch(graphExec_, stream_), "cuGraphLaunch", error); }
+
+bool CudaDevice::synchronize(std::string& error) { return check(api_->cuStreamSynchronize(stream_), "the step on the GPU", error); }
 
 } // namespace sgc::rt

@@ -19,31 +19,56 @@ struct GpuBlob {
   uint64_t size;
 };
 
+class CublasLt;
+struct Gemm;
+
 class CudaDevice {
 public:
   ~CudaDevice();
-  /// Opens device `ordinal`, loads the best blob, resolves `kernels` and allocates `arenaBytes`.
+  /// Opens device `ordinal`, loads the best blob, resolves `kernels`, creates the stream and allocates
+  /// `arenaBytes` (and, with `gemms`, cuBLASLt's workspace after it, in the same allocation).
   static std::unique_ptr<CudaDevice> open(int ordinal, const std::vector<GpuBlob>& blobs, const std::vector<std::string>& kernels,
-                                          uint64_t arenaBytes, std::string& error);
+                                          uint64_t arenaBytes, bool gemms, std::string& error);
 
   uint64_t arena() const { return arena_; }
+  /// Copies, ordered on the device's stream; toHost waits for them.
   bool toDevice(uint64_t dst, const void* src, uint64_t bytes, std::string& error);
   bool toHost(void* dst, uint64_t src, uint64_t bytes, std::string& error);
   bool copy(uint64_t dst, uint64_t src, uint64_t bytes, std::string& error);
   /// Launches kernel `index` over `extent` parallel iterations (one thread when serial).
   bool launch(int index, std::vector<uint64_t>& args, bool serial, int64_t extent, std::string& error);
+  /// Whether cuBLASLt is loaded; when not, `gemmNote` says why.
+  bool hasGemms() const { return lt_ != nullptr; }
+  const std::string& gemmNote() const { return gemmNote_; }
+  /// Prepares a GEMM over operands at these addresses; the plan's index.
+  int prepareGemm(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, std::string& error);
+  bool gemm(int plan, uint64_t a, uint64_t b, uint64_t y, std::string& error);
+  /// Records what is enqueued between the two calls as a CUDA graph; replay() launches it.
+  bool beginCapture(std::string& error);
+  bool endCapture(std::string& error);
+  bool captured() const { return graphExec_ != nullptr; }
+  bool replay(std::string& error);
   bool synchronize(std::string& error);
+  /// Profiling: records event `slot` on the stream; after a synchronize, the milliseconds between two.
+  bool recordEvent(size_t slot, std::string& error);
+  float elapsedMs(size_t from, size_t to);
   const std::string& description() const { return description_; }
 
 private:
   struct Api;
+  static const Api* sharedApi(std::string& error);
   bool check(int result, const char* what, std::string& error);
-  std::unique_ptr<Api> api_;
+  const Api* api_ = nullptr;
+  std::unique_ptr<CublasLt> lt_;
+  std::string gemmNote_;
   void* context_ = nullptr;
   void* module_ = nullptr;
+  void* stream_ = nullptr;
+  void* graph_ = nullptr;
+  void* graphExec_ = nullptr;
   int device_ = 0;
-  uint64_t arena_ = 0;
-  std::vector<void*> functions_;
+  uint64_t arena_ = 0, workspace_ = 0, workspaceBytes_ = 0;
+  std::vector<void*> functions_, events_;
   std::string description_;
 };
 

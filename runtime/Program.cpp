@@ -39,6 +39,48 @@ bool parseTensors(const nlohmann::json& j, Program& p, std::string& error) {
 
 bool validTensor(const Program& p, int id) { return id >= 0 && id < (int)p.tensors.size(); }
 
+/// Whether tensor `id` has `dtype` and holds `count` matrices of rows x cols at `stride` elements apart.
+bool holds(const Program& p, int id, const std::string& dtype, int64_t count, int64_t stride, int64_t rows, int64_t cols) {
+  if (!validTensor(p, id) || p.tensors[id].dtype != dtype || count < 1 || stride < 0 || rows < 1 || cols < 1) return false;
+  uint64_t size = stDTypeSize(dtype);
+  long double last = (long double)(count - 1) * stride + (long double)rows * cols; // elements touched, without overflow
+  return last * size <= (long double)p.tensors[id].bytes;
+}
+
+bool parseGemm(const nlohmann::json& j, const Program& p, Gemm& g, std::string& error) {
+  g = Gemm{j.at("a"), j.at("b"), j.at("y"), j.at("m"), j.at("n"), j.at("k"), j.at("batch"), j.at("stride_a"), j.at("stride_b"),
+           j.at("trans_a"), j.at("trans_b"), j.at("dtype")};
+  if (g.dtype != "F32" && g.dtype != "BF16" && g.dtype != "F16") return fail(error, "a GEMM of dtype " + g.dtype);
+  if (!holds(p, g.a, g.dtype, g.batch, g.strideA, g.m, g.k) || !holds(p, g.b, g.dtype, g.batch, g.strideB, g.k, g.n) ||
+      !holds(p, g.y, g.dtype, g.batch, g.m * g.n, g.m, g.n))
+    return fail(error, "a GEMM's operands do not fit their tensors");
+  return true;
+}
+
+bool parseCall(const nlohmann::json& c, const Program& p, KernelCall& k, std::string& error) {
+  k = KernelCall{c.at("kernel"), c.at("serial"), c.at("extent"), c.at("args").get<std::vector<int>>()};
+  if (k.kernel < 0 || k.kernel >= p.numKernels || k.extent < 0) return fail(error, "a launch names no kernel");
+  for (int a : k.args)
+    if (!validTensor(p, a)) return fail(error, "a launch names no tensor");
+  return true;
+}
+
+bool parseLaunch(const nlohmann::json& l, const Program& p, Launch& L, std::string& error) {
+  L = Launch{l.at("kernel"), l.at("serial"), l.at("forward"), l.at("extent"), l.at("args").get<std::vector<int>>(), l.value("label", ""),
+             std::nullopt, {}, std::nullopt};
+  if (L.kernel < 0 || L.kernel >= p.numKernels || L.extent < 0) return fail(error, "a launch names no kernel");
+  for (int a : L.args)
+    if (!validTensor(p, a)) return fail(error, "a launch names no tensor");
+  if (l.contains("gemm") && !parseGemm(l.at("gemm"), p, L.gemm.emplace(), error)) return false;
+  if (l.contains("epilogue") && (!L.gemm || !parseCall(l.at("epilogue"), p, L.epilogue, error))) return fail(error, "a bad GEMM epilogue");
+  if (l.contains("gpu")) {
+    L.gpu.emplace();
+    for (const auto& c : l.at("gpu"))
+      if (!parseCall(c, p, L.gpu->emplace_back(), error)) return false;
+  }
+  return true;
+}
+
 } // namespace
 
 bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program& p, std::string& error) {
@@ -56,10 +98,8 @@ bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program&
     for (int r = 0; r < kNumRegions; ++r) p.regions[r] = regions[r];
     if (!parseTensors(j, p, error)) return false;
     for (const auto& l : j.at("launches")) {
-      Launch L{l.at("kernel"), l.at("serial"), l.at("forward"), l.at("extent"), l.at("args")};
-      if (L.kernel < 0 || L.kernel >= p.numKernels || L.extent < 0) return fail(error, "a launch names no kernel");
-      for (int a : L.args)
-        if (!validTensor(p, a)) return fail(error, "a launch names no tensor");
+      Launch L;
+      if (!parseLaunch(l, p, L, error)) return false;
       p.launches.push_back(std::move(L));
     }
     for (const auto& u : j.at("updates")) {

@@ -5,6 +5,7 @@
 // corrupt description is an error, never an out-of-bounds access.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,11 +24,34 @@ struct TensorDesc {
   std::vector<int64_t> shape;
 };
 
+/// A matrix product a GPU runs through cuBLASLt: a strided batch of row-major
+/// y[b] (m x n) = op(a[b]) (m x k) * op(b[b]) (k x n) (see codegen/kir/LowerOps.h).
+struct Gemm {
+  int a = -1, b = -1, y = -1; ///< tensor ids
+  int64_t m = 0, n = 0, k = 0, batch = 1, strideA = 0, strideB = 0;
+  bool transA = false, transB = false;
+  std::string dtype; ///< of all three: "F32", "BF16" or "F16"
+};
+
+/// A kernel run over `extent` parallel iterations (one call when serial) on its tensors.
+struct KernelCall {
+  int kernel = -1;
+  bool serial = false;
+  int64_t extent = 0;
+  std::vector<int> args; ///< tensor ids, in the kernel's buffer order
+};
+
 struct Launch {
   int kernel;
   bool serial, forward; ///< forward: needed for the loss (eval steps run only these)
   int64_t extent;
   std::vector<int> args; ///< tensor ids, in the kernel's buffer order
+  std::string label;     ///< the ops it computes ("MatMul+Add"), for profiles
+  /// On a GPU, when set, the launch is this GEMM followed by `epilogue` (kernel < 0: none).
+  std::optional<Gemm> gemm;
+  KernelCall epilogue;
+  /// On a GPU, when set, these kernels run instead (a form with more parallelism; none: skipped).
+  std::optional<std::vector<KernelCall>> gpu;
 };
 
 struct Program {

@@ -78,6 +78,13 @@ struct sgc_session {
   std::map<std::string, int> byName;
   std::vector<int> lists[4]; ///< tensor ids per sgc_tensor_kind
   std::vector<bool> inputSet;
+  std::vector<int> gemmPlans; ///< GPU: per launch, its cuBLASLt plan (-1: our kernel)
+  bool useGraphs = true;      ///< GPU: replay the step as a CUDA graph (SGC_CUDA_GRAPHS=0: never)
+  int trainSteps = 0;         ///< GPU: training steps run before the capture
+  mutable std::string describedAs;
+  std::string profile;           ///< GPU: SGC_PROFILE, where to write per-launch times (no CUDA graph then)
+  std::vector<double> profileMs; ///< per launch, then the whole step
+  int profileSteps = 0;
   double lr = 1e-3;
   bool paramsLoaded = true; ///< false until sgc_load for --weights none
 
@@ -133,26 +140,90 @@ int findTensor(const sgc_session* s, const char* name, std::initializer_list<Ten
   return -1;
 }
 
-bool runLaunches(sgc_session* s, bool forwardOnly, std::string& error) {
-  if (s->gpu) {
-    std::vector<uint64_t> args;
-    for (const Launch& l : s->prog.launches) {
-      if (forwardOnly && !l.forward) continue;
-      args.clear();
-      for (int a : l.args) args.push_back(s->devData(a));
-      if (!s->gpu->launch(l.kernel, args, l.serial, l.extent, error)) return false;
+/// Enqueues the step on the GPU's stream: each launch (a GEMM through cuBLASLt
+/// and its epilogue, or our kernel), then, when training, the updates.
+bool enqueueGpuStep(sgc_session* s, bool train, std::string& error) {
+  std::vector<uint64_t> args;
+  auto launch = [&](int kernel, const std::vector<int>& ids, bool serial, int64_t extent) {
+    args.clear();
+    for (int a : ids) args.push_back(s->devData(a));
+    return s->gpu->launch(kernel, args, serial, extent, error);
+  };
+  bool profiling = !s->profile.empty();
+  size_t n = s->prog.launches.size(); // profile events: 2i and 2i+1 around launch i; 2n and 2n+1 around the step
+  if (profiling && !s->gpu->recordEvent(2 * n, error)) return false;
+  for (size_t i = 0; i < n; ++i) {
+    const Launch& l = s->prog.launches[i];
+    if (!train && !l.forward) continue;
+    if (profiling && !s->gpu->recordEvent(2 * i, error)) return false;
+    if (l.gpu) {
+      for (const KernelCall& c : *l.gpu)
+        if (!launch(c.kernel, c.args, c.serial, c.extent)) return false;
+    } else if (s->gemmPlans[i] < 0) {
+      if (!launch(l.kernel, l.args, l.serial, l.extent)) return false;
+    } else {
+      const Gemm& g = *l.gemm;
+      if (!s->gpu->gemm(s->gemmPlans[i], s->devData(g.a), s->devData(g.b), s->devData(g.y), error)) return false;
+      if (l.epilogue.kernel >= 0 && !launch(l.epilogue.kernel, l.epilogue.args, l.epilogue.serial, l.epilogue.extent)) return false;
     }
-    return s->gpu->synchronize(error);
+    if (profiling && !s->gpu->recordEvent(2 * i + 1, error)) return false;
   }
+  if (train)
+    for (auto& [target, source] : s->prog.updates)
+      if (!s->gpu->copy(s->devData(target), s->devData(source), s->prog.tensors[target].bytes, error)) return false;
+  if (profiling && train) {
+    if (!s->gpu->recordEvent(2 * n + 1, error) || !s->gpu->synchronize(error)) return false;
+    s->profileMs.resize(n + 1, 0.0);
+    for (size_t i = 0; i < n; ++i) s->profileMs[i] += s->gpu->elapsedMs(2 * i, 2 * i + 1);
+    s->profileMs[n] += s->gpu->elapsedMs(2 * n, 2 * n + 1);
+    ++s->profileSteps;
+  }
+  return true;
+}
+
+/// SGC_PROFILE=FILE: each launch's GPU time, summed over the training steps, as tab-separated lines.
+void writeProfile(const sgc_session* s) {
+  FILE* f = std::fopen(s->profile.c_str(), "w");
+  if (!f) return;
+  std::fprintf(f, "launch\tops\tkind\tms_per_step\n");
+  double steps = std::max(1, s->profileSteps);
+  for (size_t i = 0; i + 1 < s->profileMs.size(); ++i)
+    std::fprintf(f, "%zu\t%s\t%s\t%.6f\n", i, s->prog.launches[i].label.c_str(), s->gemmPlans[i] >= 0 ? "cublaslt" : s->prog.launches[i].gpu ? "gpu-form" : "kernel",
+                 s->profileMs[i] / steps);
+  if (!s->profileMs.empty()) std::fprintf(f, "step\t-\tstep\t%.6f\n", s->profileMs.back() / steps);
+  std::fclose(f);
+}
+
+/// One step on the GPU. The first training step runs as it is enqueued (it warms up the
+/// kernels and cuBLASLt); the second is captured as a CUDA graph, which every later one replays.
+bool gpuStep(sgc_session* s, bool train, std::string& error) {
+  if (!train) return enqueueGpuStep(s, false, error);
+  bool capture = s->useGraphs && !s->gpu->captured() && s->trainSteps++ >= 1;
+  if (capture) {
+    if (!s->gpu->beginCapture(error)) return false;
+    std::string ignored;
+    if (!enqueueGpuStep(s, true, error)) {
+      s->gpu->endCapture(ignored);
+      return false;
+    }
+    if (!s->gpu->endCapture(error)) return false;
+  }
+  if (s->gpu->captured()) return s->gpu->replay(error);
+  return enqueueGpuStep(s, true, error);
+}
+
+bool runCpuStep(sgc_session* s, bool train) {
   std::vector<void*> args;
   for (const Launch& l : s->prog.launches) {
-    if (forwardOnly && !l.forward) continue;
+    if (!train && !l.forward) continue;
     args.clear();
     for (int a : l.args) args.push_back(s->data(a));
     sgcrt_kernel fn = sgcrt_kernels[l.kernel];
     if (l.serial) fn(args.data(), 0, 1);
     else s->pool->parallelFor(l.extent, [&](int64_t b, int64_t e) { fn(args.data(), b, e); });
   }
+  if (train)
+    for (auto& [target, source] : s->prog.updates) std::memcpy(s->data(target), s->data(source), s->prog.tensors[target].bytes);
   return true;
 }
 
@@ -169,6 +240,18 @@ bool readScalar(const sgc_session* s, int id, double& out, std::string& error) {
   return true;
 }
 
+/// A cuBLASLt plan for each GEMM launch, where the library is loaded.
+bool prepareGemms(sgc_session* s, std::string& error) {
+  s->gemmPlans.assign(s->prog.launches.size(), -1);
+  if (!s->gpu->hasGemms()) return true;
+  for (size_t i = 0; i < s->prog.launches.size(); ++i)
+    if (const auto& g = s->prog.launches[i].gemm) {
+      s->gemmPlans[i] = s->gpu->prepareGemm(*g, s->devData(g->a), s->devData(g->b), s->devData(g->y), error);
+      if (s->gemmPlans[i] < 0) return false;
+    }
+  return true;
+}
+
 sgc_status step(sgc_session* s, double* loss, bool train) {
   if (!s || !loss) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and loss must not be NULL");
   if (!s->paramsLoaded)
@@ -179,17 +262,9 @@ sgc_status step(sgc_session* s, double* loss, bool train) {
   float lr = (float)s->lr;
   std::string error;
   double l = 0;
-  if (!s->write(s->prog.lr, &lr, error) || !runLaunches(s, !train, error) || !readScalar(s, s->prog.loss, l, error))
+  if (!s->write(s->prog.lr, &lr, error) || !(s->gpu ? gpuStep(s, train, error) : runCpuStep(s, train)) ||
+      !readScalar(s, s->prog.loss, l, error))
     return fail(SGC_ERROR_DEVICE, error);
-  if (train)
-    for (auto& [target, source] : s->prog.updates) {
-      uint64_t bytes = s->prog.tensors[target].bytes;
-      if (s->gpu) {
-        if (!s->gpu->copy(s->devData(target), s->devData(source), bytes, error)) return fail(SGC_ERROR_DEVICE, error);
-      } else {
-        std::memcpy(s->data(target), s->data(source), bytes);
-      }
-    }
   *loss = l;
   return SGC_OK;
 }
@@ -224,9 +299,14 @@ sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
     if (ordinal >= 0) {
       std::vector<GpuBlob> blobs;
       for (uint64_t i = 0; i < sgcrt_gpu_blob_count; ++i) blobs.push_back({sgcrt_gpu_blobs[i].name, sgcrt_gpu_blobs[i].data, sgcrt_gpu_blobs[i].size});
-      s->gpu = CudaDevice::open(ordinal, blobs, s->prog.kernelNames, total, error);
+      bool gemms = std::any_of(s->prog.launches.begin(), s->prog.launches.end(), [](const Launch& l) { return l.gemm.has_value(); });
+      s->gpu = CudaDevice::open(ordinal, blobs, s->prog.kernelNames, total, gemms, error);
       if (!s->gpu) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
       for (int r = 0; r < kNumRegions; ++r) s->devBase[r] = s->gpu->arena() + offsets[r];
+      if (!prepareGemms(s.get(), error)) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
+      const char* graphs = std::getenv("SGC_CUDA_GRAPHS");
+      if (const char* profile = std::getenv("SGC_PROFILE")) s->profile = profile;
+      s->useGraphs = !(graphs && std::string(graphs) == "0") && s->profile.empty();
     } else {
       s->arena = std::aligned_alloc(64, total ? total : 64);
       if (!s->arena) return fail(SGC_ERROR_OUT_OF_MEMORY, "cannot allocate the " + std::to_string(total) + "-byte arena");
@@ -265,11 +345,27 @@ sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
   }
 }
 
-void sgc_session_destroy(sgc_session* s) { delete s; }
+void sgc_session_destroy(sgc_session* s) {
+  if (s && s->gpu && !s->profile.empty()) writeProfile(s);
+  delete s;
+}
 
 sgc_status sgc_model_hash(const sgc_session* s, const char** hash) {
   if (!s || !hash) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and hash must not be NULL");
   *hash = s->prog.hash.c_str();
+  return SGC_OK;
+}
+
+sgc_status sgc_device_description(const sgc_session* s, const char** description) {
+  if (!s || !description) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and description must not be NULL");
+  if (s->gpu) {
+    int gemms = (int)std::count_if(s->gemmPlans.begin(), s->gemmPlans.end(), [](int p) { return p >= 0; });
+    s->describedAs = s->gpu->description() + "; " + std::to_string(gemms) + " GEMMs through cuBLASLt; CUDA graph: " +
+                     (!s->useGraphs ? "off" : s->gpu->captured() ? "replayed" : "from the second training step");
+  } else {
+    s->describedAs = "cpu (" + std::to_string(s->pool->size()) + " threads)";
+  }
+  *description = s->describedAs.c_str();
   return SGC_OK;
 }
 

@@ -21,6 +21,9 @@ public:
   StmtRef st(const ir::Value* v, ExprRef index, ExprRef value) {
     return store(buf(v, true), std::move(index), cast(std::move(value), computeType(v->type.dtype)));
   }
+  StmtRef atomic(const ir::Value* v, ExprRef index, ExprRef value) {
+    return atomicAdd(buf(v, true), std::move(index), cast(std::move(value), computeType(v->type.dtype)));
+  }
   int newLoopVar() { return k.numLoopVars++; }
   int newLocal() { return k.numLocals++; }
 

@@ -51,6 +51,11 @@ ExprRef cast(ExprRef a, Scalar t) {
   return make({ExprKind::Cast, t, 0, 0, 0, "", {std::move(a)}});
 }
 
+ExprRef warpReduce(const std::string& op, ExprRef a) {
+  Scalar t = a->type;
+  return make({ExprKind::WarpReduce, t, 0, 0, 0, op, {std::move(a)}});
+}
+
 StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body) {
   auto s = std::make_shared<Stmt>();
   *s = {StmtKind::Loop, var, extent, parallel, nullptr, nullptr, std::move(body)};
@@ -60,6 +65,12 @@ StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body) 
 StmtRef store(int buffer, ExprRef index, ExprRef value) {
   auto s = std::make_shared<Stmt>();
   *s = {StmtKind::Store, buffer, 0, false, std::move(index), std::move(value), {}};
+  return s;
+}
+
+StmtRef atomicAdd(int buffer, ExprRef index, ExprRef value) {
+  StmtRef s = store(buffer, std::move(index), std::move(value));
+  s->kind = StmtKind::AtomicAdd;
   return s;
 }
 
@@ -97,6 +108,7 @@ std::string exprText(const Expr& e) {
   case ExprKind::Binary: return e.op + "(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ")";
   case ExprKind::Select: return "select(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ", " + exprText(*e.args[2]) + ")";
   case ExprKind::Cast: return std::string(scalarName(e.type)) + "(" + exprText(*e.args[0]) + ")";
+  case ExprKind::WarpReduce: return "warp_" + e.op + "(" + exprText(*e.args[0]) + ")";
   }
   return "?";
 }
@@ -112,6 +124,7 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
     for (auto& b : s.body) stmtText(*b, depth, out);
     return;
   case StmtKind::Store: out += pad + "b" + std::to_string(s.id) + "[" + exprText(*s.index) + "] = " + exprText(*s.value) + "\n"; return;
+  case StmtKind::AtomicAdd: out += pad + "b" + std::to_string(s.id) + "[" + exprText(*s.index) + "] += " + exprText(*s.value) + " (atomic)\n"; return;
   case StmtKind::Let: out += pad + "let t" + std::to_string(s.id) + " = " + exprText(*s.value) + "\n"; return;
   case StmtKind::Set: out += pad + "t" + std::to_string(s.id) + " = " + exprText(*s.value) + "\n"; return;
   }

@@ -24,7 +24,7 @@ const char* scalarName(Scalar s);
 struct Expr;
 using ExprRef = std::shared_ptr<const Expr>;
 
-enum class ExprKind : uint8_t { Const, LoopVar, Local, Load, Unary, Binary, Select, Cast };
+enum class ExprKind : uint8_t { Const, LoopVar, Local, Load, Unary, Binary, Select, Cast, WarpReduce };
 
 struct Expr {
   ExprKind kind;
@@ -48,24 +48,31 @@ ExprRef unary(const std::string& op, ExprRef a);
 /// shr is a logical shift, mul/add wrap around)
 ExprRef binary(const std::string& op, ExprRef a, ExprRef b);
 ExprRef select(ExprRef cond, ExprRef a, ExprRef b);
+/// "add" or "max" of an f32 over the 32 lanes of a GPU warp (32 consecutive parallel iterations,
+/// aligned): every lane gets the result. Only in gpuOnly kernels whose parallel extent is a
+/// multiple of 32, so that whole warps run every iteration together.
+ExprRef warpReduce(const std::string& op, ExprRef a);
 ExprRef cast(ExprRef a, Scalar t);
 
 struct Stmt;
 using StmtRef = std::shared_ptr<Stmt>;
 
-enum class StmtKind : uint8_t { Loop, Store, Let, Set, Block };
+enum class StmtKind : uint8_t { Loop, Store, AtomicAdd, Let, Set, Block };
 
 struct Stmt {
   StmtKind kind;
   int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer
   int64_t extent = 0;          ///< Loop: iterations [0, extent)
   bool parallel = false;       ///< Loop: iterations are independent
-  ExprRef index, value;        ///< Store: buffer[index] = value; Let/Set: local = value
+  ExprRef index, value;        ///< Store: buffer[index] = value; AtomicAdd: += value; Let/Set: local = value
   std::vector<StmtRef> body;   ///< Loop, Block
 };
 
 StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body);
 StmtRef store(int buffer, ExprRef index, ExprRef value);
+/// buffer[index] += value as one atomic operation (f32 and f64 buffers): partial results of
+/// parallel iterations meet in one element. The order of the adds is not fixed.
+StmtRef atomicAdd(int buffer, ExprRef index, ExprRef value);
 StmtRef let(int local, ExprRef value);
 StmtRef set(int local, ExprRef value);
 StmtRef block(std::vector<StmtRef> body);
@@ -82,6 +89,7 @@ struct Kernel {
   std::vector<BufferArg> buffers;
   StmtRef body;
   int numLoopVars = 0, numLocals = 0;
+  bool gpuOnly = false; ///< uses warp operations: emitted for GPU targets only
 };
 
 /// A readable listing of the kernel (for --emit=kir and golden tests).

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 
 namespace sgc::kir {
 namespace {
@@ -48,6 +49,7 @@ struct Product {
   std::vector<const ir::Node*> chain;                    ///< elementwise nodes applied to the product
   const ir::Value* product = nullptr;                    ///< the product's own value (the chain's seed)
   int64_t rowsPerMatrix = 0;                             ///< rows of one matrix of a batch (0: all rows)
+  bool epilogueOnly = false; ///< y already holds the sum (a GEMM library wrote it): apply only what follows
 };
 
 static Expected<Kernel> lowerProduct(const std::string& name, const Product& p) {
@@ -67,6 +69,13 @@ static Expected<Kernel> lowerProduct(const std::string& name, const Product& p) 
     else llvm::consumeError(e.takeError());
     return v;
   };
+  if (p.epilogueOnly) { // one element per parallel iteration, rewritten in place
+    int e = b.newLoopVar();
+    ExprRef row = binary("idiv", loopVar(e), B::i(p.N)), col = binary("imod", loopVar(e), B::i(p.N));
+    Kernel kernel = b.finish(loop(e, p.rows * p.N, true, {b.st(p.y, loopVar(e), finish(row, col, b.ld(p.y, loopVar(e))))}));
+    if (err) return err;
+    return kernel;
+  }
   if (!p.bRowContiguous) { // dot products over k
     ExprRef prod = B::mul(b.ld(p.a, p.aAt(loopVar(r), loopVar(k))), b.ld(p.b, p.bAt(loopVar(r), loopVar(k), loopVar(j))));
     auto body = {loop(j, p.N, false, {let(acc, B::c(0, t)), loop(k, p.K, false, {set(acc, B::add(local(acc, t), prod))}),
@@ -106,7 +115,8 @@ static Expected<std::vector<Kernel>> kernels(Expected<Kernel> k) {
   return std::vector<Kernel>{std::move(*k)};
 }
 
-Expected<std::vector<Kernel>> lowerMatMulChain(const std::string& name, const ir::Node& n, const std::vector<const ir::Node*>& chain) {
+Expected<std::vector<Kernel>> lowerMatMulChain(const std::string& name, const ir::Node& n, const std::vector<const ir::Node*>& chain,
+                                              bool epilogueOnly = false) {
   const ir::Value *a = n.input(0), *bv = n.input(1), *y = chain.empty() ? n.outputs[0] : chain.back()->outputs[0];
   if (a->type.rank() < 2 || bv->type.rank() < 2) return makeError(ir::describe(n) + ": 1-D operands are not generated yet");
   std::vector<int64_t> as = shapeOf(a), bs = shapeOf(bv), ys = shapeOf(y);
@@ -128,20 +138,21 @@ Expected<std::vector<Kernel>> lowerMatMulChain(const std::string& name, const ir
               return B::add(base, B::add(B::mul(i, B::i(K)), k));
             },
             [&](ExprRef r, ExprRef k, ExprRef j) { return B::add(matrixBase(bs, r).first, B::add(B::mul(k, B::i(N)), j)); },
-            1, nullptr, chain, n.outputs[0], M};
+            1, nullptr, chain, n.outputs[0], M, epilogueOnly};
   return kernels(lowerProduct(name, p));
 }
 
 Expected<std::vector<Kernel>> lowerMatMul(const std::string& name, const ir::Node& n) { return lowerMatMulChain(name, n, {}); }
 
-Expected<std::vector<Kernel>> lowerGemmChain(const std::string& name, const ir::Node& n, const std::vector<const ir::Node*>& chain) {
+Expected<std::vector<Kernel>> lowerGemmChain(const std::string& name, const ir::Node& n, const std::vector<const ir::Node*>& chain,
+                                            bool epilogueOnly = false) {
   const ir::Value *a = n.input(0), *bv = n.input(1), *cv = n.input(2), *y = chain.empty() ? n.outputs[0] : chain.back()->outputs[0];
   bool ta = n.getInt("transA", 0), tb = n.getInt("transB", 0);
   int64_t M = y->type.dims[0].value, N = y->type.dims[1].value, K = a->type.dims[ta ? 0 : 1].value;
   Product p{a, bv, y, M, N, K, !tb,
             [=](ExprRef i, ExprRef k) { return ta ? B::add(B::mul(k, B::i(M)), i) : B::add(B::mul(i, B::i(K)), k); },
             [=](ExprRef, ExprRef k, ExprRef j) { return tb ? B::add(B::mul(j, B::i(K)), k) : B::add(B::mul(k, B::i(N)), j); },
-            n.getFloat("alpha", 1), nullptr, chain, n.outputs[0]};
+            n.getFloat("alpha", 1), nullptr, chain, n.outputs[0], 0, epilogueOnly};
   if (cv) {
     std::vector<int64_t> cs = shapeOf(cv);
     while (cs.size() < 2) cs.insert(cs.begin(), 1);
@@ -161,6 +172,41 @@ Expected<std::vector<Kernel>> lowerProductGroup(const std::string& name, const s
   std::vector<const ir::Node*> chain(group.begin() + 1, group.end());
   if (group[0]->op == ir::Op::Gemm) return lowerGemmChain(name, *group[0], chain);
   return lowerMatMulChain(name, *group[0], chain);
+}
+
+std::optional<GemmShape> gemmShape(const std::vector<const ir::Node*>& group) {
+  const ir::Node& n = *group[0];
+  const ir::Value *a = n.input(0), *bv = n.input(1), *y = group.back()->outputs[0];
+  ir::DType t = y->type.dtype;
+  if ((n.op != ir::Op::Gemm && n.op != ir::Op::MatMul) || a->type.rank() < 2 || bv->type.rank() < 2 || a->type.dtype != t ||
+      bv->type.dtype != t || (t != ir::DType::F32 && t != ir::DType::BF16 && t != ir::DType::F16))
+    return std::nullopt;
+  std::vector<int64_t> as = shapeOf(a), ys = shapeOf(y);
+  GemmShape s{a, bv, y, ys[ys.size() - 2], ys.back(), 0, 1, 0, 0, false, false};
+  if (n.op == ir::Op::Gemm) {
+    s.transA = n.getInt("transA", 0);
+    s.transB = n.getInt("transB", 0);
+    s.k = as[s.transA ? 0 : 1];
+    return s;
+  }
+  // A batch of MatMuls: each operand's batch dims are y's (stride one matrix) or absent (stride 0).
+  s.k = as.back();
+  s.batch = numel(y) / std::max<int64_t>(1, s.m * s.n);
+  int64_t aBatch = numel(a) / std::max<int64_t>(1, s.m * s.k), bBatch = numel(bv) / std::max<int64_t>(1, s.k * s.n);
+  if ((aBatch != s.batch && aBatch != 1) || (bBatch != s.batch && bBatch != 1)) return std::nullopt;
+  s.strideA = aBatch == 1 ? 0 : s.m * s.k;
+  s.strideB = bBatch == 1 ? 0 : s.k * s.n;
+  return s;
+}
+
+Expected<std::optional<Kernel>> lowerProductEpilogue(const std::string& name, const std::vector<const ir::Node*>& group) {
+  const ir::Node& n = *group[0];
+  bool scaled = n.op == ir::Op::Gemm && (n.getFloat("alpha", 1) != 1 || n.input(2));
+  if (group.size() == 1 && !scaled) return std::optional<Kernel>();
+  std::vector<const ir::Node*> chain(group.begin() + 1, group.end());
+  auto ks = n.op == ir::Op::Gemm ? lowerGemmChain(name, n, chain, true) : lowerMatMulChain(name, n, chain, true);
+  if (!ks) return ks.takeError();
+  return std::optional<Kernel>(std::move(ks->front()));
 }
 
 Expected<std::vector<Kernel>> lowerSoftmax(const std::string& name, const ir::Node& n) {
@@ -258,9 +304,13 @@ Expected<std::vector<Kernel>> lowerLayerNormGrad(const std::string& name, const 
   return ks;
 }
 
-Expected<std::vector<Kernel>> lowerLoss(const std::string& name, const ir::Node& n) {
-  // One serial kernel: the weight total first, then each position's loss (and
-  // gradient). Losses are small next to the matrix products around them.
+/// Cross-entropy and negative log-likelihood losses and their gradients. The
+/// gradient is one parallel loop over positions, each writing its row. The
+/// loss sums over positions: a serial kernel on the CPU (a fixed order), or,
+/// with `atomicTotal` (the GPU form), a parallel loop whose positions add
+/// their terms to the zeroed result atomically. Each parallel position totals
+/// the weights itself (the divisor of a mean).
+static Expected<std::vector<Kernel>> lowerLossWith(const std::string& name, const ir::Node& n, bool atomicTotal) {
   bool grad = n.op == ir::Op::SceLossGrad || n.op == ir::Op::NllLossGrad;
   bool softmax = n.op == ir::Op::SoftmaxCrossEntropyLoss || n.op == ir::Op::SceLossGrad;
   const ir::Value *x = n.input(0), *target = n.input(1);
@@ -269,6 +319,7 @@ Expected<std::vector<Kernel>> lowerLoss(const std::string& name, const ir::Node&
   int64_t N = xs[0], C = xs[1], inner = numel(x) / std::max<int64_t>(N * C, 1), P = N * inner;
   std::string red = n.getString("reduction", "mean");
   bool hasIgnore = n.has("ignore_index");
+  bool parallel = grad || red == "none" || atomicTotal;
   Scalar t = computeType(x->type.dtype);
   B b(name);
   int p = b.newLoopVar(), q = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), k3 = b.newLoopVar();
@@ -283,11 +334,12 @@ Expected<std::vector<Kernel>> lowerLoss(const std::string& name, const ir::Node&
   auto xAt = [&](ExprRef pos, ExprRef cls) { // element (n, cls, i) of position pos = n * inner + i
     return B::add(B::mul(B::add(B::mul(binary("idiv", pos, B::i(inner)), B::i(C)), std::move(cls)), B::i(inner)), binary("imod", pos, B::i(inner)));
   };
-  std::vector<StmtRef> body{let(wsum, B::c(0, t)), loop(q, P, false, {set(wsum, B::add(local(wsum, t), weight(tgt(loopVar(q)))))}),
-                            let(total, B::c(0, t))};
+  bool needsWsum = red == "mean";
+  StmtRef sumWeights = block({let(wsum, B::c(0, t)), loop(q, P, false, {set(wsum, B::add(local(wsum, t), weight(tgt(loopVar(q)))))})});
   ExprRef tp = tgt(loopVar(p));
   ExprRef safeT = binary("min", binary("max", tp, B::i(0)), B::i(C - 1));
   std::vector<StmtRef> per{let(wt, weight(tp))};
+  if (parallel && needsWsum) per.insert(per.begin(), sumWeights);
   ExprRef logp; // log probability of class k2 at p
   if (softmax) {
     per.push_back(let(mx, B::c(-INFINITY, t)));
@@ -299,25 +351,40 @@ Expected<std::vector<Kernel>> lowerLoss(const std::string& name, const ir::Node&
     ExprRef v = b.ld(x, xAt(loopVar(p), cls));
     return softmax ? B::sub(B::sub(v, local(mx, t)), unary("log", local(s, t))) : v;
   };
+  std::vector<Kernel> ks;
   if (!grad) {
     ExprRef loss = unary("neg", B::mul(local(wt, t), logProb(safeT)));
-    if (red == "none") per.push_back(b.st(n.outputs[0], loopVar(p), loss));
-    else per.push_back(set(total, B::add(local(total, t), loss)));
     if (softmax && n.outputs.size() > 1 && n.outputs[1])
       per.push_back(loop(k2, C, false, {b.st(n.outputs[1], xAt(loopVar(p), loopVar(k2)), logProb(loopVar(k2)))}));
-    body.push_back(loop(p, P, false, per));
-    if (red == "sum") body.push_back(b.st(n.outputs[0], B::i(0), local(total, t)));
-    if (red == "mean") body.push_back(b.st(n.outputs[0], B::i(0), B::div(local(total, t), local(wsum, t))));
+    if (red == "none") {
+      per.push_back(b.st(n.outputs[0], loopVar(p), loss));
+      ks.push_back(b.finish(loop(p, P, true, per)));
+    } else if (atomicTotal) {
+      per.push_back(b.atomic(n.outputs[0], B::i(0), red == "mean" ? B::div(loss, local(wsum, t)) : loss));
+      B zero(name + "_zero");
+      ks.push_back(zero.finish(loop(zero.newLoopVar(), 1, true, {zero.st(n.outputs[0], loopVar(0), B::c(0, t))})));
+      ks.push_back(b.finish(loop(p, P, true, per)));
+    } else {
+      per.push_back(set(total, B::add(local(total, t), loss)));
+      std::vector<StmtRef> body{let(total, B::c(0, t)), loop(p, P, false, per)};
+      if (needsWsum) body.insert(body.begin(), sumWeights);
+      body.push_back(b.st(n.outputs[0], B::i(0), red == "sum" ? local(total, t) : B::div(local(total, t), local(wsum, t))));
+      ks.push_back(b.finish(block(body)));
+    }
   } else {
     ExprRef up = red == "none" ? b.ld(dl, loopVar(p)) : red == "sum" ? b.ld(dl, B::i(0)) : B::div(b.ld(dl, B::i(0)), local(wsum, t));
     ExprRef scale = B::mul(local(wt, t), up);
     ExprRef isT = cast(binary("eq", loopVar(k2), tp), t);
     ExprRef g = softmax ? B::mul(B::sub(unary("exp", logProb(loopVar(k2))), isT), scale) : B::mul(unary("neg", isT), scale);
     per.push_back(loop(k2, C, false, {b.st(n.outputs[0], xAt(loopVar(p), loopVar(k2)), g)}));
-    body.push_back(loop(p, P, false, per));
+    ks.push_back(b.finish(loop(p, P, true, per)));
   }
-  return std::vector<Kernel>{b.finish(block(body))};
+  return ks;
 }
+
+Expected<std::vector<Kernel>> lowerLoss(const std::string& name, const ir::Node& n) { return lowerLossWith(name, n, false); }
+
+Expected<std::vector<Kernel>> lowerLossGpu(const std::string& name, const ir::Node& n) { return lowerLossWith(name, n, true); }
 
 /// f'(x) * dy for the unary op named by the `of` attribute.
 Expected<std::vector<Kernel>> lowerUnaryGrad(const std::string& name, const ir::Node& n) {

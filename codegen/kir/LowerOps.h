@@ -8,6 +8,7 @@
 #include "ir/Error.h"
 #include "ir/Graph.h"
 
+#include <optional>
 #include <vector>
 
 namespace sgc::kir {
@@ -19,6 +20,32 @@ Expected<std::vector<Kernel>> lowerNode(const std::string& name, const ir::Node&
 /// A MatMul or Gemm followed by elementwise nodes applied to its result
 /// (group[0] is the product), as one kernel.
 Expected<std::vector<Kernel>> lowerProductGroup(const std::string& name, const std::vector<const ir::Node*>& group);
+
+/// A matrix product as a strided batch of row-major GEMMs, the form a GEMM
+/// library (cuBLASLt) takes: for each b < batch,
+///   y[b] (m x n) = op(a[b]) (m x k) * op(b[b]) (k x n),
+/// with op a transpose when transA/transB, and a[b] at element strideA * b
+/// (0: one matrix shared by the batch), b[b] at strideB * b, y[b] at m * n * b.
+/// y is the buffer the kernel group writes (its epilogue's result).
+struct GemmShape {
+  const ir::Value *a, *b, *y;
+  int64_t m, n, k, batch, strideA, strideB;
+  bool transA, transB;
+};
+
+/// The product leading `group` as a GemmShape, when it is one: f32, bf16 or
+/// f16 operands whose batch dims are the result's or absent.
+std::optional<GemmShape> gemmShape(const std::vector<const ir::Node*>& group);
+
+/// What `group` computes on top of its product (Gemm's alpha and C, the
+/// elementwise chain), as a kernel that rewrites the product in y in place,
+/// one element per parallel iteration; none when the product is all.
+Expected<std::optional<Kernel>> lowerProductEpilogue(const std::string& name, const std::vector<const ir::Node*>& group);
+
+/// The GPU form of a node whose generic kernel gives a GPU too little
+/// parallelism (few long reductions; see LowerGpu.cpp); none when the
+/// generic kernels suit a GPU too.
+Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name, const ir::Node& n);
 
 /// Whether a kernel runs as one serial call (its body is not a parallel loop).
 inline bool isSerial(const Kernel& k) { return !(k.body->kind == StmtKind::Loop && k.body->parallel); }

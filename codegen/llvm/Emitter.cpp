@@ -181,6 +181,16 @@ private:
       if (!v) return v.takeError();
       return storeElement(s.id, *idx, *v);
     }
+    case StmtKind::AtomicAdd: {
+      auto idx = expr(*s.index);
+      auto v = idx ? expr(*s.value) : Expected<llvm::Value*>(idx.takeError());
+      if (!v) return v.takeError();
+      llvm::Type* et = elementType(k_.buffers[s.id].dtype);
+      if (!et || !et->isFloatingPointTy() || et->isHalfTy() || et != (*v)->getType()) return fail("atomic adds need f32 or f64 buffers");
+      b_.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, b_.CreateGEP(et, buffers_[s.id], *idx), *v, llvm::MaybeAlign(et->getPrimitiveSizeInBits() / 8),
+                         llvm::AtomicOrdering::Monotonic);
+      return Error::success();
+    }
     }
     return fail("unknown statement");
   }
@@ -378,6 +388,19 @@ private:
     return b_.CreateSIToFP(v, t);
   }
 
+  /// A butterfly over the warp's 32 lanes with shfl.sync: every lane ends with the result.
+  Expected<llvm::Value*> warpReduce(const std::string& op, llvm::Value* v) {
+    if (t_.kind != Target::NVPTX || !v->getType()->isFloatTy()) return fail("warp reductions are generated for GPUs, on f32, only");
+    for (int offset = 16; offset >= 1; offset /= 2) {
+      llvm::Value* other = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
+                                              {b_.getInt32(-1), v, b_.getInt32(offset), b_.getInt32(31)});
+      auto combined = binaryOp(op, v, other);
+      if (!combined) return combined.takeError();
+      v = *combined;
+    }
+    return v;
+  }
+
   Expected<llvm::Value*> expr(const Expr& e) {
     auto hit = cache_.find(&e);
     if (hit != cache_.end()) return hit->second;
@@ -401,6 +424,7 @@ private:
     case ExprKind::Binary: r = binaryOp(e.op, a[0], a[1]); break;
     case ExprKind::Select: r = b_.CreateSelect(a[0], a[1], a[2]); break;
     case ExprKind::Cast: r = convert(a[0], e.args[0]->type, e.type); break;
+    case ExprKind::WarpReduce: r = warpReduce(e.op, a[0]); break;
     }
     if (r) cache_[&e] = *r;
     return r;
@@ -427,7 +451,8 @@ Expected<std::unique_ptr<llvm::Module>> emitKernels(llvm::LLVMContext& ctx, cons
   m->setTargetTriple(tripleOf(target.kind));
   m->setDataLayout((*tm)->createDataLayout());
   for (const kir::Kernel& k : kernels)
-    if (Error e = KernelEmitter(*m, k, target).emit()) return e;
+    if (!(k.gpuOnly && target.kind == Target::X86))
+      if (Error e = KernelEmitter(*m, k, target).emit()) return e;
   return m;
 }
 

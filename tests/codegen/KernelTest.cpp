@@ -244,3 +244,156 @@ TEST(Kernel, FusionIsOneLoop) {
 }
 
 } // namespace
+
+namespace {
+
+/// y = op(a) op(b) for each matrix of the batch, as GemmShape describes it (what cuBLASLt is asked to do).
+void referenceGemm(const kir::GemmShape& s, const ir::Tensor& a, const ir::Tensor& b, ir::Tensor& y) {
+  for (int64_t q = 0; q < s.batch; ++q)
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        double sum = 0;
+        for (int64_t k = 0; k < s.k; ++k)
+          sum += a.getF(q * s.strideA + (s.transA ? k * s.m + i : i * s.k + k)) * b.getF(q * s.strideB + (s.transB ? j * s.k + k : k * s.n + j));
+        y.setF(q * s.m * s.n + i * s.n + j, sum);
+      }
+}
+
+} // namespace
+
+TEST(Kernel, GemmShapeAndEpilogueMatchInterpreter) {
+  // The GPU form of a product group: the GEMM its GemmShape describes, then the epilogue kernel in place.
+  struct {
+    const char* ir;
+    int64_t m, n, k, batch, strideA, strideB;
+  } cases[] = {
+      {R"(graph @g { input %x : f32[5, 7]
+    input %w : f32[6, 7]
+    input %bias : f32[6]
+    const %one : f32[] = dense<"0x0000803f">
+    %h : ?[*] = Gemm(%x, %w, %bias) {transB = 1, alpha = 0.5}
+    %e : ?[*] = Erf(%h)
+    %y : ?[*] = Add(%e, %one)
+    output %y })", 5, 6, 7, 1, 0, 0},
+      {R"(graph @g { input %x : f32[7, 5]
+    input %w : f32[7, 6]
+    %y : ?[*] = Gemm(%x, %w) {transA = 1}
+    output %y })", 5, 6, 7, 1, 0, 0},
+      {R"(graph @g { input %x : f32[2, 3, 4, 5]
+    input %w : f32[5, 6]
+    input %r : f32[2, 3, 4, 6]
+    %h : ?[*] = MatMul(%x, %w)
+    %y : ?[*] = Add(%r, %h)
+    output %y })", 4, 6, 5, 6, 20, 0},
+      {R"(graph @g { input %q : f32[2, 3, 4, 5]
+    input %k : f32[2, 3, 5, 4]
+    %y : ?[*] = MatMul(%q, %k)
+    output %y })", 4, 4, 5, 6, 20, 20},
+  };
+  for (auto& c : cases) {
+    auto g = ir::parse(c.ir, "gemm");
+    ASSERT_TRUE(!!g) << errorText(g.takeError());
+    ASSERT_FALSE(ir::inferShapes(**g, false));
+    std::vector<const ir::Node*> group;
+    for (auto& n : (*g)->nodes()) group.push_back(n.get());
+    auto shape = kir::gemmShape(group);
+    ASSERT_TRUE(shape.has_value()) << c.ir;
+    EXPECT_EQ(std::vector<int64_t>({shape->m, shape->n, shape->k, shape->batch, shape->strideA, shape->strideB}),
+              std::vector<int64_t>({c.m, c.n, c.k, c.batch, c.strideA, c.strideB}));
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::map<std::string, ir::Tensor> in;
+    for (ir::Value* v : (*g)->inputs) {
+      ir::Tensor t(v->type.dtype, v->type.shape());
+      for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
+      in[v->name] = t;
+    }
+    auto want = ir::run(**g, in);
+    ASSERT_TRUE(!!want) << errorText(want.takeError());
+    ir::Tensor y(ir::DType::F32, shape->y->type.shape());
+    referenceGemm(*shape, in.at(shape->a->name), in.at(shape->b->name), y);
+    auto epilogue = kir::lowerProductEpilogue("k", group);
+    ASSERT_TRUE(!!epilogue) << errorText(epilogue.takeError());
+    ASSERT_EQ(epilogue->has_value(), group.size() > 1 || group[0]->inputs.size() > 2);
+    if (*epilogue) {
+      std::vector<void*> args;
+      for (const kir::BufferArg& b : (**epilogue).buffers) {
+        ir::Value* v = (*g)->findValue(b.name);
+        args.push_back(b.written ? y.bytes.data() : v->kind == ir::ValueKind::Input ? in.at(b.name).bytes.data() : const_cast<uint8_t*>(v->data->bytes.data()));
+      }
+      auto ctx = std::make_unique<llvm::LLVMContext>();
+      auto mod = codegen::emitKernels(*ctx, {**epilogue}, codegen::TargetSpec::x86());
+      ASSERT_TRUE(!!mod) << errorText(mod.takeError());
+      auto jit = llvm::orc::LLJITBuilder().create();
+      ASSERT_TRUE(!!jit);
+      ASSERT_FALSE((*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(*mod), std::move(ctx))));
+      auto sym = (*jit)->lookup("k");
+      ASSERT_TRUE(!!sym);
+      sym->toPtr<void (*)(void**, int64_t, int64_t)>()(args.data(), 0, (**epilogue).body->extent);
+    }
+    const ir::Tensor& ref = want->at("y");
+    for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(y.getF(i), ref.getF(i), 1e-5 * (1 + std::fabs(ref.getF(i)))) << c.ir;
+  }
+  // A batch broadcast over part of the dims is no strided batch: the product stays on our kernel.
+  auto g = ir::parse("graph @g { input %a : f32[2, 1, 4, 5]\n input %b : f32[1, 3, 5, 6]\n %y : ?[*] = MatMul(%a, %b)\n output %y }", "b");
+  ASSERT_TRUE(!!g);
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  EXPECT_FALSE(kir::gemmShape({(*g)->nodes()[0].get()}).has_value());
+}
+
+TEST(Kernel, GpuFormsMatchInterpreter) {
+  // The GPU forms (chunks of work meeting in atomic adds), run here on the CPU in two halves as
+  // two thread-pool workers would, against the interpreter.
+  const char* graphs[] = {
+      "graph @g { input %x : f32[2048, 8]\n const %s : i64[1] = dense<\"0x0800000000000000\">\n %y : ?[*] = SumTo(%x, %s)\n output %y }",
+      "graph @g { input %x : f32[64, 64]\n %y : ?[*] = ReduceMean(%x) {keepdims = 0}\n output %y }",
+      "graph @g { input %x : f32[1024, 3]\n const %ax : i64[1] = dense<\"0x0000000000000000\">\n %y : ?[*] = ReduceSum(%x, %ax)\n output %y }",
+      "graph @g { input %dy : f32[2, 6, 3]\n const %i : i64[6] = dense<\"0x0100000000000000ffffffffffffffff0100000000000000000000000000000002000000000000000100000000000000\">\n"
+      " const %s : i64[3] = dense<\"0x020000000000000004000000000000000300000000000000\">\n %y : ?[*] = GatherGrad(%dy, %i, %s) {axis = 1}\n output %y }",
+      "graph @g { input %x : f32[6, 5]\n const %t : i64[6] = dense<\"0x01000000000000009cffffffffffffff0400000000000000000000000000000003000000000000000200000000000000\">\n"
+      " %y : ?[*] = SoftmaxCrossEntropyLoss(%x, %t) {ignore_index = -100}\n output %y }",
+  };
+  for (const char* text : graphs) {
+    auto g = ir::parse(text, "gpu");
+    ASSERT_TRUE(!!g) << errorText(g.takeError());
+    ASSERT_FALSE(ir::inferShapes(**g, false));
+    const ir::Node& n = *(*g)->nodes()[0];
+    auto gpu = kir::lowerForGpu("k", n);
+    ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
+    ASSERT_TRUE(gpu->has_value()) << text;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::map<std::string, ir::Tensor> in;
+    for (ir::Value* v : (*g)->inputs) {
+      ir::Tensor t(v->type.dtype, v->type.shape());
+      for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
+      in[v->name] = t;
+    }
+    auto want = ir::run(**g, in);
+    ASSERT_TRUE(!!want) << errorText(want.takeError());
+    ir::Tensor y(ir::DType::F32, n.outputs[0]->type.shape());
+    for (int64_t i = 0; i < y.numel(); ++i) y.setF(i, 12345); // the zeroing kernel must clear it
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    auto mod = codegen::emitKernels(*ctx, **gpu, codegen::TargetSpec::x86());
+    ASSERT_TRUE(!!mod) << errorText(mod.takeError());
+    auto jit = llvm::orc::LLJITBuilder().create();
+    ASSERT_TRUE(!!jit);
+    ASSERT_FALSE((*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(*mod), std::move(ctx))));
+    for (const kir::Kernel& k : **gpu) {
+      std::vector<void*> args;
+      for (const kir::BufferArg& b : k.buffers) {
+        ir::Value* v = (*g)->findValue(b.name);
+        args.push_back(b.written ? y.bytes.data() : v->kind == ir::ValueKind::Input ? in.at(b.name).bytes.data() : const_cast<uint8_t*>(v->data->bytes.data()));
+      }
+      auto sym = (*jit)->lookup(k.name);
+      ASSERT_TRUE(!!sym);
+      auto fn = sym->toPtr<void (*)(void**, int64_t, int64_t)>();
+      ASSERT_FALSE(kir::isSerial(k)) << k.name;
+      fn(args.data(), 0, k.body->extent / 2);
+      fn(args.data(), k.body->extent / 2, k.body->extent);
+    }
+    const ir::Tensor& ref = want->at("y");
+    ASSERT_EQ(y.numel(), ref.numel());
+    for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(y.getF(i), ref.getF(i), 1e-4 * (1 + std::fabs(ref.getF(i)))) << text;
+  }
+}

@@ -67,6 +67,9 @@ SGC_API void sgc_session_destroy(sgc_session* session);
 
 /** Hex content hash of what produced the library (model, options, sgc version). */
 SGC_API sgc_status sgc_model_hash(const sgc_session* session, const char** hash);
+/** What runs the session: "cpu (N threads)", or the GPU with its code, its GEMM library and
+ * whether the step is replayed as a CUDA graph. Valid until the next call on the session. */
+SGC_API sgc_status sgc_device_description(const sgc_session* session, const char** description);
 /** Bytes of the memory plan (all regions of the arena). */
 SGC_API sgc_status sgc_memory_plan_bytes(const sgc_session* session, uint64_t* bytes);
 

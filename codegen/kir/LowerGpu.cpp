@@ -1,0 +1,329 @@
+// GPU forms of the lowerings that give a GPU too little parallelism: a
+// reduction to few results (a bias gradient: 768 sums of 16384 terms; a mean
+// loss: one sum), an embedding gradient (each result scanning every index)
+// and a loss total. A CPU runs the generic kernels, whose per-result loops
+// fill its few cores; a GPU needs tens of thousands of threads. Here the work
+// is split into chunks across threads and the partial results meet in the
+// zeroed output through atomic adds (f32 results only). The order of those
+// adds varies, so the last bits of these results may vary from run to run on
+// a GPU, as with PyTorch's atomic-based CUDA kernels.
+#include "codegen/kir/Builder.h"
+#include "codegen/kir/LowerOps.h"
+
+#include <cmath>
+#include <set>
+
+namespace sgc::kir {
+
+Expected<std::vector<Kernel>> lowerLossGpu(const std::string& name, const ir::Node& n); // LowerMath.cpp
+
+namespace {
+using B = Builder;
+
+constexpr int64_t kFewResults = 1 << 16; ///< at most this many results: split the reduction
+constexpr int64_t kLongLoop = 1024;      ///< and only when each result sums at least this many terms
+constexpr int64_t kChunk = 256;          ///< terms one thread sums before its atomic add
+
+Kernel zeroKernel(const std::string& name, const ir::Value* y) {
+  B b(name);
+  int i = b.newLoopVar();
+  return b.finish(loop(i, y->type.staticNumel().value(), true, {b.st(y, loopVar(i), B::c(0, computeType(y->type.dtype)))}));
+}
+
+/// y[o] = scale * sum over r of x[o, r], where `reduced` names x's summed dims: a zeroing kernel,
+/// then one parallel iteration per (result, chunk of terms), result fastest (coalesced loads when
+/// the kept dims are innermost, as in a bias gradient).
+std::optional<std::vector<Kernel>> splitReduction(const std::string& name, const ir::Value* x, const ir::Value* y,
+                                                  const std::set<int64_t>& reduced, double scale) {
+  std::vector<int64_t> xs = x->type.shape(), keptShape, redShape;
+  std::vector<int64_t> keptDims, redDims;
+  for (int64_t d = 0; d < (int64_t)xs.size(); ++d) {
+    (reduced.count(d) ? redDims : keptDims).push_back(d);
+    (reduced.count(d) ? redShape : keptShape).push_back(xs[d]);
+  }
+  int64_t outer = 1, extent = 1;
+  for (int64_t s : keptShape) outer *= s;
+  for (int64_t s : redShape) extent *= s;
+  if (y->type.dtype != ir::DType::F32 || outer > kFewResults || extent < kLongLoop) return std::nullopt;
+  int64_t chunk = kChunk;
+  while (extent % chunk) chunk /= 2; // a power of two dividing the terms
+  if (chunk < 16) return std::nullopt;
+  B b(name);
+  int e = b.newLoopVar(), j = b.newLoopVar(), acc = b.newLocal();
+  ExprRef o = binary("imod", loopVar(e), B::i(outer)), c = binary("idiv", loopVar(e), B::i(outer));
+  auto kc = B::coords(o, keptShape), rc = B::coords(B::add(B::mul(c, B::i(chunk)), loopVar(j)), redShape);
+  std::vector<ExprRef> xc(xs.size());
+  for (size_t q = 0; q < keptDims.size(); ++q) xc[keptDims[q]] = kc[q];
+  for (size_t q = 0; q < redDims.size(); ++q) xc[redDims[q]] = rc[q];
+  Scalar t = computeType(x->type.dtype);
+  ExprRef sum = local(acc, t);
+  if (scale != 1) sum = B::mul(sum, B::c(scale, t));
+  std::vector<Kernel> ks{zeroKernel(name + "_zero", y)};
+  ks.push_back(b.finish(loop(e, outer * (extent / chunk), true,
+                             {let(acc, B::c(0, t)), loop(j, chunk, false, {set(acc, B::add(local(acc, t), b.ld(x, B::offset(xc, xs))))}),
+                              b.atomic(y, o, sum)})));
+  return ks;
+}
+
+std::optional<std::vector<Kernel>> reduceGpu(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  int64_t rank = x->type.rank();
+  std::set<int64_t> axes;
+  if (n.op == ir::Op::SumTo) { // the dims y lacks or has as 1 where x does not
+    std::vector<int64_t> xs = x->type.shape(), ys = y->type.shape();
+    size_t lead = xs.size() - ys.size();
+    for (size_t d = 0; d < xs.size(); ++d)
+      if (d < lead || (ys[d - lead] == 1 && xs[d] != 1)) axes.insert((int64_t)d);
+  } else {
+    if (n.input(1)) {
+      if (n.input(1)->kind != ir::ValueKind::Const) return std::nullopt;
+      for (int64_t a : n.input(1)->data->toI64()) axes.insert(a < 0 ? a + rank : a);
+    }
+    if (axes.empty() && !n.getInt("noop_with_empty_axes", 0))
+      for (int64_t d = 0; d < rank; ++d) axes.insert(d);
+  }
+  int64_t extent = 1;
+  for (int64_t d : axes) extent *= x->type.dims[d].value;
+  return splitReduction(name, x, y, axes, n.op == ir::Op::ReduceMean ? 1.0 / (double)extent : 1.0);
+}
+
+/// dx[a, idx[k], i] += dy[a, k, i]: one parallel iteration per element of dy, after zeroing dx.
+std::optional<std::vector<Kernel>> gatherGradGpu(const std::string& name, const ir::Node& n) {
+  const ir::Value *dy = n.input(0), *idx = n.input(1), *dx = n.outputs[0];
+  if (dx->type.dtype != ir::DType::F32) return std::nullopt;
+  std::vector<int64_t> xs = dx->type.shape();
+  int64_t axis = n.getInt("axis", 0);
+  if (axis < 0) axis += (int64_t)xs.size();
+  int64_t count = idx->type.staticNumel().value(), d = xs[axis], inner = 1;
+  for (size_t q = axis + 1; q < xs.size(); ++q) inner *= xs[q];
+  B b(name);
+  int e = b.newLoopVar();
+  ExprRef a = binary("idiv", loopVar(e), B::i(count * inner)), k = binary("imod", binary("idiv", loopVar(e), B::i(inner)), B::i(count)),
+          i = binary("imod", loopVar(e), B::i(inner));
+  ExprRef j = cast(b.ld(idx, k), Scalar::I64);
+  j = B::clamp(select(binary("lt", j, B::i(0)), B::add(j, B::i(d)), j), d);
+  ExprRef at = B::add(B::mul(B::add(B::mul(a, B::i(d)), j), B::i(inner)), i);
+  std::vector<Kernel> ks{zeroKernel(name + "_zero", dx)};
+  ks.push_back(b.finish(loop(e, dy->type.staticNumel().value(), true, {b.atomic(dx, at, b.ld(dy, loopVar(e)))})));
+  return ks;
+}
+
+/// One warp per row of d elements (d a multiple of 32, rows contiguous): parallel iteration e
+/// is lane e % 32 of row e / 32, and lane l visits elements l, l + 32, ... of its row.
+struct WarpRows {
+  B& b;
+  int e;
+  int64_t d;
+  ExprRef row() const { return binary("idiv", loopVar(e), B::i(32)); }
+  ExprRef lane() const { return binary("imod", loopVar(e), B::i(32)); }
+  /// Element j-th of this lane's (j a loop variable), as its column in the row.
+  ExprRef col(int j) const { return B::add(lane(), B::mul(loopVar(j), B::i(32))); }
+  ExprRef at(int j) const { return B::add(B::mul(row(), B::i(d)), col(j)); }
+  StmtRef each(int j, std::vector<StmtRef> body) const { return loop(j, d / 32, false, std::move(body)); }
+  /// local = op over the row of `term` (an expression of loop variable j).
+  std::vector<StmtRef> reduce(int localId, const std::string& op, double init, int j, ExprRef term) const {
+    Scalar t = Scalar::F32;
+    return {let(localId, B::c(init, t)), each(j, {set(localId, binary(op, local(localId, t), std::move(term)))}),
+            set(localId, warpReduce(op, local(localId, t)))};
+  }
+};
+
+bool warpable(int64_t rows, int64_t d, ir::DType t) { return d % 32 == 0 && d >= 32 && rows > 0 && computeType(t) == Scalar::F32; }
+
+Kernel warpKernel(B& b, int e, int64_t rows, std::vector<StmtRef> body) {
+  Kernel k = b.finish(loop(e, rows * 32, true, std::move(body)));
+  k.gpuOnly = true;
+  return k;
+}
+
+/// Softmax / LogSoftmax over the last axis, a warp per row.
+std::optional<std::vector<Kernel>> softmaxGpu(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  int64_t rank = x->type.rank(), axis = n.getInt("axis", -1);
+  if (axis < 0) axis += rank;
+  int64_t d = x->type.dims[rank - 1].value, rows = x->type.staticNumel().value() / std::max<int64_t>(d, 1);
+  if (axis != rank - 1 || !warpable(rows, d, x->type.dtype)) return std::nullopt;
+  B b(name);
+  int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar(), mx = b.newLocal(), sum = b.newLocal();
+  WarpRows w{b, e, d};
+  Scalar t = Scalar::F32;
+  auto body = w.reduce(mx, "max", -INFINITY, j1, b.ld(x, w.at(j1)));
+  for (auto& st : w.reduce(sum, "add", 0, j2, unary("exp", B::sub(b.ld(x, w.at(j2)), local(mx, t))))) body.push_back(st);
+  ExprRef shifted = B::sub(b.ld(x, w.at(j3)), local(mx, t));
+  ExprRef out = n.op == ir::Op::LogSoftmax ? B::sub(shifted, unary("log", local(sum, t))) : B::div(unary("exp", shifted), local(sum, t));
+  body.push_back(w.each(j3, {b.st(y, w.at(j3), out)}));
+  return std::vector<Kernel>{warpKernel(b, e, rows, std::move(body))};
+}
+
+/// SoftmaxGrad over the last axis: dx = y (dy - sum(dy y)), or for log-softmax dy - exp(y) sum(dy).
+std::optional<std::vector<Kernel>> softmaxGradGpu(const std::string& name, const ir::Node& n) {
+  const ir::Value *y = n.input(0), *dy = n.input(1), *dx = n.outputs[0];
+  int64_t rank = y->type.rank(), axis = n.getInt("axis", -1);
+  if (axis < 0) axis += rank;
+  int64_t d = y->type.dims[rank - 1].value, rows = y->type.staticNumel().value() / std::max<int64_t>(d, 1);
+  if (axis != rank - 1 || !warpable(rows, d, y->type.dtype)) return std::nullopt;
+  bool log = n.getInt("log", 0);
+  B b(name);
+  int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), s = b.newLocal();
+  WarpRows w{b, e, d};
+  Scalar t = Scalar::F32;
+  ExprRef term = log ? b.ld(dy, w.at(j1)) : B::mul(b.ld(dy, w.at(j1)), b.ld(y, w.at(j1)));
+  auto body = w.reduce(s, "add", 0, j1, term);
+  ExprRef g = b.ld(dy, w.at(j2)), yk = b.ld(y, w.at(j2));
+  ExprRef out = log ? B::sub(g, B::mul(unary("exp", yk), local(s, t))) : B::mul(yk, B::sub(g, local(s, t)));
+  body.push_back(w.each(j2, {b.st(dx, w.at(j2), out)}));
+  return std::vector<Kernel>{warpKernel(b, e, rows, std::move(body))};
+}
+
+int64_t normalizedSize(const ir::Node& n, const ir::Value* x) {
+  int64_t rank = x->type.rank(), axis = n.getInt("axis", -1), M = 1;
+  if (axis < 0) axis += rank;
+  for (int64_t q = axis; q < rank; ++q) M *= x->type.dims[q].value;
+  return M;
+}
+
+/// LayerNormalization, a warp per row: mean and variance by warp sums, then the row.
+std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *scale = n.input(1), *bias = n.input(2), *y = n.outputs[0];
+  int64_t M = normalizedSize(n, x), rows = x->type.staticNumel().value() / std::max<int64_t>(M, 1);
+  if (!warpable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || (bias && bias->type.staticNumel() != M)) return std::nullopt;
+  B b(name);
+  int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar(), mean = b.newLocal(), var = b.newLocal();
+  WarpRows w{b, e, M};
+  Scalar t = Scalar::F32;
+  auto body = w.reduce(mean, "add", 0, j1, b.ld(x, w.at(j1)));
+  body.push_back(set(mean, B::div(local(mean, t), B::c((double)M, t))));
+  ExprRef dev = B::sub(b.ld(x, w.at(j2)), local(mean, t));
+  for (auto& st : w.reduce(var, "add", 0, j2, B::mul(dev, dev))) body.push_back(st);
+  int inv = b.newLocal();
+  body.push_back(let(inv, B::div(B::c(1, t), unary("sqrt", B::add(B::div(local(var, t), B::c((double)M, t)), B::c(n.getFloat("epsilon", 1e-5), t))))));
+  ExprRef v = B::mul(B::mul(B::sub(b.ld(x, w.at(j3)), local(mean, t)), local(inv, t)), b.ld(scale, w.col(j3)));
+  if (bias) v = B::add(v, b.ld(bias, w.col(j3)));
+  body.push_back(w.each(j3, {b.st(y, w.at(j3), v)}));
+  // Every lane stores the same statistics (the same value to the same address).
+  if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], w.row(), local(mean, t)));
+  if (n.outputs.size() > 2 && n.outputs[2]) body.push_back(b.st(n.outputs[2], w.row(), local(inv, t)));
+  return std::vector<Kernel>{warpKernel(b, e, rows, std::move(body))};
+}
+
+/// LayerNormGrad: dx a warp per row; dscale and dbias as chunks of rows meeting in atomic adds.
+std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4);
+  int64_t M = normalizedSize(n, x), rows = x->type.staticNumel().value() / std::max<int64_t>(M, 1);
+  if (!warpable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || !meanV || !invV) return std::nullopt;
+  for (size_t o = 1; o < n.outputs.size(); ++o)
+    if (n.outputs[o] && n.outputs[o]->type.dtype != ir::DType::F32) return std::nullopt;
+  Scalar t = Scalar::F32;
+  std::vector<Kernel> ks;
+  if (n.outputs[0]) {
+    B b(name + "_dx");
+    int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
+    WarpRows w{b, e, M};
+    auto xhat = [&](int j) { return B::mul(B::sub(b.ld(x, w.at(j)), local(mean, t)), local(inv, t)); };
+    auto dxhat = [&](int j) { return B::mul(b.ld(dy, w.at(j)), b.ld(scale, w.col(j))); };
+    std::vector<StmtRef> body{let(mean, cast(b.ld(meanV, w.row()), t)), let(inv, cast(b.ld(invV, w.row()), t)), let(s1, B::c(0, t)),
+                              let(s2, B::c(0, t)),
+                              w.each(j1, {set(s1, B::add(local(s1, t), dxhat(j1))), set(s2, B::add(local(s2, t), B::mul(dxhat(j1), xhat(j1))))}),
+                              set(s1, warpReduce("add", local(s1, t))), set(s2, warpReduce("add", local(s2, t)))};
+    ExprRef dx = B::mul(B::div(local(inv, t), B::c((double)M, t)),
+                        B::sub(B::sub(B::mul(B::c((double)M, t), dxhat(j2)), local(s1, t)), B::mul(xhat(j2), local(s2, t))));
+    body.push_back(w.each(j2, {b.st(n.outputs[0], w.at(j2), dx)}));
+    ks.push_back(warpKernel(b, e, rows, std::move(body)));
+  }
+  const ir::Value* ds = n.outputs.size() > 1 ? n.outputs[1] : nullptr;
+  const ir::Value* db = n.outputs.size() > 2 ? n.outputs[2] : nullptr;
+  if (ds || db) { // iteration (column c, chunk q of rows): column fastest, so loads coalesce
+    int64_t chunk = kChunk;
+    while (rows % chunk) chunk /= 2;
+    B b(name + "_dparams");
+    int e = b.newLoopVar(), r = b.newLoopVar(), sds = b.newLocal(), sdb = b.newLocal();
+    ExprRef c = binary("imod", loopVar(e), B::i(M)), row = B::add(B::mul(binary("idiv", loopVar(e), B::i(M)), B::i(chunk)), loopVar(r));
+    ExprRef at = B::add(B::mul(row, B::i(M)), c);
+    ExprRef xhat = B::mul(B::sub(b.ld(x, at), cast(b.ld(meanV, row), t)), cast(b.ld(invV, row), t));
+    std::vector<StmtRef> body{let(sds, B::c(0, t)), let(sdb, B::c(0, t)),
+                              loop(r, chunk, false, {set(sds, B::add(local(sds, t), B::mul(b.ld(dy, at), xhat))), set(sdb, B::add(local(sdb, t), b.ld(dy, at)))})};
+    if (ds) body.push_back(b.atomic(ds, c, local(sds, t)));
+    if (db) body.push_back(b.atomic(db, c, local(sdb, t)));
+    if (ds) ks.push_back(zeroKernel(name + "_zero_dscale", ds));
+    if (db) ks.push_back(zeroKernel(name + "_zero_dbias", db));
+    ks.push_back(b.finish(loop(e, M * (rows / chunk), true, body)));
+  }
+  return ks;
+}
+
+/// Softmax cross-entropy over [N, C] scores (C and N multiples of 32), a warp per position: the
+/// loss (its terms meeting in the zeroed result by atomic adds from lane 0) or its gradient.
+std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Node& n) {
+  bool grad = n.op == ir::Op::SceLossGrad;
+  const ir::Value *x = n.input(0), *target = n.input(1), *dl = grad ? n.input(2) : nullptr, *w = n.input(grad ? 3 : 2);
+  if (x->type.rank() != 2 || computeType(x->type.dtype) != Scalar::F32) return std::nullopt;
+  int64_t P = x->type.dims[0].value, C = x->type.dims[1].value;
+  std::string red = n.getString("reduction", "mean");
+  if (!warpable(P, C, x->type.dtype) || P % 32 || (!grad && (red == "none" || n.outputs[0]->type.dtype != ir::DType::F32)))
+    return std::nullopt;
+  Scalar t = Scalar::F32;
+  B b(name);
+  int e = b.newLoopVar(), jq = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar();
+  int wsum = b.newLocal(), mx = b.newLocal(), sum = b.newLocal(), wt = b.newLocal();
+  WarpRows rows{b, e, C};
+  bool hasIgnore = n.has("ignore_index");
+  auto tgt = [&](ExprRef pos) { return cast(b.ld(target, std::move(pos)), Scalar::I64); };
+  auto weight = [&](ExprRef cls) {
+    ExprRef valid = hasIgnore ? unary("not", binary("eq", cls, B::i(n.getInt("ignore_index", 0)))) : nullptr;
+    ExprRef v = w ? b.ld(w, B::clamp(cls, C)) : B::c(1, t);
+    return valid ? select(valid, v, B::c(0, t)) : v;
+  };
+  std::vector<StmtRef> body;
+  if (red == "mean") { // the weights of all positions, each lane a 32nd of them
+    body.push_back(let(wsum, B::c(0, t)));
+    body.push_back(loop(jq, P / 32, false, {set(wsum, B::add(local(wsum, t), weight(tgt(B::add(rows.lane(), B::mul(loopVar(jq), B::i(32)))))))}));
+    body.push_back(set(wsum, warpReduce("add", local(wsum, t))));
+  }
+  for (auto& st : rows.reduce(mx, "max", -INFINITY, j1, b.ld(x, rows.at(j1)))) body.push_back(st);
+  for (auto& st : rows.reduce(sum, "add", 0, j2, unary("exp", B::sub(b.ld(x, rows.at(j2)), local(mx, t))))) body.push_back(st);
+  ExprRef tp = tgt(rows.row());
+  body.push_back(let(wt, weight(tp)));
+  auto logProb = [&](ExprRef at) { return B::sub(B::sub(b.ld(x, std::move(at)), local(mx, t)), unary("log", local(sum, t))); };
+  std::vector<Kernel> ks;
+  if (!grad) {
+    ExprRef loss = unary("neg", B::mul(local(wt, t), logProb(B::add(B::mul(rows.row(), B::i(C)), B::clamp(tp, C)))));
+    if (red == "mean") loss = B::div(loss, local(wsum, t));
+    body.push_back(b.atomic(n.outputs[0], B::i(0), select(binary("eq", rows.lane(), B::i(0)), loss, B::c(0, t))));
+    if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(rows.each(j3, {b.st(n.outputs[1], rows.at(j3), logProb(rows.at(j3)))}));
+    ks.push_back(zeroKernel(name + "_zero", n.outputs[0]));
+  } else {
+    ExprRef up = red == "none" ? b.ld(dl, rows.row()) : red == "sum" ? b.ld(dl, B::i(0)) : B::div(b.ld(dl, B::i(0)), local(wsum, t));
+    ExprRef isT = cast(binary("eq", rows.col(j3), tp), t);
+    ExprRef g = B::mul(B::sub(unary("exp", logProb(rows.at(j3))), isT), B::mul(local(wt, t), up));
+    body.push_back(rows.each(j3, {b.st(n.outputs[0], rows.at(j3), g)}));
+  }
+  ks.push_back(warpKernel(b, e, P, std::move(body)));
+  return ks;
+}
+
+} // namespace
+
+Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name, const ir::Node& n) {
+  using ir::Op;
+  switch (n.op) {
+  case Op::SumTo: case Op::ReduceSum: case Op::ReduceMean: return reduceGpu(name, n);
+  case Op::GatherGrad: return gatherGradGpu(name, n);
+  case Op::Softmax: case Op::LogSoftmax: return softmaxGpu(name, n);
+  case Op::SoftmaxGrad: return softmaxGradGpu(name, n);
+  case Op::LayerNormalization: return layerNormGpu(name, n);
+  case Op::LayerNormGrad: return layerNormGradGpu(name, n);
+  case Op::SceLossGrad: return sceGpu(name, n);
+  case Op::SoftmaxCrossEntropyLoss:
+    if (auto ks = sceGpu(name, n)) return ks;
+    [[fallthrough]];
+  case Op::NegativeLogLikelihoodLoss: {
+    if (n.getString("reduction", "mean") == "none" || n.outputs[0]->type.dtype != ir::DType::F32) return std::optional<std::vector<Kernel>>();
+    auto ks = lowerLossGpu(name, n);
+    if (!ks) return ks.takeError();
+    return std::optional<std::vector<Kernel>>(std::move(*ks));
+  }
+  default: return std::optional<std::vector<Kernel>>();
+  }
+}
+
+} // namespace sgc::kir

@@ -1,0 +1,41 @@
+// cuBLASLt for the GPU executor's matrix products, opened with dlopen when a
+// session on a GPU has GEMMs (a train.so links no CUDA library). Each GEMM of
+// the program is prepared once (descriptors, layouts and the heuristic's
+// algorithm for its shapes and alignments) and run on the caller's stream.
+//
+// Row-major products are run as their column-major transposes:
+//   y = op(a) op(b)  <=>  y^T = op(b)^T op(a)^T,
+// so cuBLASLt's "A" is our b and its "B" is our a, and nothing is copied.
+#pragma once
+#include "runtime/Program.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sgc::rt {
+
+class CublasLt {
+public:
+  ~CublasLt();
+  /// Loads the library: $SGC_CUBLASLT when set ("none": no library, GEMMs run on sgc's kernels),
+  /// else libcublasLt.so.13 or .12 from the loader's path or CUDA's lib64.
+  static std::unique_ptr<CublasLt> open(std::string& error);
+  /// Prepares `g` with its operands at the given device addresses' alignments; the plan's index.
+  int prepare(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t workspaceBytes, std::string& error);
+  /// Runs plan `plan` on `stream`.
+  bool run(int plan, uint64_t a, uint64_t b, uint64_t y, uint64_t workspace, uint64_t workspaceBytes, void* stream, std::string& error);
+  const std::string& version() const { return version_; }
+
+private:
+  struct Api;
+  struct Plan;
+  static const Api* sharedApi(std::string& error);
+  const Api* api_ = nullptr;
+  void* handle_ = nullptr;
+  std::vector<std::unique_ptr<Plan>> plans_;
+  std::string version_;
+};
+
+} // namespace sgc::rt
