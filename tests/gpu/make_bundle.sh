@@ -1,7 +1,8 @@
 #!/bin/sh
 # Compiles the GPU test models (the bundled training sample, and the MLP, CNN
 # and GPT of tests/training/torch_equivalence.py) for the CPU and sm_90 into
-# DIR with their data, ready to carry to a GPU machine.
+# DIR with their data, ready to carry to a GPU machine; and a small GPT whose
+# rows fit GPU warps (export_warp_model.py).
 # Usage: make_bundle.sh SGC SOURCE_DIR MODELS_DIR OUT_DIR
 set -eu
 sgc=$1 src=$2 models=$3 out=$4
@@ -14,4 +15,8 @@ for m in mlp cnn gpt; do
   cp "$models/${m}_data.safetensors" "$out/"
   cp "$models/${m}_data.safetensors" "$out/${m}_bf16_data.safetensors"
 done
+/usr/bin/python3 "$src/tests/gpu/export_warp_model.py" "$src" "$out"
+"$sgc" compile "$out/gptw.onnx" -o "$out/gptw.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90
+"$sgc" compile "$out/gptw.onnx" -o "$out/gptw_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16
+cp "$out/gptw_data.safetensors" "$out/gptw_bf16_data.safetensors"
 cp "$src/tests/gpu/check_gpu.sh" "$src/samples/train_ctypes.py" "$out/"

@@ -1,0 +1,31 @@
+#!/bin/sh
+# The half of the GPU benchmark that runs here, without a GPU: exports the two
+# models of bench/gpu_models.py with Debian's PyTorch 1.13 (batch dim
+# symbolic, traced at batch 2: a full-size CPU forward would take minutes)
+# and compiles each with sgc for sm_90 (bf16 autocast, AdamW lr 1e-4, weight
+# decay 0.01, as torch_peers.py trains) without weights: the device side loads
+# the PyTorch model's initial weights. Then, on the device:
+#   python3 bench/gpu_train.py bench/out
+# Usage: bench/gpu_build.sh [SGC]   (from the project root)
+set -eu
+sgc=${1:-build/driver/sgc}
+out=bench/out
+mkdir -p "$out"
+[ -f "$out/mlp.onnx" ] && [ -f "$out/gpt.onnx" ] || /usr/bin/python3 - "$out" <<'PY'
+import os, sys, warnings
+import torch
+sys.path.insert(0, "bench")
+import gpu_models as gm
+warnings.filterwarnings("ignore")
+out = sys.argv[1]
+for name, inputs in (("mlp", ["x", "y"]), ("gpt", ["idx", "tgt"])):
+    model = gm.make(name, explicit=True)
+    with torch.no_grad():
+        torch.onnx.export(model, gm.batch(name, rows=2), os.path.join(out, name + ".onnx"), input_names=inputs, output_names=["loss"],
+                          opset_version=17, do_constant_folding=False, dynamic_axes={n: {0: "B"} for n in inputs})
+PY
+flags="--optimizer adamw --lr 1e-4 --weight-decay 0.01 --precision bf16 --weights none --target sm_90 --stats"
+"$sgc" compile "$out/mlp.onnx" -o "$out/mlp.so" --dim B=8192 $flags 2> "$out/mlp.stats"
+"$sgc" compile "$out/gpt.onnx" -o "$out/gpt.so" --dim B=16 $flags 2> "$out/gpt.stats"
+rm -f "$out"/*.onnx.data
+ls -l "$out"/*.so

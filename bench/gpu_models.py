@@ -1,0 +1,78 @@
+# The GPU benchmark's two models, as ../shared/bench/torch_peers.py defines
+# them (same modules, names and settings), so that one state_dict fits both
+# sides. `explicit=True` writes attention out as matmul, mask, softmax,
+# matmul (the math of scaled_dot_product_attention) for the ONNX export with
+# Debian's PyTorch 1.13, which has no SDPA; the mask and positions are
+# computed inline, so the export holds them as constants, not parameters.
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MLP_B, MLP_D, MLP_L = 8192, 4096, 8
+GPT_B, GPT_T, GPT_V, GPT_C, GPT_L, GPT_H = 16, 1024, 50304, 768, 12, 12
+
+
+class MLP(nn.Module):
+    def __init__(s, d=MLP_D, L=MLP_L, explicit=False):
+        super().__init__()
+        s.ls = nn.ModuleList([nn.Linear(d, d) for _ in range(L)])
+        s.explicit = explicit
+
+    def forward(s, x, y):
+        for l in s.ls[:-1]:
+            x = F.gelu(l(x))
+        out = s.ls[-1](x).float()
+        return ((out - y) ** 2).mean() if s.explicit else F.mse_loss(out, y)  # 1.13 exports no mse_loss
+
+
+class Block(nn.Module):
+    def __init__(s, d, h, explicit):
+        super().__init__()
+        s.h, s.explicit = h, explicit
+        s.ln1 = nn.LayerNorm(d); s.qkv = nn.Linear(d, 3 * d); s.proj = nn.Linear(d, d)
+        s.ln2 = nn.LayerNorm(d); s.fc = nn.Linear(d, 4 * d); s.fc2 = nn.Linear(4 * d, d)
+
+    def forward(s, x):
+        Bq, T, C = x.shape
+        q, k, v = s.qkv(s.ln1(x)).split(C, dim=2)
+        q, k, v = [t.view(Bq, T, s.h, C // s.h).transpose(1, 2) for t in (q, k, v)]
+        if s.explicit:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // s.h))
+            mask = torch.ones(T, T, dtype=torch.bool).tril().view(1, 1, T, T)
+            y = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + s.proj(y.transpose(1, 2).reshape(Bq, T, C))
+        return x + s.fc2(F.gelu(s.fc(s.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(s, V=GPT_V, T=GPT_T, d=GPT_C, L=GPT_L, h=GPT_H, explicit=False):
+        super().__init__()
+        s.wte = nn.Embedding(V, d); s.wpe = nn.Embedding(T, d)
+        s.blocks = nn.ModuleList([Block(d, h, explicit) for _ in range(L)]); s.lnf = nn.LayerNorm(d)
+        s.head = nn.Linear(d, V, bias=False); s.head.weight = s.wte.weight
+
+    def forward(s, idx, tgt):
+        T = idx.shape[1]
+        x = s.wte(idx) + s.wpe(torch.arange(T, device=idx.device))
+        for b in s.blocks:
+            x = b(x)
+        logits = s.head(s.lnf(x))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1))
+
+
+def make(name, explicit=False):
+    torch.manual_seed(0)
+    return MLP(explicit=explicit) if name == "mlp" else GPT(explicit=explicit)
+
+
+def batch(name, device="cpu", rows=None):
+    """The benchmark's batch (the same on both sides): seeded, `rows` overrides the batch size."""
+    g = torch.Generator().manual_seed(1)
+    if name == "mlp":
+        b = rows or MLP_B
+        return torch.randn(b, MLP_D, generator=g).to(device), torch.randn(b, MLP_D, generator=g).to(device)
+    b = rows or GPT_B
+    return (torch.randint(0, GPT_V, (b, GPT_T), generator=g).to(device), torch.randint(0, GPT_V, (b, GPT_T), generator=g).to(device))

@@ -1,0 +1,214 @@
+# The half of the GPU benchmark that runs on the device (bench/gpu_build.sh
+# made the .so files): for each model, PyTorch writes its initial weights
+# (seed 0) to a safetensors file; the compiled step loads them and trains on
+# the same batch; then PyTorch eager and torch.compile train from the same
+# weights (AdamW, bf16 autocast), in the same run. Prints ms/step (median of
+# 20 after 3 warm-up steps), peak memory, the first losses of each side and
+# the ratios; writes the results as JSON to $OUT/gpu_train.json.
+# Usage: python3 bench/gpu_train.py bench/out [mlp,gpt]
+import ctypes, glob, json, os, struct, subprocess, sys, time
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_models as gm
+
+STEPS, WARM, LOSSES = 20, 3, 3
+
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for k, t in tensors.items():
+        b = t.detach().float().contiguous().cpu().numpy().tobytes()
+        header[k] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+
+
+# ---- the sgc side, in its own process (its own CUDA context and memory) ----
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("version", ctypes.c_uint32), ("device", ctypes.c_char_p), ("num_threads", ctypes.c_int32)]
+
+
+def sgc_side(so, weights, name):
+    lib = ctypes.CDLL(os.path.abspath(so))
+    lib.sgc_last_error.restype = ctypes.c_char_p
+
+    def check(status, what):
+        if status:
+            sys.exit(f"{what}: {lib.sgc_last_error().decode()}")
+
+    free0, total = torch.cuda.mem_get_info()
+    s = ctypes.c_void_p()
+    check(lib.sgc_session_create(ctypes.byref(Options(ctypes.sizeof(Options), lib.sgc_abi_version(), b"cuda:0", 0)), ctypes.byref(s)), "create")
+    free1, _ = torch.cuda.mem_get_info()
+    # The checkpoint holds the state_dict: keep the parameters this library has (one of two tied names).
+    names = []
+    count = ctypes.c_int32()
+    lib.sgc_tensor_count(s, 1, ctypes.byref(count))
+    for i in range(count.value):
+        n = ctypes.c_char_p()
+        lib.sgc_tensor_info(s, 1, i, ctypes.byref(n), None, None, None)
+        names.append(n.value.decode())
+    raw = open(weights, "rb").read()
+    hn = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + hn])
+    missing = [n for n in names if n not in header]
+    if missing:
+        sys.exit(f"{weights}: no {missing}")
+    sub = {n: torch.frombuffer(bytearray(raw[8 + hn + header[n]["data_offsets"][0]:8 + hn + header[n]["data_offsets"][1]]),
+                               dtype=torch.float32).view(header[n]["shape"]) for n in names}
+    mine = weights.replace(".safetensors", ".sgc.safetensors")
+    write_safetensors(mine, sub)
+    check(lib.sgc_load(s, mine.encode()), "sgc_load")
+    keep = []
+    for i, t in enumerate(gm.batch(name)):
+        n = ctypes.c_char_p()
+        lib.sgc_tensor_info(s, 0, i, ctypes.byref(n), None, None, None)
+        t = t.contiguous()
+        shape = (ctypes.c_int64 * t.dim())(*t.shape)
+        dt = DLDataType(2, 32, 1) if t.dtype == torch.float32 else DLDataType(0, 64, 1)
+        d = DLTensor(t.data_ptr(), DLDevice(1, 0), t.dim(), dt, shape, None, 0)
+        keep += [t, shape, d]
+        check(lib.sgc_set_input(s, n.value, ctypes.byref(d)), "sgc_set_input")
+    loss = ctypes.c_double()
+    losses, times = [], []
+    steps = 4 if os.environ.get("SGC_PROFILE") else WARM + STEPS
+    for i in range(steps):
+        t0 = time.perf_counter()
+        check(lib.sgc_train_step(s, ctypes.byref(loss)), "sgc_train_step")
+        times.append((time.perf_counter() - t0) * 1e3)
+        losses.append(loss.value)
+    desc, plan = ctypes.c_char_p(), ctypes.c_uint64()
+    lib.sgc_device_description(s, ctypes.byref(desc))
+    lib.sgc_memory_plan_bytes(s, ctypes.byref(plan))
+    t = sorted(times[min(WARM, steps - 1):])
+    print(json.dumps({"ms": t[len(t) // 2], "first_step_ms": times[0], "losses": losses[:LOSSES], "peak_GiB": (free0 - free1) / 2**30,
+                      "plan_GiB": plan.value / 2**30, "device": desc.value.decode()}), flush=True)
+    lib.sgc_session_destroy(s)  # writes the profile
+
+
+# ---- the PyTorch side, as ../shared/bench/torch_peers.py measures it ----
+def torch_side(name, mode, init):
+    model = gm.make(name).cuda()
+    model.load_state_dict(init)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    x, y = gm.batch(name, "cuda")
+    fwd = torch.compile(model) if mode == "compile" else model
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fwd(x, y)
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        return loss
+
+    t0 = time.time()
+    losses = [step().item() for _ in range(LOSSES)]
+    first_s = time.time() - t0
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(WARM): step()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(STEPS):
+        s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
+        s.record(); step(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
+    ts.sort()
+    r = {"ms": ts[len(ts) // 2], "peak_GiB": torch.cuda.max_memory_allocated() / 2**30, "losses": losses, "first_steps_s": first_s}
+    del model, opt, fwd
+    torch.cuda.empty_cache()
+    return r
+
+
+FAMILIES = [("GEMM (cuBLASLt, with epilogues)", lambda ops, kind: kind == "cublaslt"),
+            ("optimizer", lambda ops, kind: "AdamUpdate" in ops or "SgdUpdate" in ops),
+            ("loss", lambda ops, kind: any(o in ops for o in ("CrossEntropy", "SceLoss", "NllLoss", "NegativeLogLikelihood"))),
+            ("softmax (attention)", lambda ops, kind: "Softmax" in ops),
+            ("layernorm", lambda ops, kind: "LayerNorm" in ops),
+            ("reductions", lambda ops, kind: "Reduce" in ops),
+            ("data movement", lambda ops, kind: any(o in ops for o in ("Transpose", "Gather", "Concat", "Slice", "Split", "Expand"))),
+            ("elementwise", lambda ops, kind: True)]
+
+
+def profile_summary(path):
+    """Milliseconds per step by kernel family, and the gaps between launches."""
+    fam, step, n = {}, 0.0, 0
+    for line in open(path).read().splitlines()[1:]:
+        _, ops, kind, ms = line.split("\t")
+        if kind == "step":
+            step = float(ms)
+            continue
+        name = next(f for f, match in FAMILIES if match(ops, kind))
+        fam[name] = fam.get(name, 0.0) + float(ms)
+        n += 1
+    fam["launch gaps (step - kernels)"] = step - sum(fam.values())
+    return {"step_ms": step, "launches": n, "families_ms": fam}
+
+
+def main():
+    if sys.argv[1] == "--sgc":  # the child process
+        sgc_side(*sys.argv[2:5])
+        return
+    out_dir, models = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "mlp,gpt").split(",")
+    env = dict(os.environ)
+    if "SGC_CUBLASLT" not in env:  # the device image may have cuBLASLt only in PyTorch's wheels
+        found = glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "**", "libcublasLt.so.*"), recursive=True)
+        if found and not os.path.exists("/usr/local/cuda/lib64/libcublasLt.so.13"):
+            env["SGC_CUBLASLT"] = os.path.abspath(found[0])
+    res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    for name in models:
+        init = {k: v.clone() for k, v in gm.make(name).state_dict().items()}
+        wfile = os.path.join(out_dir, name + "_init.safetensors")
+        write_safetensors(wfile, init)
+        r = {}
+        proc = subprocess.run([sys.executable, __file__, "--sgc", os.path.join(out_dir, name + ".so"), wfile, name], capture_output=True, text=True, env=env)
+        lines = proc.stdout.splitlines()
+        r["sgc"] = json.loads(lines[0]) if lines else {"error": proc.stderr[-2000:]}
+        if proc.returncode:
+            r["sgc"]["exit"] = f"status {proc.returncode}: {proc.stderr[-300:]}"
+
+        prof = os.path.join(os.environ.get("OUT", "."), name + "_profile.tsv")
+        proc = subprocess.run([sys.executable, __file__, "--sgc", os.path.join(out_dir, name + ".so"), wfile, name], capture_output=True,
+                              text=True, env=dict(env, SGC_PROFILE=prof))
+        if proc.returncode == 0 and os.path.exists(prof):
+            r["sgc_profile"] = profile_summary(prof)
+        for mode in ("eager", "compile"):
+            r[mode] = torch_side(name, mode, init)
+        res[name] = r
+        print(f"\n{name}: {r['sgc'].get('device', r['sgc'].get('error'))}")
+        print(f"{'':10} {'ms/step':>9} {'peak GiB':>9}  first losses")
+        for side in ("sgc", "eager", "compile"):
+            v = r[side]
+            if "ms" in v:
+                print(f"{side:10} {v['ms']:9.2f} {v['peak_GiB']:9.2f}  {' '.join(f'{l:.5f}' for l in v['losses'])}")
+        if "ms" in r["sgc"]:
+            print(f"ratios: sgc/eager {r['sgc']['ms'] / r['eager']['ms']:.2f}x, sgc/compile {r['sgc']['ms'] / r['compile']['ms']:.2f}x time; "
+                  f"memory sgc/compile {r['sgc']['peak_GiB'] / r['compile']['peak_GiB']:.2f}x")
+        if "sgc_profile" in r:
+            p = r["sgc_profile"]
+            print(f"sgc profile (events around each of {p['launches']} launches, no CUDA graph): step {p['step_ms']:.2f} ms")
+            for f, ms in sorted(p["families_ms"].items(), key=lambda kv: -kv[1]):
+                print(f"  {f:34} {ms:9.2f} ms")
+    out = os.environ.get("OUT", ".")
+    json.dump(res, open(os.path.join(out, "gpu_train.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

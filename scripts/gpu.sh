@@ -1,0 +1,30 @@
+#!/bin/sh
+# GPU checks and benchmark in two halves, for a machine without a GPU and one with:
+#   scripts/gpu.sh build   here: builds sgc, compiles the GPU test bundle into
+#                          build/gpu-bundle and the benchmark's models into bench/out
+#   scripts/gpu.sh run     on the GPU machine (the device tool), from the project
+#                          root, with build/gpu-bundle and bench/out/*.so carried:
+#                          the GPU tests, then the benchmark against PyTorch
+set -eu
+cd "$(dirname "$0")/.."
+case "${1:-}" in
+build)
+  scripts/build.sh >/dev/null
+  rm -rf build/gpu-bundle
+  # The bundle's models are those tests/training/torch_equivalence.py exports.
+  [ -f build/tests/torch-equivalence/gpt.onnx ] || (cd build && ctest -R torch_equivalence >/dev/null)
+  tests/gpu/make_bundle.sh build/driver/sgc . build/tests/torch-equivalence build/gpu-bundle
+  bench/gpu_build.sh build/driver/sgc
+  du -sh build/gpu-bundle bench/out/*.so
+  ;;
+run)
+  status=0
+  (cd build/gpu-bundle && sh check_gpu.sh .) || status=1
+  python3 bench/gpu_train.py bench/out || status=1
+  exit $status
+  ;;
+*)
+  echo "usage: scripts/gpu.sh build|run" >&2
+  exit 2
+  ;;
+esac

@@ -1,0 +1,28 @@
+# A small GPT whose rows (model width 64, sequence 64, vocabulary 128) are
+# multiples of a GPU warp, so that the GPU runs the warp-per-row forms of
+# softmax, layer normalization and their gradients (codegen/kir/LowerGpu.cpp)
+# while the CPU runs the generic kernels: check_gpu.sh compares the two.
+# Usage: /usr/bin/python3 export_warp_model.py SOURCE_DIR OUT_DIR
+import os, struct, json, sys, warnings
+import torch
+sys.path.insert(0, os.path.join(sys.argv[1], "bench"))
+import gpu_models as gm
+
+warnings.filterwarnings("ignore")
+out = sys.argv[2]
+torch.manual_seed(0)
+model = gm.GPT(V=128, T=64, d=64, L=2, h=2, explicit=True)
+g = torch.Generator().manual_seed(3)
+idx, tgt = torch.randint(0, 128, (12, 4, 64), generator=g), torch.randint(0, 128, (12, 4, 64), generator=g)
+torch.onnx.export(model, (idx[0], tgt[0]), os.path.join(out, "gptw.onnx"), input_names=["idx", "tgt"], output_names=["loss"],
+                  opset_version=17, do_constant_folding=False)
+header, blobs, off = {}, [], 0
+for name, t in (("idx", idx), ("tgt", tgt)):
+    b = t.numpy().tobytes()
+    header[name] = {"dtype": "I64", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+    blobs.append(b)
+    off += len(b)
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+with open(os.path.join(out, "gptw_data.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
