@@ -3,11 +3,12 @@
 
 namespace sgc::ir {
 namespace {
-/// Swaps the last two dims of a value of rank r.
+/// Swaps the last two dims of a value of rank r; of a value that is itself such a swap, its source.
 Value* swapLast(GradCtx& c, Value* v, int64_t r) {
   std::vector<int64_t> perm;
   for (int64_t i = 0; i < r; ++i) perm.push_back(i);
   std::swap(perm[r - 1], perm[r - 2]);
+  if (v->producer && v->producer->op == Op::Transpose && v->producer->getInts("perm") == perm) return v->producer->inputs[0];
   return c.emit(Op::Transpose, {v}, {{"perm", perm}});
 }
 } // namespace
@@ -26,7 +27,8 @@ Error gradMatMul(GradCtx& c) {
   int64_t r2a = std::max<int64_t>(ra, 2), r2b = std::max<int64_t>(rb, 2), ry = std::max(r2a, r2b);
   // Sum over broadcast batch dims, then drop the lifted dim of a 1-D operand.
   auto fit = [&](Value* d, Value* v2, Value* v, int64_t r) {
-    if (ry > 2) d = c.emit(Op::SumTo, {d, c.shapeOf(v2)});
+    bool same = d->type.isStatic() && v2->type.isStatic() && d->type.shape() == v2->type.shape();
+    if (ry > 2 && !same) d = c.emit(Op::SumTo, {d, c.shapeOf(v2)});
     return r == 1 ? c.emit(Op::Reshape, {d, c.shapeOf(v)}) : d;
   };
   if (c.wants[0]) c.dx[0] = fit(c.emit(Op::MatMul, {dy2, swapLast(c, b2, r2b)}), a2, a, ra);
