@@ -1,6 +1,8 @@
 // The program builder (see Program.h).
 #include "codegen/Program.h"
 
+#include "codegen/GemmTransposes.h"
+
 #include "codegen/kir/Lower.h"
 #include "codegen/kir/LowerOps.h"
 #include "ir/Text.h"
@@ -160,6 +162,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     }
   }
   auto forward = forwardNodes(g);
+  AbsorbedTransposes absorbed = absorbTransposes(g, p.schedule, p.plan);
   nlohmann::json launches = nlohmann::json::array();
   for (size_t gi = 0; gi < p.schedule.size(); ++gi) {
     const auto& group = p.schedule[gi];
@@ -187,6 +190,10 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       launches.back()["label"] = label;
       p.kernels.push_back(std::move(k));
     }
+    if (absorbed.skipped.count(group[0])) { // the GEMMs reading it transpose its source
+      launches.back()["gpu"] = nlohmann::json::array();
+      ++p.absorbedTransposes;
+    }
     // On a GPU some nodes run as other kernels, with more parallelism: the group's first
     // launch carries them, and its other launches (an empty list) are skipped there.
     if (group.size() == 1) {
@@ -208,6 +215,11 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     if (auto gemm = isProduct(*group[0]) ? kir::gemmShape(group) : std::nullopt) {
       auto epilogue = kir::lowerProductEpilogue(name + "_epilogue", group);
       if (!epilogue) return epilogue.takeError();
+      for (auto [operand, trans] : {std::pair{&gemm->a, &gemm->transA}, std::pair{&gemm->b, &gemm->transB}})
+        if (auto it = absorbed.source.find(*operand); it != absorbed.source.end()) {
+          *operand = it->second;
+          *trans = !*trans;
+        }
       nlohmann::json& launch = launches.back();
       launch["gemm"] = gemmJson(*gemm, tensorId);
       ++p.gemms;
@@ -256,10 +268,11 @@ std::string programStats(const CompiledProgram& p) {
   snprintf(buf, sizeof buf,
            "kernels: %zu (%lld serial)\nlaunches per step: %zu\nnodes fused into multi-node kernels: %lld\n"
            "matrix products with fused epilogues: %lld\n"
-           "GPU: products through cuBLASLt: %lld (%lld followed by an epilogue kernel); nodes in GPU form: %lld\n"
+           "GPU: products through cuBLASLt: %lld (%lld followed by an epilogue kernel); transposes folded into them: %lld;\n"
+           "     nodes in GPU form: %lld\n"
            "bytes moved per step: %lld\narena: %lld bytes (activations %lld, peak of %lld without reuse)\n",
            p.kernels.size(), (long long)serial, (size_t)p.launches, (long long)fused, (long long)epilogues,
-           (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.gpuForms, (long long)p.bytesPerStep, (long long)arena,
+           (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gpuForms, (long long)p.bytesPerStep, (long long)arena,
            (long long)p.plan.regionBytes[(int)Region::Activations], (long long)p.plan.activationsUnshared);
   return buf;
 }
