@@ -21,7 +21,7 @@ bool swapsLastTwo(const ir::Node& n) {
 
 } // namespace
 
-AbsorbedTransposes absorbTransposes(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, const MemoryPlan& plan) {
+AbsorbedTransposes absorbTransposes(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule) {
   std::map<const ir::Node*, int> position;
   std::map<const ir::Node*, bool> gemmHead; // product heads cuBLASLt runs
   for (int i = 0; i < (int)schedule.size(); ++i) {
@@ -35,8 +35,6 @@ AbsorbedTransposes absorbTransposes(const ir::Graph& g, const std::vector<std::v
       if (v) consumers[v].push_back(n.get());
   std::set<const ir::Value*> escaping(g.outputs.begin(), g.outputs.end());
   for (auto& u : g.updates) escaping.insert(u.second);
-  std::map<const ir::Value*, const Buffer*> buffers;
-  for (const Buffer& b : plan.buffers) buffers[b.value] = &b;
 
   AbsorbedTransposes out;
   for (const auto& group : schedule) {
@@ -51,13 +49,13 @@ AbsorbedTransposes absorbTransposes(const ir::Graph& g, const std::vector<std::v
       lastRead = std::max(lastRead, position[c]);
     }
     if (!onlyOperands) continue;
-    bool kept = true; // x keeps its bytes through the last GEMM
-    if (x->kind == ir::ValueKind::Result) kept = buffers.count(x) && buffers[x]->last >= lastRead;
+    bool kept = true; // x keeps its bytes through the last GEMM (the plan keeps results live)
     for (auto& [target, next] : g.updates)
       if (target == x && (!next->producer || position[next->producer] <= lastRead)) kept = false;
     if (!kept) continue;
     out.skipped.insert(&t);
     out.source[v] = x;
+    out.lastRead[x] = std::max(out.lastRead.count(x) ? out.lastRead[x] : -1, lastRead);
   }
   return out;
 }

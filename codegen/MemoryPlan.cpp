@@ -46,7 +46,7 @@ struct Planner {
     }
   }
 
-  Error collect(const std::vector<std::vector<const ir::Node*>>& schedule) {
+  Error collect(const std::vector<std::vector<const ir::Node*>>& schedule, const std::map<const Value*, int>& laterReads) {
     std::vector<const ir::Node*> order;
     for (auto& n : g.nodes()) order.push_back(n.get());
     int end = schedule.empty() ? (int)order.size() : (int)schedule.size();
@@ -64,6 +64,7 @@ struct Planner {
         if (in) lastUse[in] = i;
       if ((n.op == Op::SgdUpdate || n.op == Op::AdamUpdate) && n.inputs[1]->kind == ValueKind::Result) grads.insert(n.inputs[1]);
     }
+    for (auto [v, at] : laterReads) lastUse[v] = std::max(lastUse[v], at);
     for (const Value* v : g.outputs) lastUse[v] = end;
     for (auto& [v, next] : g.updates) lastUse[next] = end;
     for (const auto& v : g.values()) {
@@ -175,10 +176,11 @@ const char* regionName(Region r) {
   return names[(int)r];
 }
 
-Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, int64_t alignment) {
+Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, int64_t alignment,
+                                const std::map<const ir::Value*, int>& laterReads) {
   Planner p{g, {}, {}, {}, {}, {}, {}};
   p.plan.alignment = alignment;
-  if (Error e = p.collect(schedule)) return e;
+  if (Error e = p.collect(schedule, laterReads)) return e;
   p.aliasInPlace();
   p.placeActivations();
   p.placeOthers();

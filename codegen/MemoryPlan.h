@@ -21,6 +21,7 @@
 #include "ir/Graph.h"
 
 #include <string>
+#include <map>
 #include <vector>
 
 namespace sgc::codegen {
@@ -47,10 +48,11 @@ struct MemoryPlan {
 
 /// Plans `g`. `schedule` groups the nodes into the kernels that run them, in
 /// order (empty: one node per step); a value is live from the step that
-/// writes it to the last step that reads it. Errors name a value whose shape
-/// is not static.
+/// writes it to the last step that reads it, or to its position in
+/// `laterReads` (a GPU GEMM reading the source of a transpose it absorbs).
+/// Errors name a value whose shape is not static.
 Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule = {},
-                                int64_t alignment = 64);
+                                int64_t alignment = 64, const std::map<const ir::Value*, int>& laterReads = {});
 
 /// Proves the plan sound: inside each region, no two buffers that are live at
 /// the same time overlap (aliases share by design), every buffer fits.

@@ -139,7 +139,8 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   if (g.outputs.size() != 1 || g.inputs.empty()) return makeError("the graph is not a training step (build it with the training flags)");
   CompiledProgram p;
   p.schedule = kernelSchedule(g);
-  auto plan = planMemory(g, p.schedule);
+  AbsorbedTransposes absorbed = absorbTransposes(g, p.schedule);
+  auto plan = planMemory(g, p.schedule, 64, absorbed.lastRead);
   if (!plan) return plan.takeError();
   if (Error e = checkPlan(*plan)) return makeError("the memory plan is unsound: " + errorText(std::move(e)));
   p.plan = std::move(*plan);
@@ -162,7 +163,6 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     }
   }
   auto forward = forwardNodes(g);
-  AbsorbedTransposes absorbed = absorbTransposes(g, p.schedule, p.plan);
   nlohmann::json launches = nlohmann::json::array();
   for (size_t gi = 0; gi < p.schedule.size(); ++gi) {
     const auto& group = p.schedule[gi];
