@@ -7,6 +7,7 @@
 #include "sgc/sgc.h"
 
 #include "runtime/Cuda.h"
+#include "runtime/GpuStep.h"
 #include "runtime/Program.h"
 #include "runtime/Safetensors.h"
 #include "runtime/ThreadPool.h"
@@ -78,13 +79,8 @@ struct sgc_session {
   std::map<std::string, int> byName;
   std::vector<int> lists[4]; ///< tensor ids per sgc_tensor_kind
   std::vector<bool> inputSet;
-  std::vector<int> gemmPlans; ///< GPU: per launch, its cuBLASLt plan (-1: our kernel)
-  bool useGraphs = true;      ///< GPU: replay the step as a CUDA graph (SGC_CUDA_GRAPHS=0: never)
-  int trainSteps = 0;         ///< GPU: training steps run before the capture
+  std::unique_ptr<GpuStep> gpuStep;   ///< GPU: runs the steps (destroyed before the device)
   mutable std::string describedAs;
-  std::string profile;           ///< GPU: SGC_PROFILE, where to write per-launch times (no CUDA graph then)
-  std::vector<double> profileMs; ///< per launch, then the whole step
-  int profileSteps = 0;
   double lr = 1e-3;
   bool paramsLoaded = true; ///< false until sgc_load for --weights none
 
@@ -140,78 +136,6 @@ int findTensor(const sgc_session* s, const char* name, std::initializer_list<Ten
   return -1;
 }
 
-/// Enqueues the step on the GPU's stream: each launch (a GEMM through cuBLASLt
-/// and its epilogue, or our kernel), then, when training, the updates.
-bool enqueueGpuStep(sgc_session* s, bool train, std::string& error) {
-  std::vector<uint64_t> args;
-  auto launch = [&](int kernel, const std::vector<int>& ids, bool serial, int64_t extent) {
-    args.clear();
-    for (int a : ids) args.push_back(s->devData(a));
-    return s->gpu->launch(kernel, args, serial, extent, error);
-  };
-  bool profiling = !s->profile.empty();
-  size_t n = s->prog.launches.size(); // profile events: 2i and 2i+1 around launch i; 2n and 2n+1 around the step
-  if (profiling && !s->gpu->recordEvent(2 * n, error)) return false;
-  for (size_t i = 0; i < n; ++i) {
-    const Launch& l = s->prog.launches[i];
-    if (!train && !l.forward) continue;
-    if (profiling && !s->gpu->recordEvent(2 * i, error)) return false;
-    if (l.gpu) {
-      for (const KernelCall& c : *l.gpu)
-        if (!launch(c.kernel, c.args, c.serial, c.extent)) return false;
-    } else if (s->gemmPlans[i] < 0) {
-      if (!launch(l.kernel, l.args, l.serial, l.extent)) return false;
-    } else {
-      const Gemm& g = *l.gemm;
-      if (!s->gpu->gemm(s->gemmPlans[i], s->devData(g.a), s->devData(g.b), s->devData(g.y), error)) return false;
-      if (l.epilogue.kernel >= 0 && !launch(l.epilogue.kernel, l.epilogue.args, l.epilogue.serial, l.epilogue.extent)) return false;
-    }
-    if (profiling && !s->gpu->recordEvent(2 * i + 1, error)) return false;
-  }
-  if (train)
-    for (auto& [target, source] : s->prog.updates)
-      if (!s->gpu->copy(s->devData(target), s->devData(source), s->prog.tensors[target].bytes, error)) return false;
-  if (profiling && train) {
-    if (!s->gpu->recordEvent(2 * n + 1, error) || !s->gpu->synchronize(error)) return false;
-    s->profileMs.resize(n + 1, 0.0);
-    for (size_t i = 0; i < n; ++i) s->profileMs[i] += s->gpu->elapsedMs(2 * i, 2 * i + 1);
-    s->profileMs[n] += s->gpu->elapsedMs(2 * n, 2 * n + 1);
-    ++s->profileSteps;
-  }
-  return true;
-}
-
-/// SGC_PROFILE=FILE: each launch's GPU time, summed over the training steps, as tab-separated lines.
-void writeProfile(const sgc_session* s) {
-  FILE* f = std::fopen(s->profile.c_str(), "w");
-  if (!f) return;
-  std::fprintf(f, "launch\tops\tkind\tms_per_step\n");
-  double steps = std::max(1, s->profileSteps);
-  for (size_t i = 0; i + 1 < s->profileMs.size(); ++i)
-    std::fprintf(f, "%zu\t%s\t%s\t%.6f\n", i, s->prog.launches[i].label.c_str(), s->gemmPlans[i] >= 0 ? "cublaslt" : s->prog.launches[i].gpu ? "gpu-form" : "kernel",
-                 s->profileMs[i] / steps);
-  if (!s->profileMs.empty()) std::fprintf(f, "step\t-\tstep\t%.6f\n", s->profileMs.back() / steps);
-  std::fclose(f);
-}
-
-/// One step on the GPU. The first training step runs as it is enqueued (it warms up the
-/// kernels and cuBLASLt); the second is captured as a CUDA graph, which every later one replays.
-bool gpuStep(sgc_session* s, bool train, std::string& error) {
-  if (!train) return enqueueGpuStep(s, false, error);
-  bool capture = s->useGraphs && !s->gpu->captured() && s->trainSteps++ >= 1;
-  if (capture) {
-    if (!s->gpu->beginCapture(error)) return false;
-    std::string ignored;
-    if (!enqueueGpuStep(s, true, error)) {
-      s->gpu->endCapture(ignored);
-      return false;
-    }
-    if (!s->gpu->endCapture(error)) return false;
-  }
-  if (s->gpu->captured()) return s->gpu->replay(error);
-  return enqueueGpuStep(s, true, error);
-}
-
 bool runCpuStep(sgc_session* s, bool train) {
   std::vector<void*> args;
   for (const Launch& l : s->prog.launches) {
@@ -240,18 +164,6 @@ bool readScalar(const sgc_session* s, int id, double& out, std::string& error) {
   return true;
 }
 
-/// A cuBLASLt plan for each GEMM launch, where the library is loaded.
-bool prepareGemms(sgc_session* s, std::string& error) {
-  s->gemmPlans.assign(s->prog.launches.size(), -1);
-  if (!s->gpu->hasGemms()) return true;
-  for (size_t i = 0; i < s->prog.launches.size(); ++i)
-    if (const auto& g = s->prog.launches[i].gemm) {
-      s->gemmPlans[i] = s->gpu->prepareGemm(*g, s->devData(g->a), s->devData(g->b), s->devData(g->y), error);
-      if (s->gemmPlans[i] < 0) return false;
-    }
-  return true;
-}
-
 sgc_status step(sgc_session* s, double* loss, bool train) {
   if (!s || !loss) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and loss must not be NULL");
   if (!s->paramsLoaded)
@@ -262,7 +174,7 @@ sgc_status step(sgc_session* s, double* loss, bool train) {
   float lr = (float)s->lr;
   std::string error;
   double l = 0;
-  if (!s->write(s->prog.lr, &lr, error) || !(s->gpu ? gpuStep(s, train, error) : runCpuStep(s, train)) ||
+  if (!s->write(s->prog.lr, &lr, error) || !(s->gpu ? s->gpuStep->run(train, error) : runCpuStep(s, train)) ||
       !readScalar(s, s->prog.loss, l, error))
     return fail(SGC_ERROR_DEVICE, error);
   *loss = l;
@@ -303,10 +215,10 @@ sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
       s->gpu = CudaDevice::open(ordinal, blobs, s->prog.kernelNames, total, gemms, error);
       if (!s->gpu) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
       for (int r = 0; r < kNumRegions; ++r) s->devBase[r] = s->gpu->arena() + offsets[r];
-      if (!prepareGemms(s.get(), error)) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
-      const char* graphs = std::getenv("SGC_CUDA_GRAPHS");
-      if (const char* profile = std::getenv("SGC_PROFILE")) s->profile = profile;
-      s->useGraphs = !(graphs && std::string(graphs) == "0") && s->profile.empty();
+      std::vector<uint64_t> address;
+      for (int i = 0; i < (int)s->prog.tensors.size(); ++i) address.push_back(s->devData(i));
+      s->gpuStep = std::make_unique<GpuStep>(s->prog, *s->gpu, std::move(address));
+      if (!s->gpuStep->prepare(error)) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
     } else {
       s->arena = std::aligned_alloc(64, total ? total : 64);
       if (!s->arena) return fail(SGC_ERROR_OUT_OF_MEMORY, "cannot allocate the " + std::to_string(total) + "-byte arena");
@@ -345,10 +257,7 @@ sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
   }
 }
 
-void sgc_session_destroy(sgc_session* s) {
-  if (s && s->gpu && !s->profile.empty()) writeProfile(s);
-  delete s;
-}
+void sgc_session_destroy(sgc_session* s) { delete s; }
 
 sgc_status sgc_model_hash(const sgc_session* s, const char** hash) {
   if (!s || !hash) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and hash must not be NULL");
@@ -359,9 +268,7 @@ sgc_status sgc_model_hash(const sgc_session* s, const char** hash) {
 sgc_status sgc_device_description(const sgc_session* s, const char** description) {
   if (!s || !description) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and description must not be NULL");
   if (s->gpu) {
-    int gemms = (int)std::count_if(s->gemmPlans.begin(), s->gemmPlans.end(), [](int p) { return p >= 0; });
-    s->describedAs = s->gpu->description() + "; " + std::to_string(gemms) + " GEMMs through cuBLASLt; CUDA graph: " +
-                     (!s->useGraphs ? "off" : s->gpu->captured() ? "replayed" : "from the second training step");
+    s->describedAs = s->gpuStep->description();
   } else {
     s->describedAs = "cpu (" + std::to_string(s->pool->size()) + " threads)";
   }

@@ -1,0 +1,106 @@
+// The GPU step (see GpuStep.h).
+#include "runtime/GpuStep.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace sgc::rt {
+
+GpuStep::GpuStep(const Program& prog, CudaDevice& gpu, std::vector<uint64_t> address)
+    : prog_(prog), gpu_(gpu), address_(std::move(address)) {}
+
+GpuStep::~GpuStep() {
+  if (!profile_.empty()) writeProfile();
+}
+
+bool GpuStep::prepare(std::string& error) {
+  const char* graphs = std::getenv("SGC_CUDA_GRAPHS");
+  if (const char* profile = std::getenv("SGC_PROFILE")) profile_ = profile;
+  useGraphs_ = !(graphs && std::string(graphs) == "0") && profile_.empty();
+  gemmPlans_.assign(prog_.launches.size(), -1);
+  if (!gpu_.hasGemms()) return true;
+  for (size_t i = 0; i < prog_.launches.size(); ++i)
+    if (const auto& g = prog_.launches[i].gemm) {
+      gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], error);
+      if (gemmPlans_[i] < 0) return false;
+    }
+  return true;
+}
+
+bool GpuStep::launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error) {
+  args_.clear();
+  for (int a : ids) args_.push_back(address_[a]);
+  return gpu_.launch(kernel, args_, serial, extent, error);
+}
+
+bool GpuStep::enqueue(bool train, std::string& error) {
+  bool profiling = !profile_.empty();
+  size_t n = prog_.launches.size(); // profile events: 2i and 2i+1 around launch i; 2n and 2n+1 around the step
+  if (profiling && !gpu_.recordEvent(2 * n, error)) return false;
+  for (size_t i = 0; i < n; ++i) {
+    const Launch& l = prog_.launches[i];
+    if (!train && !l.forward) continue;
+    if (profiling && !gpu_.recordEvent(2 * i, error)) return false;
+    if (l.gpu) {
+      for (const KernelCall& c : *l.gpu)
+        if (!launch(c.kernel, c.args, c.serial, c.extent, error)) return false;
+    } else if (gemmPlans_[i] < 0) {
+      if (!launch(l.kernel, l.args, l.serial, l.extent, error)) return false;
+    } else {
+      const Gemm& g = *l.gemm;
+      if (!gpu_.gemm(gemmPlans_[i], address_[g.a], address_[g.b], address_[g.y], error)) return false;
+      if (l.epilogue.kernel >= 0 && !launch(l.epilogue.kernel, l.epilogue.args, l.epilogue.serial, l.epilogue.extent, error)) return false;
+    }
+    if (profiling && !gpu_.recordEvent(2 * i + 1, error)) return false;
+  }
+  if (train)
+    for (auto& [target, source] : prog_.updates)
+      if (!gpu_.copy(address_[target], address_[source], prog_.tensors[target].bytes, error)) return false;
+  if (profiling && train) {
+    if (!gpu_.recordEvent(2 * n + 1, error) || !gpu_.synchronize(error)) return false;
+    profileMs_.resize(n + 1, 0.0);
+    for (size_t i = 0; i < n; ++i) profileMs_[i] += gpu_.elapsedMs(2 * i, 2 * i + 1);
+    profileMs_[n] += gpu_.elapsedMs(2 * n, 2 * n + 1);
+    ++profileSteps_;
+  }
+  return true;
+}
+
+bool GpuStep::run(bool train, std::string& error) {
+  if (!train) return enqueue(false, error);
+  bool capture = useGraphs_ && !gpu_.captured() && trainSteps_++ >= 1;
+  if (capture) {
+    if (!gpu_.beginCapture(error)) return false;
+    std::string ignored;
+    if (!enqueue(true, error)) {
+      gpu_.endCapture(ignored);
+      return false;
+    }
+    if (!gpu_.endCapture(error)) return false;
+  }
+  if (gpu_.captured()) return gpu_.replay(error);
+  return enqueue(true, error);
+}
+
+std::string GpuStep::description() const {
+  int gemms = (int)std::count_if(gemmPlans_.begin(), gemmPlans_.end(), [](int p) { return p >= 0; });
+  return gpu_.description() + "; " + std::to_string(gemms) + " GEMMs through cuBLASLt; CUDA graph: " +
+         (!useGraphs_ ? "off" : gpu_.captured() ? "replayed" : "from the second training step");
+}
+
+void GpuStep::writeProfile() const {
+  FILE* f = std::fopen(profile_.c_str(), "w");
+  if (!f) return;
+  std::fprintf(f, "launch\tops\tkind\tms_per_step\n");
+  double steps = std::max(1, profileSteps_);
+  for (size_t i = 0; i + 1 < profileMs_.size(); ++i) {
+    const Launch& l = prog_.launches[i];
+    const char* kind = gemmPlans_[i] >= 0 ? "cublaslt" : l.gpu ? "gpu-form" : "kernel";
+    std::fprintf(f, "%zu\t%s\t%s\t%.6f\n", i, l.label.c_str(), kind, profileMs_[i] / steps);
+  }
+  if (!profileMs_.empty()) std::fprintf(f, "step\t-\tstep\t%.6f\n", profileMs_.back() / steps);
+  std::fclose(f);
+}
+
+} // namespace sgc::rt

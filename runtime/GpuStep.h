@@ -1,0 +1,46 @@
+// The training and evaluation steps on a GPU: each launch of the program (a
+// GEMM through cuBLASLt and its epilogue, a GPU form, or the kernel itself),
+// then the updates, on the device's stream. The first training step runs as
+// it is enqueued (it warms up the kernels and cuBLASLt); the second is
+// captured as a CUDA graph, which every later one replays.
+// Environment: SGC_CUDA_GRAPHS=0 (never capture), SGC_PROFILE=FILE (no graph;
+// each launch's GPU time, written when the stepper is destroyed).
+#pragma once
+#include "runtime/Cuda.h"
+#include "runtime/Program.h"
+
+#include <string>
+#include <vector>
+
+namespace sgc::rt {
+
+class GpuStep {
+public:
+  /// `address`: each tensor's device address, by tensor id.
+  GpuStep(const Program& prog, CudaDevice& gpu, std::vector<uint64_t> address);
+  ~GpuStep();
+  /// Reads the environment and prepares a cuBLASLt plan for each GEMM (when the library is loaded).
+  bool prepare(std::string& error);
+  /// Enqueues one step (forward only unless `train`); the caller reads the loss, which waits for it.
+  bool run(bool train, std::string& error);
+  /// The device, its GEMM library, and whether the step is replayed as a graph.
+  std::string description() const;
+
+private:
+  bool enqueue(bool train, std::string& error);
+  bool launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error);
+  void writeProfile() const;
+
+  const Program& prog_;
+  CudaDevice& gpu_;
+  std::vector<uint64_t> address_;
+  std::vector<int> gemmPlans_; ///< per launch, its cuBLASLt plan (-1: our kernel)
+  bool useGraphs_ = true;
+  int trainSteps_ = 0;         ///< training steps run before the capture
+  std::string profile_;        ///< SGC_PROFILE
+  std::vector<double> profileMs_; ///< per launch, then the whole step
+  int profileSteps_ = 0;
+  std::vector<uint64_t> args_;
+};
+
+} // namespace sgc::rt
