@@ -7,6 +7,11 @@
 #include <set>
 
 namespace sgc::codegen {
+
+bool isView(ir::Op op) {
+  return op == ir::Op::Reshape || op == ir::Op::Flatten || op == ir::Op::Squeeze || op == ir::Op::Unsqueeze || op == ir::Op::Identity;
+}
+
 namespace {
 
 using ir::Op;
@@ -94,14 +99,22 @@ struct Planner {
     for (const auto& np : g.nodes()) {
       const ir::Node& n = *np;
       int i = positions.at(&n);
-      if (!isElementwise(n.op) || n.outputs.size() != 1 || !n.outputs[0]) continue;
+      if (n.outputs.size() != 1 || !n.outputs[0] || buf(n.outputs[0]).region != Region::Activations) continue;
       Buffer& out = buf(n.outputs[0]);
-      if (out.region != Region::Activations) continue;
+      if (isView(n.op)) { // a view shares its input's bytes, which then live as long as either
+        const Value* in = n.inputs[0];
+        if (!in || in->kind != ValueKind::Result || buf(root(in)).region != Region::Activations || buf(root(in)).bytes != out.bytes) continue;
+        out.aliasOf = root(in);
+        buf(out.aliasOf).last = std::max(buf(out.aliasOf).last, out.last);
+        continue;
+      }
+      if (!isElementwise(n.op)) continue;
       for (const Value* in : n.inputs) {
         if (!in || in->kind != ValueKind::Result || lastUse[in] != i) continue;
         const Value* r = root(in);
         Buffer& rb = buf(r);
-        if (rb.region != Region::Activations || rb.bytes != out.bytes || in->type.dtype != n.outputs[0]->type.dtype) continue;
+        // The bytes must die here: not read later through a view of them either.
+        if (rb.region != Region::Activations || rb.bytes != out.bytes || in->type.dtype != n.outputs[0]->type.dtype || rb.last > i) continue;
         // A product's epilogue may not take the bytes of a value from outside its kernel: the
         // product is written (whole, on the GPU) before the epilogue reads its other operands.
         if (productGroups.count(i) && rb.first != i) continue;

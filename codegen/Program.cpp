@@ -164,8 +164,12 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   }
   auto forward = forwardNodes(g);
   nlohmann::json launches = nlohmann::json::array();
+  std::set<const ir::Value*> views; // results that share their input's bytes: nothing to run
+  for (const Buffer& b : p.plan.buffers)
+    if (b.aliasOf && b.value->producer && isView(b.value->producer->op)) views.insert(b.value);
   for (size_t gi = 0; gi < p.schedule.size(); ++gi) {
     const auto& group = p.schedule[gi];
+    if (group.size() == 1 && views.count(group[0]->outputs[0])) continue;
     std::string name = "sgc_k" + std::to_string(gi);
     std::vector<kir::Kernel> ks;
     if (group.size() > 1 && !kir::isFusibleElementwise(*group[0])) {
