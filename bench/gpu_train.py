@@ -9,8 +9,11 @@
 import ctypes, glob, json, os, struct, subprocess, sys, time
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "samples"))
 import gpu_models as gm
+from train_ctypes import DLDataType, DLDevice, DLTensor, Options  # the C ABI's structs
 
 STEPS, WARM, LOSSES = 20, 3, 3
 
@@ -31,23 +34,6 @@ def write_safetensors(path, tensors):
 
 
 # ---- the sgc side, in its own process (its own CUDA context and memory) ----
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int), ("dtype", DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class Options(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32), ("version", ctypes.c_uint32), ("device", ctypes.c_char_p), ("num_threads", ctypes.c_int32)]
-
-
 def sgc_side(so, weights, name):
     lib = ctypes.CDLL(os.path.abspath(so))
     lib.sgc_last_error.restype = ctypes.c_char_p

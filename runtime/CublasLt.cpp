@@ -2,10 +2,10 @@
 #include "runtime/CublasLt.h"
 
 #include "runtime/CublasLtApi.h"
+#include "runtime/LoadOnce.h"
 
 #include <cstdlib>
 #include <dlfcn.h>
-#include <mutex>
 
 namespace sgc::rt {
 
@@ -90,23 +90,9 @@ uint32_t alignment(uint64_t address, int64_t strideBytes) {
 
 } // namespace
 
-/// The library, loaded once for the process and never unloaded (see CudaDevice::sharedApi).
-const CublasLt::Api* CublasLt::sharedApi(std::string& error) {
-  static std::mutex mutex;
-  static const Api* api = nullptr;
-  static std::string loadError;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!api && loadError.empty()) {
-    auto* a = new Api();
-    if (a->load(loadError)) api = a;
-  }
-  if (!api) error = loadError;
-  return api;
-}
-
 std::unique_ptr<CublasLt> CublasLt::open(std::string& error) {
   std::unique_ptr<CublasLt> c(new CublasLt);
-  if (!(c->api_ = sharedApi(error))) return nullptr;
+  if (!(c->api_ = loadOnce<Api>(error))) return nullptr;
   if (Status s = c->api_->create(&c->handle_)) {
     error = "cublasLtCreate failed (status " + std::to_string(s) + ")";
     return nullptr;

@@ -31,7 +31,6 @@ public:
 private:
   struct Api;
   struct Plan;
-  static const Api* sharedApi(std::string& error);
   const Api* api_ = nullptr;
   void* handle_ = nullptr;
   std::vector<std::unique_ptr<Plan>> plans_;

@@ -1,11 +1,11 @@
 // The CUDA driver API loader and device executor (see Cuda.h).
 #include "runtime/Cuda.h"
+#include "runtime/LoadOnce.h"
 
 #include "runtime/CublasLt.h"
 
 #include <algorithm>
 #include <dlfcn.h>
-#include <mutex>
 
 namespace sgc::rt {
 
@@ -98,21 +98,6 @@ struct CudaDevice::Api {
   }
 };
 
-/// The driver API, loaded once for the process and never unloaded: CUDA's libraries keep
-/// process-wide state (the primary contexts; cuBLASLt's runtime) that does not survive dlclose.
-const CudaDevice::Api* CudaDevice::sharedApi(std::string& error) {
-  static std::mutex mutex;
-  static const Api* api = nullptr;
-  static std::string loadError;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!api && loadError.empty()) {
-    auto* a = new Api();
-    if (a->load(loadError)) api = a;
-  }
-  if (!api) error = loadError;
-  return api;
-}
-
 bool CudaDevice::check(int result, const char* what, std::string& error) {
   if (result == 0) return true;
   const char* msg = nullptr;
@@ -124,7 +109,7 @@ bool CudaDevice::check(int result, const char* what, std::string& error) {
 std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal, const std::vector<GpuBlob>& blobs, const std::vector<std::string>& kernels,
                                              uint64_t arenaBytes, bool gemms, std::string& error) {
   std::unique_ptr<CudaDevice> d(new CudaDevice);
-  if (!(d->api_ = sharedApi(error))) return nullptr;
+  if (!(d->api_ = loadOnce<Api>(error))) return nullptr;
   const Api& a = *d->api_;
   if (!d->check(a.cuInit(0), "cuInit", error) || !d->check(a.cuDeviceGet(&d->device_, ordinal), ("device cuda:" + std::to_string(ordinal)).c_str(), error))
     return nullptr;

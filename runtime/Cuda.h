@@ -56,7 +56,6 @@ public:
 
 private:
   struct Api;
-  static const Api* sharedApi(std::string& error);
   bool check(int result, const char* what, std::string& error);
   const Api* api_ = nullptr;
   std::unique_ptr<CublasLt> lt_;

@@ -82,20 +82,53 @@ std::unique_ptr<ir::Graph> parsed(const Case& c) {
   return std::move(*g);
 }
 
+/// Uniform random values in [lo, hi) for each input of `g`.
+std::map<std::string, ir::Tensor> randomInputs(const ir::Graph& g, unsigned seed, double lo, double hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::map<std::string, ir::Tensor> in;
+  for (ir::Value* v : g.inputs) {
+    ir::Tensor t(v->type.dtype, v->type.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
+    in[v->name] = t;
+  }
+  return in;
+}
+
+using KernelFn = void (*)(void**, int64_t, int64_t);
+
+/// The kernels compiled for this CPU by LLVM's JIT; fn(name) finds one (null, with a test failure, if it cannot).
+struct Jit {
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  explicit Jit(const std::vector<kir::Kernel>& ks) {
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    auto mod = codegen::emitKernels(*ctx, ks, codegen::TargetSpec::x86());
+    auto created = llvm::orc::LLJITBuilder().create();
+    if (!mod || !created) {
+      ADD_FAILURE() << (mod ? llvm::toString(created.takeError()) : errorText(mod.takeError()));
+      return;
+    }
+    jit = std::move(*created);
+    if (auto e = jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(*mod), std::move(ctx)))) ADD_FAILURE() << llvm::toString(std::move(e));
+  }
+  KernelFn fn(const std::string& name) {
+    if (!jit) return nullptr;
+    auto sym = jit->lookup(name);
+    if (!sym) {
+      ADD_FAILURE() << llvm::toString(sym.takeError());
+      return nullptr;
+    }
+    return sym->toPtr<KernelFn>();
+  }
+};
+
 class KernelCheck : public ::testing::TestWithParam<Case> {};
 
 TEST_P(KernelCheck, CpuMatchesInterpreter) {
   auto g = parsed(GetParam());
   kir::Kernel k = lower(*g);
   ASSERT_TRUE(k.body) << "lowering failed";
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<double> u(-2, 2);
-  std::map<std::string, ir::Tensor> inputs;
-  for (ir::Value* v : g->inputs) {
-    ir::Tensor t(v->type.dtype, v->type.shape());
-    for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
-    inputs[v->name] = t;
-  }
+  auto inputs = randomInputs(*g, 3, -2, 2);
   auto want = ir::run(*g, inputs);
   ASSERT_TRUE(!!want) << errorText(want.takeError());
   // Buffers of the kernel, by value name: inputs and constants from the graph, the output fresh.
@@ -108,16 +141,9 @@ TEST_P(KernelCheck, CpuMatchesInterpreter) {
   }
   std::vector<void*> args;
   for (auto& t : storage) args.push_back(t.bytes.data());
-
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto mod = codegen::emitKernels(*ctx, {k}, codegen::TargetSpec::x86());
-  ASSERT_TRUE(!!mod) << errorText(mod.takeError());
-  auto jit = llvm::orc::LLJITBuilder().create();
-  ASSERT_TRUE(!!jit) << llvm::toString(jit.takeError());
-  ASSERT_FALSE((*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(*mod), std::move(ctx))));
-  auto sym = (*jit)->lookup("k");
-  ASSERT_TRUE(!!sym) << llvm::toString(sym.takeError());
-  auto fn = sym->toPtr<void (*)(void**, int64_t, int64_t)>();
+  Jit jit({k});
+  auto fn = jit.fn("k");
+  ASSERT_TRUE(fn);
   int64_t extent = k.body->extent;
   fn(args.data(), 0, extent / 2); // two calls, as a thread pool would split the work
   fn(args.data(), extent / 2, extent);
@@ -182,14 +208,7 @@ TEST(Kernel, ProductWithEpilogueMatchesInterpreter) {
     auto ks = kir::lowerProductGroup("k", group);
     ASSERT_TRUE(!!ks) << errorText(ks.takeError());
     ASSERT_EQ(ks->size(), 1u);
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<double> u(-1, 1);
-    std::map<std::string, ir::Tensor> in;
-    for (ir::Value* v : (*g)->inputs) {
-      ir::Tensor t(v->type.dtype, v->type.shape());
-      for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
-      in[v->name] = t;
-    }
+    auto in = randomInputs(**g, 5, -1, 1);
     auto want = ir::run(**g, in);
     ASSERT_TRUE(!!want) << errorText(want.takeError());
     std::vector<ir::Tensor> storage;
@@ -200,15 +219,10 @@ TEST(Kernel, ProductWithEpilogueMatchesInterpreter) {
       storage.push_back(b.written ? ir::Tensor(b.dtype, v->type.shape()) : v->kind == ir::ValueKind::Input ? in.at(b.name) : *v->data);
       args.push_back(storage.back().bytes.data());
     }
-    auto ctx = std::make_unique<llvm::LLVMContext>();
-    auto mod = codegen::emitKernels(*ctx, *ks, codegen::TargetSpec::x86());
-    ASSERT_TRUE(!!mod) << errorText(mod.takeError());
-    auto jit = llvm::orc::LLJITBuilder().create();
-    ASSERT_TRUE(!!jit);
-    ASSERT_FALSE((*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(*mod), std::move(ctx))));
-    auto sym = (*jit)->lookup("k");
-    ASSERT_TRUE(!!sym);
-    sym->toPtr<void (*)(void**, int64_t, int64_t)>()(args.data(), 0, (*ks)[0].body->extent);
+    Jit jit(*ks);
+    auto fn = jit.fn("k");
+    ASSERT_TRUE(fn);
+    fn(args.data(), 0, (*ks)[0].body->extent);
     const ir::Tensor& ref = want->at("y");
     const ir::Tensor& out = storage[std::find_if((*ks)[0].buffers.begin(), (*ks)[0].buffers.end(), [](auto& b) { return b.written; }) - (*ks)[0].buffers.begin()];
     for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(out.getF(i), ref.getF(i), 1e-5 * (1 + std::fabs(ref.getF(i)))) << "transB " << transB;
@@ -300,14 +314,7 @@ TEST(Kernel, GemmShapeAndEpilogueMatchInterpreter) {
     ASSERT_TRUE(shape.has_value()) << c.ir;
     EXPECT_EQ(std::vector<int64_t>({shape->m, shape->n, shape->k, shape->batch, shape->strideA, shape->strideB}),
               std::vector<int64_t>({c.m, c.n, c.k, c.batch, c.strideA, c.strideB}));
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<double> u(-1, 1);
-    std::map<std::string, ir::Tensor> in;
-    for (ir::Value* v : (*g)->inputs) {
-      ir::Tensor t(v->type.dtype, v->type.shape());
-      for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
-      in[v->name] = t;
-    }
+    auto in = randomInputs(**g, 7, -1, 1);
     auto want = ir::run(**g, in);
     ASSERT_TRUE(!!want) << errorText(want.takeError());
     ir::Tensor y(ir::DType::F32, shape->y->type.shape());
@@ -321,15 +328,10 @@ TEST(Kernel, GemmShapeAndEpilogueMatchInterpreter) {
         ir::Value* v = (*g)->findValue(b.name);
         args.push_back(b.written ? y.bytes.data() : v->kind == ir::ValueKind::Input ? in.at(b.name).bytes.data() : const_cast<uint8_t*>(v->data->bytes.data()));
       }
-      auto ctx = std::make_unique<llvm::LLVMContext>();
-      auto mod = codegen::emitKernels(*ctx, {**epilogue}, codegen::TargetSpec::x86());
-      ASSERT_TRUE(!!mod) << errorText(mod.takeError());
-      auto jit = llvm::orc::LLJITBuilder().create();
-      ASSERT_TRUE(!!jit);
-      ASSERT_FALSE((*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(*mod), std::move(ctx))));
-      auto sym = (*jit)->lookup("k");
-      ASSERT_TRUE(!!sym);
-      sym->toPtr<void (*)(void**, int64_t, int64_t)>()(args.data(), 0, (**epilogue).body->extent);
+      Jit jit({**epilogue});
+      auto fn = jit.fn("k");
+      ASSERT_TRUE(fn);
+      fn(args.data(), 0, (**epilogue).body->extent);
     }
     const ir::Tensor& ref = want->at("y");
     for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(y.getF(i), ref.getF(i), 1e-5 * (1 + std::fabs(ref.getF(i)))) << c.ir;
@@ -361,33 +363,20 @@ TEST(Kernel, GpuFormsMatchInterpreter) {
     auto gpu = kir::lowerForGpu("k", n);
     ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
     ASSERT_TRUE(gpu->has_value()) << text;
-    std::mt19937 rng(11);
-    std::uniform_real_distribution<double> u(-1, 1);
-    std::map<std::string, ir::Tensor> in;
-    for (ir::Value* v : (*g)->inputs) {
-      ir::Tensor t(v->type.dtype, v->type.shape());
-      for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
-      in[v->name] = t;
-    }
+    auto in = randomInputs(**g, 11, -1, 1);
     auto want = ir::run(**g, in);
     ASSERT_TRUE(!!want) << errorText(want.takeError());
     ir::Tensor y(ir::DType::F32, n.outputs[0]->type.shape());
     for (int64_t i = 0; i < y.numel(); ++i) y.setF(i, 12345); // the zeroing kernel must clear it
-    auto ctx = std::make_unique<llvm::LLVMContext>();
-    auto mod = codegen::emitKernels(*ctx, **gpu, codegen::TargetSpec::x86());
-    ASSERT_TRUE(!!mod) << errorText(mod.takeError());
-    auto jit = llvm::orc::LLJITBuilder().create();
-    ASSERT_TRUE(!!jit);
-    ASSERT_FALSE((*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(*mod), std::move(ctx))));
+    Jit jit(**gpu);
     for (const kir::Kernel& k : **gpu) {
       std::vector<void*> args;
       for (const kir::BufferArg& b : k.buffers) {
         ir::Value* v = (*g)->findValue(b.name);
         args.push_back(b.written ? y.bytes.data() : v->kind == ir::ValueKind::Input ? in.at(b.name).bytes.data() : const_cast<uint8_t*>(v->data->bytes.data()));
       }
-      auto sym = (*jit)->lookup(k.name);
-      ASSERT_TRUE(!!sym);
-      auto fn = sym->toPtr<void (*)(void**, int64_t, int64_t)>();
+      auto fn = jit.fn(k.name);
+      ASSERT_TRUE(fn);
       ASSERT_FALSE(kir::isSerial(k)) << k.name;
       fn(args.data(), 0, k.body->extent / 2);
       fn(args.data(), k.body->extent / 2, k.body->extent);
