@@ -1,0 +1,91 @@
+// The runtime's reader of a compiled program (runtime/Program.h) takes what
+// the compiler writes, and refuses a description whose GEMMs or GPU launches
+// would reach outside their tensors or name no kernel: a corrupt train.so is
+// an error, never an out-of-bounds access.
+#include "codegen/Program.h"
+#include "frontend/onnx/Importer.h"
+#include "ir/training/TrainingStep.h"
+#include "runtime/Program.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+using namespace sgc;
+
+namespace {
+
+nlohmann::json compiledSample() {
+  auto g = onnx_import::importModel(SGC_SOURCE_DIR "/samples/mlp_train.onnx");
+  EXPECT_TRUE(!!g) << errorText(g.takeError());
+  ir::TrainingOptions o;
+  o.optimizer.kind = "adamw";
+  EXPECT_FALSE(ir::buildTrainingStep(**g, o));
+  auto p = codegen::buildProgram(**g, "test");
+  EXPECT_TRUE(!!p) << errorText(p.takeError());
+  return nlohmann::json::parse(p->programJson);
+}
+
+std::string parseError(const nlohmann::json& j) {
+  std::string text = j.dump(), error;
+  rt::Program p;
+  return rt::parseProgram(text.data(), text.size(), 1 << 20, p, error) ? "" : error;
+}
+
+/// The first launch that has `key`.
+nlohmann::json& launchWith(nlohmann::json& j, const char* key) {
+  for (auto& l : j["launches"])
+    if (l.contains(key)) return l;
+  ADD_FAILURE() << "no launch with " << key;
+  return j["launches"][0];
+}
+
+} // namespace
+
+TEST(ProgramParse, ReadsWhatTheCompilerWrites) {
+  nlohmann::json j = compiledSample();
+  std::string text = j.dump(), error;
+  rt::Program p;
+  ASSERT_TRUE(rt::parseProgram(text.data(), text.size(), 1 << 20, p, error)) << error;
+  int gemms = 0, epilogues = 0, gpuForms = 0;
+  for (const rt::Launch& l : p.launches) {
+    gemms += l.gemm.has_value();
+    epilogues += l.epilogue.kernel >= 0;
+    gpuForms += l.gpu.has_value();
+  }
+  EXPECT_EQ(gemms, 8); // the sample MLP's forward and backward products
+  EXPECT_EQ(epilogues, 3);
+  EXPECT_EQ(gpuForms, 1);
+}
+
+TEST(ProgramParse, RefusesGemmsOutsideTheirTensors) {
+  for (const char* field : {"m", "n", "k", "batch"}) {
+    nlohmann::json j = compiledSample();
+    nlohmann::json& gemm = launchWith(j, "gemm")["gemm"];
+    gemm[field] = gemm[field].get<int64_t>() + 1000000;
+    EXPECT_NE(parseError(j).find("do not fit"), std::string::npos) << field;
+  }
+  for (const char* field : {"stride_a", "stride_b"}) { // (a stride past the tensor needs a batch past it too: above)
+    nlohmann::json j = compiledSample();
+    launchWith(j, "gemm")["gemm"][field] = -1;
+    EXPECT_NE(parseError(j).find("do not fit"), std::string::npos) << field;
+  }
+  nlohmann::json j = compiledSample();
+  launchWith(j, "gemm")["gemm"]["dtype"] = "I64";
+  EXPECT_NE(parseError(j).find("malformed"), std::string::npos);
+  j = compiledSample();
+  launchWith(j, "gemm")["gemm"]["a"] = 1 << 30;
+  EXPECT_NE(parseError(j).find("malformed"), std::string::npos);
+}
+
+TEST(ProgramParse, RefusesGpuLaunchesNamingNothing) {
+  nlohmann::json j = compiledSample();
+  launchWith(j, "epilogue")["epilogue"]["kernel"] = 1 << 20;
+  EXPECT_NE(parseError(j).find("malformed"), std::string::npos);
+  j = compiledSample();
+  launchWith(j, "gpu")["gpu"][0]["args"][0] = -1;
+  EXPECT_NE(parseError(j).find("malformed"), std::string::npos);
+  j = compiledSample();
+  nlohmann::json& l = launchWith(j, "epilogue");
+  l.erase("gemm"); // an epilogue without its GEMM
+  EXPECT_NE(parseError(j).find("malformed"), std::string::npos);
+}
