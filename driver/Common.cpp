@@ -80,6 +80,17 @@ int reportError(const std::string& msg) {
 
 int reportError(Error e) { return reportError(errorText(std::move(e))); }
 
+std::optional<Args> parseCommand(const CommandSpec& spec, int argc, char** argv, const char* what, int& exitStatus) {
+  bool help = false;
+  auto args = Args::parse(spec, argc, argv, help);
+  exitStatus = help ? 0 : 2;
+  if (args && args->positional().size() != 1) {
+    exitStatus = reportError(spec.name + " takes " + what + " (see sgc " + spec.name + " --help)");
+    return std::nullopt;
+  }
+  return args;
+}
+
 int reportStep(const std::string& model, int64_t step, double loss) {
   if (!std::isfinite(loss)) {
     const char* what = std::isnan(loss) ? "NaN" : "infinite";

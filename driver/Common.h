@@ -1,6 +1,7 @@
 // Helpers shared by the sgc subcommands: loading a model (ONNX or IR text),
 // converting between safetensors and IR tensors, reporting errors.
 #pragma once
+#include "driver/Args.h"
 #include "ir/Error.h"
 #include "ir/Graph.h"
 #include "runtime/Safetensors.h"
@@ -19,6 +20,12 @@ rt::StTensor toSafetensors(const ir::Tensor& t);
 /// Prints "sgc: <message>" to stderr and returns exit status 1.
 int reportError(Error e);
 int reportError(const std::string& msg);
+
+/// Parses a subcommand's arguments, which must hold exactly one positional
+/// argument (`what`: "one model", "one file", ...). When it returns nullopt,
+/// `exitStatus` is what the subcommand returns: 0 after --help, 2 for a usage
+/// error, 1 for a wrong count (reported).
+std::optional<Args> parseCommand(const CommandSpec& spec, int argc, char** argv, const char* what, int& exitStatus);
 
 /// Prints a training step's JSON line; a NaN or infinite loss is reported on
 /// its line and as an error (returns 1), else returns 0.

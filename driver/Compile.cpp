@@ -144,10 +144,9 @@ std::vector<std::string> splitList(const std::string& s) {
 } // namespace
 
 int compileMain(int argc, char** argv) {
-  bool help = false;
-  auto args = Args::parse(kCompile, argc, argv, help);
-  if (!args) return help ? 0 : 2;
-  if (args->positional().size() != 1) return reportError("compile takes one model (see sgc compile --help)");
+  int status = 0;
+  auto args = parseCommand(kCompile, argc, argv, "one model", status);
+  if (!args) return status;
   std::string emit = args->get("emit", "so");
   if (emit != "ir" && emit != "plan" && emit != "llvm" && emit != "ptx" && emit != "obj" && emit != "so")
     return reportError("--emit=" + emit + ": expected so, ir, plan, llvm, ptx or obj");
@@ -243,10 +242,9 @@ int compileMain(int argc, char** argv) {
 }
 
 int optMain(int argc, char** argv) {
-  bool help = false;
-  auto args = Args::parse(kOpt, argc, argv, help);
-  if (!args) return help ? 0 : 2;
-  if (args->positional().size() != 1) return reportError("opt takes one model or IR file (see sgc opt --help)");
+  int status = 0;
+  auto args = parseCommand(kOpt, argc, argv, "one model or IR file", status);
+  if (!args) return status;
   auto g = loadModel(args->positional()[0]);
   if (!g) return reportError(g.takeError());
   if (Error e = ir::runPasses(**g, splitList(args->get("passes")), args->has("verify-each"))) return reportError(std::move(e));

@@ -68,10 +68,9 @@ int inspectSafetensors(const std::string& path) {
 } // namespace
 
 int inspectMain(int argc, char** argv) {
-  bool help = false;
-  auto args = Args::parse(kSpec, argc, argv, help);
-  if (!args) return help ? 0 : 2;
-  if (args->positional().size() != 1) return reportError("inspect takes one file (see sgc inspect --help)");
+  int status = 0;
+  auto args = parseCommand(kSpec, argc, argv, "one file", status);
+  if (!args) return status;
   const std::string& path = args->positional()[0];
   if (path.size() > 12 && path.substr(path.size() - 12) == ".safetensors") return inspectSafetensors(path);
   return inspectModel(path);

@@ -15,10 +15,9 @@ const CommandSpec kSpec{"run", "sgc run MODEL --inputs IN.safetensors -o OUT.saf
 } // namespace
 
 int runMain(int argc, char** argv) {
-  bool help = false;
-  auto args = Args::parse(kSpec, argc, argv, help);
-  if (!args) return help ? 0 : 2;
-  if (args->positional().size() != 1) return reportError("run takes one model (see sgc run --help)");
+  int status = 0;
+  auto args = parseCommand(kSpec, argc, argv, "one model", status);
+  if (!args) return status;
   if (!args->has("o")) return reportError("run needs -o OUT.safetensors");
   auto g = loadModel(args->positional()[0]);
   if (!g) return reportError(g.takeError());

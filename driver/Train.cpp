@@ -70,10 +70,9 @@ ir::Tensor sliceBatch(const ir::Tensor& t, int64_t i) {
 } // namespace
 
 int trainMain(int argc, char** argv) {
-  bool help = false;
-  auto args = Args::parse(kSpec, argc, argv, help);
-  if (!args) return help ? 0 : 2;
-  if (args->positional().size() != 1) return reportError("train takes one model (see sgc train --help)");
+  int status = 0;
+  auto args = parseCommand(kSpec, argc, argv, "one model", status);
+  if (!args) return status;
   if (!args->has("data") || !args->has("steps")) return reportError("train needs --data FILE and --steps N");
   auto steps = numberFlag(*args, "steps", 0);
   if (!steps) return reportError(steps.takeError());
