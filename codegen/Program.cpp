@@ -189,7 +189,6 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     for (const ir::Node* n : group) label += (label.empty() ? "" : "+") + std::string(ir::opName(n->op));
     for (kir::Kernel& k : ks) {
       launches.push_back(launchJson(k, (int)p.kernels.size(), tensorId, p.bytesPerStep));
-      ++p.launches;
       launches.back()["forward"] = forward.count(group.back()) != 0;
       launches.back()["label"] = label;
       p.kernels.push_back(std::move(k));
@@ -235,6 +234,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       }
     }
   }
+  p.launches = (int64_t)launches.size();
   nlohmann::json updates = nlohmann::json::array();
   for (auto& [target, next] : g.updates) {
     const Buffer* nb = nullptr;

@@ -38,4 +38,22 @@ ExprRef Builder::offset(const std::vector<ExprRef>& coords, const std::vector<in
   return off;
 }
 
+ExprRef gatheredIndex(Builder& b, const ir::Value* idx, ExprRef at, int64_t d) {
+  ExprRef j = cast(b.ld(idx, std::move(at)), Scalar::I64);
+  return Builder::clamp(select(binary("lt", j, Builder::i(0)), Builder::add(j, Builder::i(d)), j), d);
+}
+
+ExprRef lossWeight(Builder& b, const ir::Node& n, const ir::Value* weights, int64_t C, ExprRef cls) {
+  Scalar t = computeType(n.input(0)->type.dtype);
+  ExprRef valid = n.has("ignore_index") ? unary("not", binary("eq", cls, Builder::i(n.getInt("ignore_index", 0)))) : nullptr;
+  ExprRef v = weights ? b.ld(weights, Builder::clamp(cls, C)) : Builder::c(1, t);
+  return valid ? select(valid, v, Builder::c(0, t)) : v;
+}
+
+Kernel zeroKernel(const std::string& name, const ir::Value* y) {
+  Builder b(name);
+  int i = b.newLoopVar();
+  return b.finish(loop(i, y->type.staticNumel().value(), true, {b.st(y, loopVar(i), Builder::c(0, computeType(y->type.dtype)))}));
+}
+
 } // namespace sgc::kir

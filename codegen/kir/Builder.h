@@ -54,4 +54,15 @@ private:
 
 std::vector<int64_t> rowMajorStrides(const std::vector<int64_t>& shape);
 
+/// Element `at` of index buffer `idx`, as an index into a dim of size d: negative values count
+/// from the end; clamped into [0, d - 1] so that loads stay inside their buffer.
+ExprRef gatheredIndex(Builder& b, const ir::Value* idx, ExprRef at, int64_t d);
+
+/// The weight of class `cls` in a loss node over C classes: its `weights` element (1 without
+/// them), 0 for the node's ignore_index.
+ExprRef lossWeight(Builder& b, const ir::Node& n, const ir::Value* weights, int64_t C, ExprRef cls);
+
+/// A kernel writing zeros over all of `y` (where partial results then meet by atomic adds).
+Kernel zeroKernel(const std::string& name, const ir::Value* y);
+
 } // namespace sgc::kir

@@ -24,12 +24,6 @@ constexpr int64_t kFewResults = 1 << 16; ///< at most this many results: split t
 constexpr int64_t kLongLoop = 1024;      ///< and only when each result sums at least this many terms
 constexpr int64_t kChunk = 256;          ///< terms one thread sums before its atomic add
 
-Kernel zeroKernel(const std::string& name, const ir::Value* y) {
-  B b(name);
-  int i = b.newLoopVar();
-  return b.finish(loop(i, y->type.staticNumel().value(), true, {b.st(y, loopVar(i), B::c(0, computeType(y->type.dtype)))}));
-}
-
 /// y[o] = scale * sum over r of x[o, r], where `reduced` names x's summed dims: a zeroing kernel,
 /// then one parallel iteration per (result, chunk of terms), result fastest (coalesced loads when
 /// the kept dims are innermost, as in a bias gradient).
@@ -100,8 +94,7 @@ std::optional<std::vector<Kernel>> gatherGradGpu(const std::string& name, const 
   int e = b.newLoopVar();
   ExprRef a = binary("idiv", loopVar(e), B::i(count * inner)), k = binary("imod", binary("idiv", loopVar(e), B::i(inner)), B::i(count)),
           i = binary("imod", loopVar(e), B::i(inner));
-  ExprRef j = cast(b.ld(idx, k), Scalar::I64);
-  j = B::clamp(select(binary("lt", j, B::i(0)), B::add(j, B::i(d)), j), d);
+  ExprRef j = gatheredIndex(b, idx, k, d);
   ExprRef at = B::add(B::mul(B::add(B::mul(a, B::i(d)), j), B::i(inner)), i);
   std::vector<Kernel> ks{zeroKernel(name + "_zero", dx)};
   ks.push_back(b.finish(loop(e, dy->type.staticNumel().value(), true, {b.atomic(dx, at, b.ld(dy, loopVar(e)))})));
@@ -266,13 +259,8 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
   int e = b.newLoopVar(), jq = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar();
   int wsum = b.newLocal(), mx = b.newLocal(), sum = b.newLocal(), wt = b.newLocal();
   WarpRows rows{b, e, C};
-  bool hasIgnore = n.has("ignore_index");
   auto tgt = [&](ExprRef pos) { return cast(b.ld(target, std::move(pos)), Scalar::I64); };
-  auto weight = [&](ExprRef cls) {
-    ExprRef valid = hasIgnore ? unary("not", binary("eq", cls, B::i(n.getInt("ignore_index", 0)))) : nullptr;
-    ExprRef v = w ? b.ld(w, B::clamp(cls, C)) : B::c(1, t);
-    return valid ? select(valid, v, B::c(0, t)) : v;
-  };
+  auto weight = [&](ExprRef cls) { return lossWeight(b, n, w, C, std::move(cls)); };
   std::vector<StmtRef> body;
   if (red == "mean") { // the weights of all positions, each lane a 32nd of them
     body.push_back(let(wsum, B::c(0, t)));

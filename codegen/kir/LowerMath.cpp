@@ -318,19 +318,13 @@ static Expected<std::vector<Kernel>> lowerLossWith(const std::string& name, cons
   std::vector<int64_t> xs = shapeOf(x);
   int64_t N = xs[0], C = xs[1], inner = numel(x) / std::max<int64_t>(N * C, 1), P = N * inner;
   std::string red = n.getString("reduction", "mean");
-  bool hasIgnore = n.has("ignore_index");
   bool parallel = grad || red == "none" || atomicTotal;
   Scalar t = computeType(x->type.dtype);
   B b(name);
   int p = b.newLoopVar(), q = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), k3 = b.newLoopVar();
   int wsum = b.newLocal(), total = b.newLocal(), mx = b.newLocal(), s = b.newLocal(), wt = b.newLocal();
   auto tgt = [&](ExprRef pos) { return cast(b.ld(target, std::move(pos)), Scalar::I64); };
-  auto weight = [&](ExprRef cls) {
-    ExprRef valid = hasIgnore ? unary("not", binary("eq", cls, B::i(n.getInt("ignore_index", 0)))) : nullptr;
-    ExprRef safe = binary("min", binary("max", cls, B::i(0)), B::i(C - 1));
-    ExprRef v = w ? b.ld(w, safe) : B::c(1, t);
-    return valid ? select(valid, v, B::c(0, t)) : v;
-  };
+  auto weight = [&](ExprRef cls) { return lossWeight(b, n, w, C, std::move(cls)); };
   auto xAt = [&](ExprRef pos, ExprRef cls) { // element (n, cls, i) of position pos = n * inner + i
     return B::add(B::mul(B::add(B::mul(binary("idiv", pos, B::i(inner)), B::i(C)), std::move(cls)), B::i(inner)), binary("imod", pos, B::i(inner)));
   };
@@ -361,8 +355,7 @@ static Expected<std::vector<Kernel>> lowerLossWith(const std::string& name, cons
       ks.push_back(b.finish(loop(p, P, true, per)));
     } else if (atomicTotal) {
       per.push_back(b.atomic(n.outputs[0], B::i(0), red == "mean" ? B::div(loss, local(wsum, t)) : loss));
-      B zero(name + "_zero");
-      ks.push_back(zero.finish(loop(zero.newLoopVar(), 1, true, {zero.st(n.outputs[0], loopVar(0), B::c(0, t))})));
+      ks.push_back(zeroKernel(name + "_zero", n.outputs[0]));
       ks.push_back(b.finish(loop(p, P, true, per)));
     } else {
       per.push_back(set(total, B::add(local(total, t), loss)));

@@ -121,18 +121,12 @@ Expected<std::vector<Kernel>> lowerSplit(const std::string& name, const ir::Node
   return ks;
 }
 
-/// A gathered index: negative values count from the end of a dim of size d.
-static ExprRef normalizedIndex(B& b, const ir::Value* idx, ExprRef at, int64_t d) {
-  ExprRef j = cast(b.ld(idx, std::move(at)), Scalar::I64);
-  return B::clamp(select(binary("lt", j, B::i(0)), B::add(j, B::i(d)), j), d);
-}
-
 Expected<std::vector<Kernel>> lowerGather(const std::string& name, const ir::Node& n) {
   const ir::Value *x = n.input(0), *idx = n.input(1), *y = n.outputs[0];
   int64_t axis = axisAttr(n, x->type.rank()), ir = idx->type.rank();
   return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
     std::vector<ExprRef> ic(c.begin() + axis, c.begin() + axis + ir), xc(c.begin(), c.begin() + axis);
-    xc.push_back(normalizedIndex(b, idx, B::offset(ic, shapeOf(idx)), x->type.dims[axis].value));
+    xc.push_back(gatheredIndex(b, idx, B::offset(ic, shapeOf(idx)), x->type.dims[axis].value));
     xc.insert(xc.end(), c.begin() + axis + ir, c.end());
     return b.ld(x, B::offset(xc, shapeOf(x)));
   })};
@@ -152,7 +146,7 @@ Expected<std::vector<Kernel>> lowerGatherGrad(const std::string& name, const ir:
   ExprRef a = binary("idiv", flat, B::i(d * inner)), j = binary("imod", binary("idiv", flat, B::i(inner)), B::i(d)),
           i = binary("imod", flat, B::i(inner));
   ExprRef dyAt = B::add(B::mul(B::add(B::mul(a, B::i(count)), loopVar(k)), B::i(inner)), i);
-  ExprRef hit = binary("eq", normalizedIndex(b, idx, loopVar(k), d), j);
+  ExprRef hit = binary("eq", gatheredIndex(b, idx, loopVar(k), d), j);
   ExprRef add = B::add(local(acc, t), select(hit, b.ld(dy, dyAt), B::c(0, t)));
   return std::vector<Kernel>{b.finish(loop(o, numel(dx), true, {let(acc, B::c(0, t)), loop(k, count, false, {set(acc, add)}), b.st(dx, flat, local(acc, t))}))};
 }
