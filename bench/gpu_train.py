@@ -6,7 +6,7 @@
 # 20 after 3 warm-up steps), peak memory, the first losses of each side and
 # the ratios; writes the results as JSON to $OUT/gpu_train.json.
 # Usage: python3 bench/gpu_train.py bench/out [mlp,gpt]
-import ctypes, glob, json, os, struct, subprocess, sys, time
+import ctypes, glob, json, os, subprocess, sys, time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -14,23 +14,10 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "samples"))
 import gpu_models as gm
 from train_ctypes import DLDataType, DLDevice, DLTensor, Options  # the C ABI's structs
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "pyutil"))
+import st  # the project's safetensors reader and writer
 
 STEPS, WARM, LOSSES = 20, 3, 3
-
-
-def write_safetensors(path, tensors):
-    header, blobs, off = {}, [], 0
-    for k, t in tensors.items():
-        b = t.detach().float().contiguous().cpu().numpy().tobytes()
-        header[k] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for b in blobs:
-            f.write(b)
 
 
 # ---- the sgc side, in its own process (its own CUDA context and memory) ----
@@ -54,16 +41,12 @@ def sgc_side(so, weights, name):
         n = ctypes.c_char_p()
         lib.sgc_tensor_info(s, 1, i, ctypes.byref(n), None, None, None)
         names.append(n.value.decode())
-    raw = open(weights, "rb").read()
-    hn = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + hn])
-    missing = [n for n in names if n not in header]
+    full = st.read(weights)
+    missing = [n for n in names if n not in full]
     if missing:
         sys.exit(f"{weights}: no {missing}")
-    sub = {n: torch.frombuffer(bytearray(raw[8 + hn + header[n]["data_offsets"][0]:8 + hn + header[n]["data_offsets"][1]]),
-                               dtype=torch.float32).view(header[n]["shape"]) for n in names}
     mine = weights.replace(".safetensors", ".sgc.safetensors")
-    write_safetensors(mine, sub)
+    st.write(mine, {n: full[n] for n in names})
     check(lib.sgc_load(s, mine.encode()), "sgc_load")
     keep = []
     for i, t in enumerate(gm.batch(name)):
@@ -162,7 +145,7 @@ def main():
     for name in models:
         init = {k: v.clone() for k, v in gm.make(name).state_dict().items()}
         wfile = os.path.join(out_dir, name + "_init.safetensors")
-        write_safetensors(wfile, init)
+        st.write(wfile, init)
         r = {}
         proc = subprocess.run([sys.executable, __file__, "--sgc", os.path.join(out_dir, name + ".so"), wfile, name], capture_output=True, text=True, env=env)
         lines = proc.stdout.splitlines()

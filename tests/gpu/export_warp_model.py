@@ -3,10 +3,12 @@
 # softmax, layer normalization and their gradients (codegen/kir/LowerGpu.cpp)
 # while the CPU runs the generic kernels: check_gpu.sh compares the two.
 # Usage: /usr/bin/python3 export_warp_model.py SOURCE_DIR OUT_DIR
-import os, struct, json, sys, warnings
+import os, sys, warnings
 import torch
 sys.path.insert(0, os.path.join(sys.argv[1], "bench"))
+sys.path.insert(0, os.path.join(sys.argv[1], "tests", "pyutil"))
 import gpu_models as gm
+import st
 
 warnings.filterwarnings("ignore")
 out = sys.argv[2]
@@ -16,13 +18,4 @@ g = torch.Generator().manual_seed(3)
 idx, tgt = torch.randint(0, 128, (12, 4, 64), generator=g), torch.randint(0, 128, (12, 4, 64), generator=g)
 torch.onnx.export(model, (idx[0], tgt[0]), os.path.join(out, "gptw.onnx"), input_names=["idx", "tgt"], output_names=["loss"],
                   opset_version=17, do_constant_folding=False)
-header, blobs, off = {}, [], 0
-for name, t in (("idx", idx), ("tgt", tgt)):
-    b = t.numpy().tobytes()
-    header[name] = {"dtype": "I64", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-    blobs.append(b)
-    off += len(b)
-h = json.dumps(header).encode()
-h += b" " * (-len(h) % 8)
-with open(os.path.join(out, "gptw_data.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+st.write(os.path.join(out, "gptw_data.safetensors"), {"idx": idx, "tgt": tgt})
