@@ -109,6 +109,7 @@ def torch_side(name, mode, init):
 FAMILIES = [("GEMM (cuBLASLt, with epilogues)", lambda ops, kind: kind == "cublaslt"),
             ("optimizer", lambda ops, kind: "AdamUpdate" in ops or "SgdUpdate" in ops),
             ("loss", lambda ops, kind: any(o in ops for o in ("CrossEntropy", "SceLoss", "NllLoss", "NegativeLogLikelihood"))),
+            ("fused attention", lambda ops, kind: "FusedAttention" in ops),
             ("softmax (attention)", lambda ops, kind: "Softmax" in ops),
             ("layernorm", lambda ops, kind: "LayerNorm" in ops),
             ("reductions", lambda ops, kind: "Reduce" in ops),

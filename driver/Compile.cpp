@@ -44,7 +44,7 @@ const CommandSpec kCompile{
 
 const CommandSpec kOpt{
     "opt", "sgc opt MODEL.onnx|FILE.sgcir --passes=a,b,... [--verify-each] [-o FILE] [--print-data]",
-    "Runs IR passes in order and prints the resulting IR. Passes: infer-shapes, dce,\ntraining-step (the whole training step with SGD; see sgc train for the options).",
+    "Runs IR passes in order and prints the resulting IR. Passes: infer-shapes, dce, fuse-attention,\ntraining-step (the whole training step with SGD; see sgc train for the options).",
     {{"passes", "LIST", "comma-separated pass names"},
      {"verify-each", "", "run the verifier after each pass"},
      {"o", "FILE", "write the IR to FILE instead of standard output"},
@@ -124,7 +124,7 @@ std::string envOr(const char* name, const char* def) {
 std::string canonicalFlags(const Args& a) {
   std::string s;
   for (const char* f : {"dim", "target", "weights", "recompute", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
-                        "clip-grad-norm", "loss", "freeze", "precision", "data-parallel", "bucket-mb"})
+                        "clip-grad-norm", "loss", "freeze", "precision", "attention", "data-parallel", "bucket-mb"})
     if (a.has(f)) s += std::string("--") + f + "=" + a.get(f) + "\n";
   return s;
 }

@@ -19,6 +19,7 @@ std::vector<OptionSpec> trainingFlagSpecs() {
           {"loss", "NAME", "the model output that is the loss (default: its single scalar output)"},
           {"freeze", "REGEX", "parameters whose name matches are not trained"},
           {"precision", "P", "f32 (default) or bf16: products and convolutions in bf16, the rest and the weights in f32"},
+          {"attention", "HOW", "decomposed (default: as the model writes it; GEMMs on tensor cores) or fused (no stored scores: less memory)"},
           {"data-parallel", "MODE", "none (default) or allreduce: gradients all-reduced in buckets (one rank for now)"},
           {"bucket-mb", "MB", "all-reduce bucket size in megabytes (default 25)"}};
 }
@@ -43,6 +44,7 @@ Expected<ir::TrainingOptions> parseTrainingFlags(const Args& a) {
   o.loss = a.get("loss");
   o.freeze = a.get("freeze");
   o.precision = a.get("precision", "f32");
+  o.attention = a.get("attention", "decomposed");
   o.dataParallel = a.get("data-parallel", "none");
   auto bucket = numberFlag(a, "bucket-mb", 25);
   if (!bucket) return bucket.takeError();

@@ -62,6 +62,12 @@ StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body) 
   return s;
 }
 
+StmtRef loopUpTo(int var, int64_t extent, ExprRef bound, std::vector<StmtRef> body) {
+  StmtRef s = loop(var, extent, false, std::move(body));
+  s->value = std::move(bound);
+  return s;
+}
+
 StmtRef store(int buffer, ExprRef index, ExprRef value) {
   auto s = std::make_shared<Stmt>();
   *s = {StmtKind::Store, buffer, 0, false, std::move(index), std::move(value), {}};
@@ -117,7 +123,8 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
   std::string pad(2 * depth, ' ');
   switch (s.kind) {
   case StmtKind::Loop:
-    out += pad + (s.parallel ? "parallel for i" : "for i") + std::to_string(s.id) + " < " + std::to_string(s.extent) + ":\n";
+    out += pad + (s.parallel ? "parallel for i" : "for i") + std::to_string(s.id) + " < " +
+           (s.value ? "min(" + std::to_string(s.extent) + ", " + exprText(*s.value) + ")" : std::to_string(s.extent)) + ":\n";
     for (auto& b : s.body) stmtText(*b, depth + 1, out);
     return;
   case StmtKind::Block:

@@ -64,11 +64,15 @@ struct Stmt {
   int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer
   int64_t extent = 0;          ///< Loop: iterations [0, extent)
   bool parallel = false;       ///< Loop: iterations are independent
-  ExprRef index, value;        ///< Store: buffer[index] = value; AtomicAdd: += value; Let/Set: local = value
+  ExprRef index, value;        ///< Store: buffer[index] = value; AtomicAdd: += value; Let/Set: local = value;
+                               ///< Loop (serial): when set, an i64 bound: iterations [0, min(extent, value))
   std::vector<StmtRef> body;   ///< Loop, Block
 };
 
 StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body);
+/// A serial loop that also stops at `bound` (an i64 expression of enclosing loop variables and
+/// locals): iterations [0, min(extent, bound)). A causal mask's triangle, say.
+StmtRef loopUpTo(int var, int64_t extent, ExprRef bound, std::vector<StmtRef> body);
 StmtRef store(int buffer, ExprRef index, ExprRef value);
 /// buffer[index] += value as one atomic operation (f32 and f64 buffers): partial results of
 /// parallel iterations meet in one element. The order of the adds is not fixed.

@@ -32,6 +32,7 @@ LOWERING(lowerPad)
 LOWERING(lowerBatchNorm)
 LOWERING(lowerGlobalPool)
 LOWERING(lowerDropout)
+LOWERING(lowerAttention)
 #undef LOWERING
 
 Expected<std::vector<Kernel>> lowerNode(const std::string& name, const ir::Node& n) {
@@ -77,6 +78,7 @@ Expected<std::vector<Kernel>> lowerNode(const std::string& name, const ir::Node&
   case Op::BatchNormalization: case Op::BatchNormGrad: return lowerBatchNorm(name, n);
   case Op::GlobalAveragePool: case Op::GlobalMaxPool: return lowerGlobalPool(name, n);
   case Op::Dropout: return lowerDropout(name, n);
+  case Op::FusedAttention: case Op::FusedAttentionGrad: return lowerAttention(name, n);
   case Op::AllReduce: { // one rank: each reduced gradient is the gradient itself
     std::vector<Kernel> ks;
     for (size_t i = 0; i < n.inputs.size(); ++i) {

@@ -1,7 +1,7 @@
 // Lowering of every other op the code generator supports into kernels (one
 // or more per node): data movement, matrix products, row-wise ops (softmax,
-// normalization, losses and their gradients), convolution and pooling,
-// optimizer updates. Kernels whose body is not one parallel loop run as a
+// normalization, losses and their gradients), fused attention, convolution
+// and pooling, optimizer updates. Kernels whose body is not one parallel loop run as a
 // single serial call.
 #pragma once
 #include "codegen/kir/Kernel.h"

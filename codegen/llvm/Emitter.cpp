@@ -163,7 +163,15 @@ private:
   Error stmt(const Stmt& s) {
     cache_.clear();
     switch (s.kind) {
-    case StmtKind::Loop: return loop(s, b_.getInt64(0), b_.getInt64(s.extent), b_.getInt64(1));
+    case StmtKind::Loop: {
+      llvm::Value* end = b_.getInt64(s.extent);
+      if (s.value) {
+        auto bound = expr(*s.value);
+        if (!bound) return bound.takeError();
+        end = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {end, *bound});
+      }
+      return loop(s, b_.getInt64(0), end, b_.getInt64(1));
+    }
     case StmtKind::Block:
       for (const auto& st : s.body)
         if (Error e = stmt(*st)) return e;

@@ -1,4 +1,4 @@
-// Gradient rules of MatMul, Gemm, convolution and pooling.
+// Gradient rules of MatMul, Gemm, fused attention, convolution and pooling.
 #include "ir/autodiff/Autodiff.h"
 
 namespace sgc::ir {
@@ -49,6 +49,15 @@ Error gradGemm(GradCtx& c) {
     Value* d = beta == 1 ? dy : c.emit(Op::Mul, {dy, c.scalar(beta, c.y(0)->type.dtype)});
     c.dx[2] = c.sumTo(d, c.x(2), c.y(0));
   }
+  return Error::success();
+}
+
+Error gradAttention(GradCtx& c) {
+  if (c.dy.size() > 1 && c.dy[1]) return c.fail("no gradient flows through the log-sum-exp result");
+  if (!c.dy[0]) return c.fail("no gradient reaches the result");
+  Node* g = c.emitNode(Op::FusedAttentionGrad, {c.x(0), c.x(1), c.x(2), c.y(0), c.y(1), c.dy[0]}, 4, c.n.attrs);
+  for (size_t i = 0; i < 3; ++i)
+    if (c.wants[i]) c.dx[i] = g->outputs[i];
   return Error::success();
 }
 

@@ -14,7 +14,7 @@ Error autocastBf16(Graph& g, int* count) {
   std::map<Value*, Value*> bf16; // one bf16 copy per value, made before its first reader
   int moved = 0;
   for (Node* n : order) {
-    if (n->op != Op::MatMul && n->op != Op::Gemm && n->op != Op::Conv) continue;
+    if (n->op != Op::MatMul && n->op != Op::Gemm && n->op != Op::Conv && n->op != Op::FusedAttention) continue;
     Value* out = n->outputs[0];
     if (!isFloat(out->type.dtype) || out->type.dtype == DType::BF16) continue;
     for (Value*& in : n->inputs) {

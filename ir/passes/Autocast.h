@@ -1,5 +1,5 @@
 // Pass autocast-bf16: mixed precision as torch.autocast does it. Matrix
-// products and convolutions read bf16 copies of their floating-point inputs
+// products, fused attention and convolutions read bf16 copies of their floating-point inputs
 // and their results are cast back to the original type, so every other op
 // (normalizations, softmax, losses, reductions) and the optimizer stay in
 // f32, the parameters remain f32 master weights, and the backward pass,

@@ -2,6 +2,7 @@
 #include "ir/passes/Passes.h"
 
 #include "ir/Verifier.h"
+#include "ir/passes/FuseAttention.h"
 #include "ir/passes/InferShapes.h"
 #include "ir/training/TrainingStep.h"
 
@@ -14,6 +15,8 @@ Error runDeadCodeElimination(Graph& g) {
   g.removeDeadNodes();
   return Error::success();
 }
+
+Error runFuseAttention(Graph& g) { return fuseAttention(g); }
 
 /// The training step with default options (SGD; the single scalar output is the loss).
 Error runTrainingStep(Graph& g) { return buildTrainingStep(g, TrainingOptions{}); }

@@ -1,4 +1,4 @@
-// Shape rules of MatMul, Gemm, convolution and pooling.
+// Shape rules of MatMul, Gemm, fused attention, convolution and pooling.
 #include "ir/shapes/Shapes.h"
 
 #include <algorithm>
@@ -144,6 +144,36 @@ Error inferGlobalPool(InferCtx& c) {
   if (!x.ranked) return Error::success();
   if (x.rank() < 3) return c.fail("input must be [N, C, spatial...]");
   for (int64_t i = 2; i < x.rank(); ++i) c.out[0].dims[i] = Dim::of(1);
+  return Error::success();
+}
+
+/// Dims a and b must agree where both are static.
+static bool compatible(const Dim& a, const Dim& b) { return !a.isStatic() || !b.isStatic() || a.value == b.value; }
+
+Error inferAttention(InferCtx& c) {
+  const Type &q = c.in[0], &k = c.in[1], &v = c.in[2];
+  if (q.dtype != k.dtype || q.dtype != v.dtype) return c.fail("queries, keys and values have different dtypes");
+  if (!isFloat(q.dtype)) return c.fail("attention needs floating-point operands");
+  DType stat = q.dtype == DType::F64 ? DType::F64 : DType::F32;
+  if (!q.ranked || !k.ranked || !v.ranked) {
+    c.out = {Type::unranked(q.dtype), Type::unranked(stat)};
+    return Error::success();
+  }
+  size_t r = q.dims.size();
+  if (r < 2 || k.dims.size() != r || v.dims.size() != r) return c.fail("queries, keys and values must be [..., T, D] of one rank");
+  for (size_t d = 0; d + 2 < r; ++d)
+    if (!compatible(q.dims[d], k.dims[d]) || !compatible(q.dims[d], v.dims[d])) return c.fail("leading dims differ");
+  if (!compatible(q.dims[r - 1], k.dims[r - 1])) return c.fail("queries and keys differ in their last dim");
+  if (!compatible(k.dims[r - 2], v.dims[r - 2])) return c.fail("keys and values differ in length");
+  std::vector<Dim> y(q.dims.begin(), q.dims.end() - 1);
+  c.out[1] = Type::ranked_(stat, y);
+  y.push_back(v.dims.back());
+  c.out[0] = Type::ranked_(q.dtype, y);
+  return Error::success();
+}
+
+Error inferAttentionGrad(InferCtx& c) {
+  c.out = {c.in[0], c.in[1], c.in[2], c.in[4]};
   return Error::success();
 }
 

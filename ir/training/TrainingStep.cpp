@@ -4,6 +4,7 @@
 #include "ir/Verifier.h"
 #include "ir/autodiff/Autodiff.h"
 #include "ir/passes/Autocast.h"
+#include "ir/passes/FuseAttention.h"
 #include "ir/passes/DataParallel.h"
 #include "ir/passes/InferShapes.h"
 
@@ -107,6 +108,8 @@ Error checkTrainingOptions(const TrainingOptions& opts) {
   if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1)) return makeError("betas must be in [0, 1)");
   if (!(o.eps >= 0) || !(o.clipGradNorm >= 0)) return makeError("eps and clip-grad-norm must be non-negative");
   if (opts.precision != "f32" && opts.precision != "bf16") return makeError("unknown precision '" + opts.precision + "' (expected f32 or bf16)");
+  if (opts.attention != "fused" && opts.attention != "decomposed")
+    return makeError("unknown --attention '" + opts.attention + "' (expected fused or decomposed)");
   if (opts.dataParallel == "zero1") return makeError("--data-parallel zero1 is not built yet (allreduce is)");
   if (opts.dataParallel != "none" && opts.dataParallel != "allreduce")
     return makeError("unknown --data-parallel '" + opts.dataParallel + "' (expected none or allreduce)");
@@ -137,6 +140,8 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   g.setOrder(order);
   g.updates.push_back({step, nextStep});
 
+  if (opts.attention == "fused")
+    if (Error e = fuseAttention(g)) return e;
   if (opts.precision == "bf16")
     if (Error e = autocastBf16(g)) return e;
   std::set<Value*> buffers;

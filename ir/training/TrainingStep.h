@@ -36,6 +36,7 @@ struct TrainingOptions {
   std::string loss;   ///< output name; empty: the single scalar output
   std::string freeze; ///< ECMAScript regex over parameter names; empty: none
   std::string precision = "f32"; ///< f32, or bf16: products and convolutions in bf16 (autocast)
+  std::string attention = "decomposed"; ///< as the model writes it, or fused (FuseAttention)
   std::string dataParallel = "none"; ///< none, or allreduce: gradients all-reduced in buckets
   double bucketMb = 25;              ///< bucket size of the all-reduce
   OptimizerOptions optimizer;

@@ -27,6 +27,7 @@ struct Case {
   std::vector<In> ins;
   std::map<std::string, Attr> attrs = {};
   int outputs = 1;
+  int weighed = 0; ///< how many outputs the loss weighs (0: all)
 };
 
 In ints(std::vector<int64_t> v) { return In{{}, 0, 0, Tensor::fromI64(DType::I64, {(int64_t)v.size()}, v)}; }
@@ -107,6 +108,12 @@ std::vector<Case> cases() {
   cs.push_back({"AveragePoolNoPadCount", Op::AveragePool, {p({1, 1, 4, 4})}, {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
   cs.push_back({"GlobalAveragePool", Op::GlobalAveragePool, {p({2, 3, 2, 2})}});
   cs.push_back({"GlobalMaxPool", Op::GlobalMaxPool, {p({2, 3, 2, 2})}});
+  // Fused attention: its result only (no gradient flows through the log-sum-exp).
+  cs.push_back({"FusedAttention", Op::FusedAttention, {p({2, 3, 4}), p({2, 5, 4}), p({2, 5, 3})}, {{"scale", 0.6}}, 2, 1});
+  cs.push_back({"FusedAttentionCausal", Op::FusedAttention, {p({1, 2, 4, 3}), p({1, 2, 4, 3}), p({1, 2, 4, 2})},
+                {{"scale", 0.8}, {"causal", int64_t(1)}}, 2, 1});
+  cs.push_back({"FusedAttentionCausalMoreKeys", Op::FusedAttention, {p({2, 3, 2}), p({2, 5, 2}), p({2, 5, 3})},
+                {{"scale", 1.0}, {"causal", int64_t(1)}}, 2, 1});
   return cs;
 }
 
@@ -143,7 +150,8 @@ TEST_P(GradCheck, MatchesFiniteDifferences) {
   ASSERT_FALSE(inferShapes(g, false));
   // loss = sum over outputs of sum(y * w)
   Value* loss = nullptr;
-  for (Value* y : node->outputs) {
+  for (size_t o = 0; o < (cs.weighed ? (size_t)cs.weighed : node->outputs.size()); ++o) {
+    Value* y = node->outputs[o];
     ASSERT_TRUE(y->type.isStatic()) << toString(y->type);
     Tensor w(DType::F64, y->type.shape());
     std::uniform_real_distribution<double> u(0.5, 1.5);

@@ -11,7 +11,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 status=0
-for m in sample mlp cnn gpt gptw mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16; do
+for m in sample mlp cnn gpt gptw gptw_fused mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16; do
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cpu > $m.cpu.out 2> $m.cpu.err
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cuda:0 > $m.gpu.out 2> $m.gpu.err
   python3 - $m <<'PY' || status=1

@@ -2,7 +2,7 @@
 # Compiles the GPU test models (the bundled training sample, and the MLP, CNN
 # and GPT of tests/training/torch_equivalence.py) for the CPU and sm_90 into
 # DIR with their data, ready to carry to a GPU machine; and a small GPT whose
-# rows fit GPU warps (export_warp_model.py).
+# rows fit GPU warps (export_warp_model.py), also with fused attention.
 # Usage: make_bundle.sh SGC SOURCE_DIR MODELS_DIR OUT_DIR
 set -eu
 sgc=$1 src=$2 models=$3 out=$4
@@ -19,4 +19,9 @@ done
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16
 cp "$out/gptw_data.safetensors" "$out/gptw_bf16_data.safetensors"
+# Fused attention's kernels (--attention fused) on the GPU, in f32 and bf16.
+"$sgc" compile "$out/gptw.onnx" -o "$out/gptw_fused.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --attention fused
+"$sgc" compile "$out/gptw.onnx" -o "$out/gptw_fused_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16 --attention fused
+cp "$out/gptw_data.safetensors" "$out/gptw_fused_data.safetensors"
+cp "$out/gptw_data.safetensors" "$out/gptw_fused_bf16_data.safetensors"
 cp "$src/tests/gpu/check_gpu.sh" "$src/samples/train_ctypes.py" "$out/"

@@ -2,7 +2,8 @@
 # written here (an MLP with LayerNorm, GELU and a residual under MSE + L1; a
 # small CNN with Conv, BatchNorm, ReLU and pooling under log-softmax + NLL; a
 # 2-layer GPT-style decoder with token and position embeddings, a tied output
-# projection, causal masked attention, tanh-GELU and cross-entropy), exported
+# projection, causal masked attention (as written, and fused into one op with
+# --attention fused), tanh-GELU and cross-entropy), exported
 # with torch.onnx.export in training mode, then trained from the same weights
 # on the same data by PyTorch and by `sgc train` with each optimizer, both on
 # the reference interpreter and through the model compiled to a .so (sgc
@@ -63,12 +64,13 @@ class Block(nn.Module):
         self.ln1, self.qkv, self.proj = nn.LayerNorm(d), nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d)
         self.ln2, self.fc, self.fc2 = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
 
-    def forward(self, x, mask):
+    def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
         q, k, v = [t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v)]
         att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
-        att = F.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1)
+        causal = torch.ones(T, T, dtype=torch.bool).tril().view(1, 1, T, T)  # a constant in the exported graph
+        att = F.softmax(att.masked_fill(~causal, float("-inf")), dim=-1)
         x = x + self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
         return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
@@ -80,13 +82,12 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList([Block(d, heads) for _ in range(layers)])
         self.lnf, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
         self.head.weight = self.wte.weight  # tied
-        self.register_buffer("mask", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
         self.register_buffer("pos", torch.arange(T))
 
     def forward(self, idx, tgt):
         x = self.wte(idx) + self.wpe(self.pos)
         for b in self.blocks:
-            x = b(x, self.mask)
+            x = b(x)
         logits = self.head(self.lnf(x))
         return F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
 
@@ -169,29 +170,35 @@ def run_model(sgc, work, name, cls):
             ref.append(loss.item())
         for engine in ("interpreter", "compiled"):
             rows.append(run_sgc(sgc, work, name, opt_name, flags, engine, onnx_path, data_path, model, ref))
+            # Attention as the model writes it (the default), and fused into one op.
+            if name == "gpt" and opt_name == "adam":
+                rows.append(run_sgc(sgc, work, name, opt_name + "-fused", flags + ["--attention", "fused"], engine, onnx_path,
+                                    data_path, model, ref))
     return rows
 
 
 def bf16_rows(sgc, work):
-    """Mixed precision: each model compiled with --precision bf16 against its f32 build (12 AdamW steps)."""
+    """Mixed precision: each model compiled with --precision bf16 against its f32 build (12 AdamW steps);
+    the GPT also with fused attention in both builds."""
     rows = []
-    for name in ("mlp", "cnn", "gpt"):
+    for name, extra in (("mlp", []), ("cnn", []), ("gpt", []), ("gpt", ["--attention", "fused"])):
+        label = "bf16 vs f32" + (" fused" if extra else "")
         losses = {}
         for prec in ("f32", "bf16"):
-            so = os.path.join(work, f"{name}_{prec}.so")
+            so = os.path.join(work, f"{name}_{prec}{'_fused' if extra else ''}.so")
             proc = subprocess.run([sgc, "compile", os.path.join(work, name + ".onnx"), "-o", so, "--target", "cpu", "--optimizer", "adamw",
-                                   "--lr", "1e-2", "--precision", prec], capture_output=True, text=True)
+                                   "--lr", "1e-2", "--precision", prec] + extra, capture_output=True, text=True)
             if proc.returncode == 0:
                 proc = subprocess.run([sgc, "train", so, "--data", os.path.join(work, name + "_data.safetensors"), "--steps", str(STEPS)],
                                       capture_output=True, text=True)
             if proc.returncode != 0:
-                rows.append((name, f"bf16 vs f32", "compiled", None, None, proc.stderr.strip()))
+                rows.append((name, label, "compiled", None, None, proc.stderr.strip()))
                 break
             losses[prec] = [json.loads(line)["loss"] for line in proc.stdout.splitlines()]
         else:
             diffs = [abs(a - b) / abs(b) for a, b in zip(losses["bf16"], losses["f32"])]
             first = "" if diffs[0] <= BF16_FIRST_RTOL else f"first step differs by {diffs[0]:.2e}"
-            rows.append((name, "bf16 vs f32", "compiled", max(diffs), 0.0, first))
+            rows.append((name, label, "compiled", max(diffs), 0.0, first))
     return rows
 
 

@@ -1,0 +1,87 @@
+// Interpreter kernels of FusedAttention and its gradient, in float64: the
+// reference the generated kernels are tested against (and which is itself
+// tested against the matmul, mask, softmax, matmul decomposition).
+#include "ir/interp/Kernels.h"
+
+#include <cmath>
+
+namespace sgc::ir {
+namespace {
+
+/// The geometry of one attention node: `heads` independent problems (the product of the
+/// leading dims) of tq queries and tk keys of width d, values of width dv.
+struct Geometry {
+  int64_t heads, tq, tk, d, dv;
+  double scale;
+  bool causal;
+
+  Geometry(const EvalCtx& c) {
+    const auto &q = c.in[0]->shape, &v = c.in[2]->shape;
+    tq = q[q.size() - 2], d = q.back(), tk = v[v.size() - 2], dv = v.back();
+    heads = tq > 0 && d > 0 ? c.in[0]->numel() / (tq * d) : 0;
+    scale = c.node.getFloat("scale", 1.0);
+    causal = c.node.getInt("causal", 0) != 0;
+  }
+  /// Keys [0, keys(i)) are visible to query i.
+  int64_t keys(int64_t i) const { return causal ? std::min(i + 1, tk) : tk; }
+};
+
+double dot(const std::vector<double>& a, int64_t ai, const std::vector<double>& b, int64_t bi, int64_t n) {
+  double s = 0;
+  for (int64_t e = 0; e < n; ++e) s += a[ai + e] * b[bi + e];
+  return s;
+}
+
+} // namespace
+
+Error evalAttention(EvalCtx& c) {
+  Geometry g(c);
+  std::vector<double> q = c.in[0]->toF64(), k = c.in[1]->toF64(), v = c.in[2]->toF64(), s(g.tk), o(g.dv);
+  for (int64_t h = 0; h < g.heads; ++h)
+    for (int64_t i = 0; i < g.tq; ++i) {
+      int64_t row = h * g.tq + i, n = g.keys(i);
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j] = g.scale * dot(q, row * g.d, k, (h * g.tk + j) * g.d, g.d));
+      std::fill(o.begin(), o.end(), 0.0);
+      for (int64_t j = 0; j < n; ++j) {
+        double p = std::exp(s[j] - mx);
+        sum += p;
+        for (int64_t e = 0; e < g.dv; ++e) o[e] += p * v[(h * g.tk + j) * g.dv + e];
+      }
+      for (int64_t e = 0; e < g.dv; ++e) c.out[0].setF(row * g.dv + e, n ? o[e] / sum : 0.0);
+      c.out[1].setF(row, mx + std::log(sum));
+    }
+  return Error::success();
+}
+
+// With P = softmax(scale q k^T) and dP = dy v^T: dS = P (dP - delta), delta = rowsum(dy y);
+// dq = scale dS k, dk = scale dS^T q, dv = P^T dy.
+Error evalAttentionGrad(EvalCtx& c) {
+  Geometry g(c);
+  std::vector<double> q = c.in[0]->toF64(), k = c.in[1]->toF64(), v = c.in[2]->toF64(), y = c.in[3]->toF64(),
+                      lse = c.in[4]->toF64(), dy = c.in[5]->toF64();
+  std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
+  for (int64_t h = 0; h < g.heads; ++h)
+    for (int64_t i = 0; i < g.tq; ++i) {
+      int64_t row = h * g.tq + i;
+      double delta = dot(dy, row * g.dv, y, row * g.dv, g.dv);
+      c.out[3].setF(row, delta);
+      for (int64_t j = 0; j < g.keys(i); ++j) {
+        int64_t key = h * g.tk + j;
+        double p = std::exp(g.scale * dot(q, row * g.d, k, key * g.d, g.d) - lse[row]);
+        double ds = p * (dot(dy, row * g.dv, v, key * g.dv, g.dv) - delta);
+        for (int64_t e = 0; e < g.d; ++e) {
+          dq[row * g.d + e] += g.scale * ds * k[key * g.d + e];
+          dk[key * g.d + e] += g.scale * ds * q[row * g.d + e];
+        }
+        for (int64_t e = 0; e < g.dv; ++e) dv[key * g.dv + e] += p * dy[row * g.dv + e];
+      }
+    }
+  for (int out = 0; out < 3; ++out) {
+    const std::vector<double>& r = out == 0 ? dq : out == 1 ? dk : dv;
+    for (size_t i = 0; i < r.size(); ++i) c.out[out].setF((int64_t)i, r[i]);
+  }
+  return Error::success();
+}
+
+} // namespace sgc::ir

@@ -1,0 +1,162 @@
+// The fuse-attention pass (see FuseAttention.h).
+#include "ir/passes/FuseAttention.h"
+
+#include "ir/passes/InferShapes.h"
+
+#include <cmath>
+#include <map>
+#include <optional>
+
+namespace sgc::ir {
+namespace {
+
+/// Scores at or below this count as masked out: exp of them is 0 next to any real score.
+constexpr double kMasked = -1e9;
+
+/// A constant's value, when it is a one-element floating-point tensor.
+std::optional<double> scalarConst(const Value* v) {
+  if (!v || v->kind != ValueKind::Const || !isFloat(v->type.dtype) || v->data->numel() != 1) return std::nullopt;
+  return v->data->getF(0);
+}
+
+/// Whether `mask` (a constant [1, ..., 1, Tq, Tk]) says, through `visible(element)`, that query i
+/// sees exactly keys j <= i.
+template <typename F>
+bool isCausal(const Value* mask, int64_t tq, int64_t tk, F visible) {
+  if (!mask || mask->kind != ValueKind::Const) return false;
+  const Tensor& m = *mask->data;
+  if (m.rank() < 2 || m.shape[m.rank() - 2] != tq || m.shape.back() != tk || m.numel() != tq * tk) return false;
+  for (int64_t i = 0; i < tq; ++i)
+    for (int64_t j = 0; j < tk; ++j)
+      if (visible(m, i * tk + j) != (j <= i)) return false;
+  return true;
+}
+
+/// Dims equal for certain: both static and equal, or both the same symbol.
+bool sameDim(const Dim& a, const Dim& b) { return a.isStatic() ? a == b : a.isSymbolic() && a == b; }
+
+struct Matcher {
+  Graph& g;
+  std::map<const Value*, int> uses; ///< readers of each value (graph outputs count)
+
+  /// The node producing `v` when it is of op `op` and `v` is read once (by the pattern).
+  Node* inner(const Value* v, Op op) {
+    if (!v || !v->producer || v->producer->op != op || uses[v] != 1) return nullptr;
+    return v->producer;
+  }
+
+  /// Nodes that give `kT` with its last two dims swapped: nothing when it is a transpose that
+  /// undoes it; else one Transpose (of kT's source when kT is itself a transpose).
+  Value* keys(Value* kT, std::vector<Node*>& added) {
+    int64_t r = kT->type.rank();
+    std::vector<int64_t> perm(r);
+    for (int64_t i = 0; i < r; ++i) perm[i] = i;
+    std::swap(perm[r - 1], perm[r - 2]);
+    Value* src = kT;
+    if (kT->producer && kT->producer->op == Op::Transpose && kT->producer->has("perm")) {
+      std::vector<int64_t> p = kT->producer->getInts("perm"), composed(r);
+      if ((int64_t)p.size() == r) {
+        for (int64_t i = 0; i < r; ++i) composed[i] = p[perm[i]];
+        src = kT->producer->inputs[0];
+        perm = composed;
+      }
+    }
+    bool identity = true;
+    for (int64_t i = 0; i < r; ++i) identity &= perm[i] == i;
+    if (identity) return src;
+    Node* t = g.addNode(Op::Transpose, {src}, 1, kT->name + ".keys", {g.uniqueName(kT->name + ".keys")});
+    t->attrs["perm"] = perm;
+    added.push_back(t);
+    return t->outputs[0];
+  }
+
+  /// Fuses the pattern ending in `out` (a MatMul of probabilities and values), returning the
+  /// nodes to place before it, or nothing when the pattern does not hold.
+  std::optional<std::vector<Node*>> match(Node& out) {
+    Node* softmax = inner(out.inputs[0], Op::Softmax);
+    if (!softmax) return std::nullopt;
+    Value *x = softmax->inputs[0], *v = out.inputs[1];
+    if (!x->type.isStatic() || x->type.rank() < 2) return std::nullopt;
+    int64_t r = x->type.rank(), axis = softmax->getInt("axis", -1);
+    if (axis != -1 && axis != r - 1) return std::nullopt;
+    int64_t tq = x->type.dims[r - 2].value, tk = x->type.dims[r - 1].value;
+    // The mask.
+    bool causal = false;
+    if (Node* w = inner(x, Op::Where)) {
+      int s = scalarConst(w->inputs[1]) ? 2 : 1; // the branch that holds the scores
+      auto fill = scalarConst(w->inputs[3 - s]);
+      if (!fill || *fill > kMasked || w->inputs[s]->type != x->type) return std::nullopt;
+      if (!isCausal(w->inputs[0], tq, tk, [&](const Tensor& m, int64_t e) { return (m.getF(e) != 0) == (s == 1); })) return std::nullopt;
+      x = w->inputs[s], causal = true;
+    } else if (Node* a = inner(x, Op::Add)) {
+      int s = a->inputs[0]->kind == ValueKind::Const ? 1 : 0;
+      if (a->inputs[s]->type != x->type) return std::nullopt;
+      auto visible = [](const Tensor& m, int64_t e) { return m.getF(e) > kMasked; };
+      bool zeros = true; // visible entries must add nothing
+      if (const Value* m = a->inputs[1 - s]; m->kind == ValueKind::Const)
+        for (int64_t e = 0; e < m->data->numel(); ++e) zeros &= !visible(*m->data, e) || m->data->getF(e) == 0;
+      if (!zeros || !isCausal(a->inputs[1 - s], tq, tk, visible)) return std::nullopt;
+      x = a->inputs[s], causal = true;
+    }
+    // The scale.
+    double scale = 1;
+    if (Node* m = inner(x, Op::Mul)) {
+      int s = scalarConst(m->inputs[1]) ? 0 : 1;
+      auto c = scalarConst(m->inputs[1 - s]);
+      if (!c || m->inputs[s]->type != x->type) return std::nullopt;
+      x = m->inputs[s], scale = *c;
+    } else if (Node* d = inner(x, Op::Div)) {
+      auto c = scalarConst(d->inputs[1]);
+      if (!c || *c == 0 || d->inputs[0]->type != x->type) return std::nullopt;
+      x = d->inputs[0], scale = 1 / *c;
+    }
+    Node* scores = inner(x, Op::MatMul);
+    if (!scores) return std::nullopt;
+    Value *q = scores->inputs[0], *kT = scores->inputs[1];
+    // One rank and the same leading dims everywhere: no broadcasting inside the fused node.
+    for (const Value* t : {q, kT, v})
+      if (!t->type.ranked || t->type.rank() != r || t->type.dtype != x->type.dtype) return std::nullopt;
+    for (int64_t d = 0; d + 2 < r; ++d)
+      if (!sameDim(q->type.dims[d], kT->type.dims[d]) || !sameDim(q->type.dims[d], v->type.dims[d]) ||
+          !sameDim(q->type.dims[d], x->type.dims[d]))
+        return std::nullopt;
+    std::vector<Node*> added;
+    Value* k = keys(kT, added);
+    Node* fused = g.addNode(Op::FusedAttention, {q, k, v}, 2, softmax->name + ".attention",
+                            {g.uniqueName(out.outputs[0]->name + ".attention"), g.uniqueName(softmax->outputs[0]->name + ".lse")});
+    fused->attrs["scale"] = scale;
+    fused->attrs["causal"] = int64_t(causal);
+    added.push_back(fused);
+    g.replaceAllUses(out.outputs[0], fused->outputs[0]);
+    return added;
+  }
+};
+
+} // namespace
+
+Error fuseAttention(Graph& g, int* count) {
+  Matcher m{g, {}};
+  for (const auto& n : g.nodes())
+    for (const Value* v : n->inputs)
+      if (v) ++m.uses[v];
+  for (const Value* v : g.outputs) ++m.uses[v];
+  std::vector<Node*> order;
+  for (const auto& n : g.nodes()) order.push_back(n.get());
+  std::vector<Node*> placed;
+  int fused = 0;
+  for (Node* n : order) {
+    if (n->op == Op::MatMul)
+      if (auto added = m.match(*n)) {
+        placed.insert(placed.end(), added->begin(), added->end());
+        ++fused;
+      }
+    placed.push_back(n);
+  }
+  g.setOrder(placed);
+  if (count) *count = fused;
+  if (!fused) return Error::success();
+  g.removeDeadNodes();
+  return inferShapes(g);
+}
+
+} // namespace sgc::ir

@@ -1,0 +1,25 @@
+// Pass fuse-attention: finds attention written out as ops,
+//
+//   y = MatMul(Softmax(mask(scale * MatMul(q, kT))), v)      (softmax over the keys)
+//
+// where the scale (Mul or Div by a scalar constant) is optional and the mask,
+// also optional, is a constant causal one (a Where between the scores and a
+// very negative scalar, or an Add of 0 / very negative values) such that query
+// i sees keys j <= i, and replaces it by one FusedAttention node. Its kernels
+// never store the [Tq, Tk] scores: the forward pass keeps the log-sum-exp of
+// each row instead and the backward pass recomputes the scores from it. A
+// pattern with any intermediate result read elsewhere (or a mask of another
+// form) is left as it is: the decomposition stays the reference semantics.
+//
+// Requires: a forward graph with inferred shapes (runs before autocast and
+// autodiff). Ensures: the graph's results are unchanged up to rounding.
+#pragma once
+#include "ir/Error.h"
+#include "ir/Graph.h"
+
+namespace sgc::ir {
+
+/// Returns the number of attention patterns fused through `count`.
+Error fuseAttention(Graph& g, int* count = nullptr);
+
+} // namespace sgc::ir

@@ -1,0 +1,131 @@
+// The fuse-attention pass: attention written out as MatMul, scale, causal
+// mask, Softmax and MatMul becomes one FusedAttention node whose result (on
+// the interpreter, in float64) equals the decomposition's; patterns it must
+// not touch (another mask, a score read elsewhere) stay as they are.
+#include "ir/interp/Interpreter.h"
+#include "ir/passes/FuseAttention.h"
+#include "ir/passes/InferShapes.h"
+
+#include <cmath>
+#include <gtest/gtest.h>
+#include <random>
+
+using namespace sgc;
+using namespace sgc::ir;
+
+namespace {
+
+constexpr int64_t B = 2, H = 3, T = 4, D = 5, DV = 6;
+
+enum class Mask { None, WhereVisible, WhereHidden, Additive, NotCausal };
+
+struct Variant {
+  const char* name;
+  Mask mask;
+  bool divide;         ///< scale by a Div (else a Mul)
+  bool scoresEscape;   ///< the scaled scores are also a graph output
+  int expectFused;
+};
+
+Tensor random(std::vector<int64_t> shape, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-2, 2);
+  Tensor t(DType::F64, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
+  return t;
+}
+
+/// A [1, 1, T, T] mask: element (i, j) = f(i, j).
+template <typename F>
+Tensor mask(DType t, F f) {
+  Tensor m(t, {1, 1, T, T});
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) m.setF(i * T + j, f(i, j));
+  return m;
+}
+
+std::unique_ptr<Graph> build(const Variant& v) {
+  auto g = std::make_unique<Graph>();
+  Value* q = g->addParam("q", random({B, H, T, D}, 1));
+  Value* k = g->addParam("k", random({B, H, T, D}, 2));
+  Value* vals = g->addParam("v", random({B, H, T, DV}, 3));
+  auto node = [&](Op op, std::vector<Value*> ins) { return g->addNode(op, std::move(ins), 1, "n" + std::to_string(g->nodes().size())); };
+  Node* kT = node(Op::Transpose, {k});
+  kT->attrs["perm"] = std::vector<int64_t>{0, 1, 3, 2};
+  Value* s = node(Op::MatMul, {q, kT->outputs[0]})->outputs[0];
+  Value* scaled = v.divide ? node(Op::Div, {s, g->addConst("c", Tensor::fromF64(DType::F64, {}, {std::sqrt((double)D)}))})->outputs[0]
+                           : node(Op::Mul, {g->addConst("c", Tensor::fromF64(DType::F64, {}, {1 / std::sqrt((double)D)})), s})->outputs[0];
+  Value* inf = g->addConst("inf", Tensor::fromF64(DType::F64, {}, {-INFINITY}));
+  Value* masked = scaled;
+  switch (v.mask) {
+  case Mask::None: break;
+  case Mask::WhereVisible:
+    masked = node(Op::Where, {g->addConst("m", mask(DType::Bool, [](int64_t i, int64_t j) { return j <= i; })), scaled, inf})->outputs[0];
+    break;
+  case Mask::WhereHidden:
+    masked = node(Op::Where, {g->addConst("m", mask(DType::Bool, [](int64_t i, int64_t j) { return j > i; })), inf, scaled})->outputs[0];
+    break;
+  case Mask::Additive:
+    masked = node(Op::Add, {scaled, g->addConst("m", mask(DType::F64, [](int64_t i, int64_t j) { return j <= i ? 0.0 : -1e30; }))})->outputs[0];
+    break;
+  case Mask::NotCausal: // one key too many: not the causal triangle
+    masked = node(Op::Where, {g->addConst("m", mask(DType::Bool, [](int64_t i, int64_t j) { return j <= i + 1; })), scaled, inf})->outputs[0];
+    break;
+  }
+  Node* p = node(Op::Softmax, {masked});
+  p->attrs["axis"] = int64_t(-1);
+  g->outputs = {node(Op::MatMul, {p->outputs[0], vals})->outputs[0]};
+  if (v.scoresEscape) g->outputs.push_back(scaled);
+  EXPECT_FALSE(inferShapes(*g, false));
+  return g;
+}
+
+class FuseAttention : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(FuseAttention, SameResultAsTheDecomposition) {
+  const Variant& v = GetParam();
+  auto g = build(v);
+  auto before = run(*g, {});
+  ASSERT_TRUE(!!before) << errorText(before.takeError());
+  std::string y = g->outputs[0]->name;
+  int fused = -1;
+  ASSERT_FALSE(fuseAttention(*g, &fused));
+  EXPECT_EQ(fused, v.expectFused);
+  int softmaxes = 0, attentions = 0;
+  for (const auto& n : g->nodes()) {
+    softmaxes += n->op == Op::Softmax;
+    attentions += n->op == Op::FusedAttention;
+  }
+  EXPECT_EQ(attentions, v.expectFused);
+  EXPECT_EQ(softmaxes, 1 - v.expectFused); // the decomposition is gone (dead code removed)
+  auto after = run(*g, {});
+  ASSERT_TRUE(!!after) << errorText(after.takeError());
+  const Tensor &want = before->at(y), &got = after->at(g->outputs[0]->name);
+  ASSERT_EQ(got.shape, want.shape);
+  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Patterns, FuseAttention,
+                         ::testing::Values(Variant{"NoMask", Mask::None, false, false, 1}, Variant{"WhereVisible", Mask::WhereVisible, true, false, 1},
+                                           Variant{"WhereHidden", Mask::WhereHidden, false, false, 1},
+                                           Variant{"Additive", Mask::Additive, true, false, 1},
+                                           Variant{"NotCausal", Mask::NotCausal, false, false, 0},
+                                           Variant{"ScoresReadElsewhere", Mask::WhereVisible, false, true, 0}),
+                         [](const ::testing::TestParamInfo<Variant>& i) { return std::string(i.param.name); });
+
+TEST(FuseAttentionNode, CausalAttributeAndKeysUntransposed) {
+  auto g = build({"WhereHidden", Mask::WhereHidden, false, false, 1});
+  ASSERT_FALSE(fuseAttention(*g));
+  const Node* a = nullptr;
+  for (const auto& n : g->nodes())
+    if (n->op == Op::FusedAttention) a = n.get();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->getInt("causal", 0), 1);
+  EXPECT_NEAR(a->getFloat("scale", 0), 1 / std::sqrt((double)D), 1e-15);
+  // The keys' transpose undoes the model's: the node reads k itself, and no transpose is left.
+  EXPECT_EQ(a->inputs[1]->name, "k");
+  for (const auto& n : g->nodes()) EXPECT_NE(n->op, Op::Transpose);
+  EXPECT_EQ(a->outputs[1]->type, Type::of(DType::F64, {B, H, T}));
+}
+
+} // namespace
