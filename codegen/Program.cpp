@@ -101,14 +101,18 @@ std::set<const ir::Node*> forwardNodes(const ir::Graph& g) {
   return seen;
 }
 
-/// A launch of kernel `index` over its buffers; adds the bytes it moves to `bytes`.
-nlohmann::json launchJson(const kir::Kernel& k, int index, const std::map<std::string, int>& tensorId, int64_t& bytes) {
+/// A launch of kernel `index` over its buffers (choosing the kernel's GPU vector width); adds
+/// the bytes it moves to `bytes`.
+nlohmann::json launchJson(kir::Kernel& k, int index, const std::map<std::string, int>& tensorId, int64_t& bytes) {
+  k.vectorWidth = kir::vectorWidthFor(k);
   nlohmann::json args = nlohmann::json::array();
   for (const kir::BufferArg& a : k.buffers) {
     args.push_back(tensorId.at(a.name));
     bytes += (int64_t)a.numel * (int64_t)ir::dtypeSize(a.dtype) * (a.written ? 2 : 1);
   }
-  return {{"kernel", index}, {"serial", kir::isSerial(k)}, {"extent", kir::isSerial(k) ? 1 : k.body->extent}, {"args", args}};
+  nlohmann::json launch = {{"kernel", index}, {"serial", kir::isSerial(k)}, {"extent", kir::isSerial(k) ? 1 : k.body->extent}, {"args", args}};
+  if (k.vectorWidth > 1) launch["vector"] = k.vectorWidth;
+  return launch;
 }
 
 nlohmann::json gemmJson(const kir::GemmShape& g, const std::map<std::string, int>& tensorId) {

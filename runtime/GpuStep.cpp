@@ -44,13 +44,13 @@ bool GpuStep::enqueue(bool train, std::string& error) {
     if (profiling && !gpu_.recordEvent(2 * i, error)) return false;
     if (l.gpu) {
       for (const KernelCall& c : *l.gpu)
-        if (!launch(c.kernel, c.args, c.serial, c.extent, error)) return false;
+        if (!launch(c.kernel, c.args, c.serial, c.extent / c.vector, error)) return false;
     } else if (gemmPlans_[i] < 0) {
-      if (!launch(l.kernel, l.args, l.serial, l.extent, error)) return false;
+      if (!launch(l.kernel, l.args, l.serial, l.extent / l.vector, error)) return false;
     } else {
       const Gemm& g = *l.gemm;
       if (!gpu_.gemm(gemmPlans_[i], address_[g.a], address_[g.b], address_[g.y], error)) return false;
-      if (l.epilogue.kernel >= 0 && !launch(l.epilogue.kernel, l.epilogue.args, l.epilogue.serial, l.epilogue.extent, error)) return false;
+      if (l.epilogue.kernel >= 0 && !launch(l.epilogue.kernel, l.epilogue.args, l.epilogue.serial, l.epilogue.extent / l.epilogue.vector, error)) return false;
     }
     if (profiling && !gpu_.recordEvent(2 * i + 1, error)) return false;
   }

@@ -26,6 +26,7 @@ bool parseTensors(const nlohmann::json& j, Program& p, std::string& error) {
     TensorDesc d{t.at("name"), kindOf(t.at("kind")), t.at("region"), t.at("offset"), t.at("bytes"), t.at("dtype"), t.at("shape")};
     if (d.region < 0 || d.region >= kNumRegions) return fail(error, "tensor " + d.name + " has no valid region");
     if (d.offset > p.regions[d.region] || d.bytes > p.regions[d.region] - d.offset) return fail(error, "tensor " + d.name + " leaves its region");
+    if (d.offset % kTensorAlignment) return fail(error, "tensor " + d.name + " is not " + std::to_string(kTensorAlignment) + "-byte aligned");
     uint64_t numel = 1;
     for (int64_t s : d.shape) {
       if (s < 0) return fail(error, "tensor " + d.name + " has a negative dim");
@@ -58,17 +59,19 @@ bool parseGemm(const nlohmann::json& j, const Program& p, Gemm& g, std::string& 
 }
 
 bool parseCall(const nlohmann::json& c, const Program& p, KernelCall& k, std::string& error) {
-  k = KernelCall{c.at("kernel"), c.at("serial"), c.at("extent"), c.at("args").get<std::vector<int>>()};
+  k = KernelCall{c.at("kernel"), c.at("serial"), c.at("extent"), c.value("vector", int64_t(1)), c.at("args").get<std::vector<int>>()};
   if (k.kernel < 0 || k.kernel >= p.numKernels || k.extent < 0) return fail(error, "a launch names no kernel");
+  if (k.vector < 1) return fail(error, "a launch has a bad vector width");
   for (int a : k.args)
     if (!validTensor(p, a)) return fail(error, "a launch names no tensor");
   return true;
 }
 
 bool parseLaunch(const nlohmann::json& l, const Program& p, Launch& L, std::string& error) {
-  L = Launch{l.at("kernel"), l.at("serial"), l.at("forward"), l.at("extent"), l.at("args").get<std::vector<int>>(), l.value("label", ""),
-             std::nullopt, {}, std::nullopt};
+  L = Launch{l.at("kernel"), l.at("serial"), l.at("forward"), l.at("extent"), l.value("vector", int64_t(1)), l.at("args").get<std::vector<int>>(),
+             l.value("label", ""), std::nullopt, {}, std::nullopt};
   if (L.kernel < 0 || L.kernel >= p.numKernels || L.extent < 0) return fail(error, "a launch names no kernel");
+  if (L.vector < 1) return fail(error, "a launch has a bad vector width");
   for (int a : L.args)
     if (!validTensor(p, a)) return fail(error, "a launch names no tensor");
   if (l.contains("gemm") && !parseGemm(l.at("gemm"), p, L.gemm.emplace(), error)) return false;

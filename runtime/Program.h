@@ -12,6 +12,9 @@
 namespace sgc::rt {
 
 constexpr int kNumRegions = 6; ///< inputs, params, state, consts, grads, activations
+/// Every tensor starts at a multiple of this many bytes in its region (and regions at multiples
+/// of 64): the GPU kernels load and store 16 bytes at a time where they can.
+constexpr uint64_t kTensorAlignment = 16;
 
 enum class TensorKind : uint8_t { Input, Param, State, Const, Result };
 
@@ -38,13 +41,14 @@ struct KernelCall {
   int kernel = -1;
   bool serial = false;
   int64_t extent = 0;
+  int64_t vector = 1;    ///< GPU: parallel iterations per thread (threads needed: extent / vector)
   std::vector<int> args; ///< tensor ids, in the kernel's buffer order
 };
 
 struct Launch {
   int kernel;
   bool serial, forward; ///< forward: needed for the loss (eval steps run only these)
-  int64_t extent;
+  int64_t extent, vector; ///< vector: as in KernelCall
   std::vector<int> args; ///< tensor ids, in the kernel's buffer order
   std::string label;     ///< the ops it computes ("MatMul+Add"), for profiles
   /// On a GPU, when set, the launch is this GEMM followed by `epilogue` (kernel < 0: none).

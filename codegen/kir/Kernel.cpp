@@ -1,6 +1,7 @@
 // Kernel IR constructors and the printer.
 #include "codegen/kir/Kernel.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstdio>
 
@@ -139,6 +140,18 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
 
 } // namespace
 
+int vectorWidthFor(const Kernel& k) {
+  const Stmt* top = k.body.get();
+  if (k.gpuOnly || !top || top->kind != StmtKind::Loop || !top->parallel || k.buffers.empty()) return 1;
+  for (const auto& s : top->body)
+    if (s->kind != StmtKind::Store) return 1;
+  size_t narrowest = 8;
+  for (const BufferArg& b : k.buffers) narrowest = std::min(narrowest, ir::dtypeSize(b.dtype));
+  int width = (int)std::min<size_t>(8, 16 / std::max<size_t>(1, narrowest));
+  while (width > 1 && top->extent % width) width /= 2;
+  return width;
+}
+
 std::string print(const Kernel& k) {
   std::string out = "kernel " + k.name + "(";
   for (size_t i = 0; i < k.buffers.size(); ++i) {
@@ -147,6 +160,7 @@ std::string print(const Kernel& k) {
            std::string(ir::dtypeName(b.dtype)) + "[" + std::to_string(b.numel) + "] %" + b.name;
   }
   out += ")\n";
+  if (k.vectorWidth > 1) out += "  // GPU: " + std::to_string(k.vectorWidth) + " consecutive iterations per thread\n";
   stmtText(*k.body, 1, out);
   return out;
 }

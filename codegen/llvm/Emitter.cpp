@@ -74,6 +74,9 @@ public:
     b_.setFastMathFlags(fmf);
     for (size_t i = 0; i < k_.buffers.size(); ++i) {
       if (t_.kind == Target::NVPTX) {
+        // Tensors start 16-byte aligned (the runtime checks it): LLVM may merge neighbouring
+        // accesses into 16-byte vector loads and stores.
+        fn_->addParamAttr((unsigned)i, llvm::Attribute::getWithAlignment(ctx_, llvm::Align(16)));
         buffers_.push_back(fn_->getArg((unsigned)i));
         continue;
       }
@@ -120,7 +123,8 @@ private:
       llvm::Value* ntid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
       begin = b_.CreateAdd(b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid), sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x));
       step = b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x), ntid);
-      end = b_.getInt64(s.extent);
+      end = b_.getInt64(s.extent / k_.vectorWidth);
+      return loop(s, begin, end, step, k_.vectorWidth);
     }
     return loop(s, begin, end, step);
   }
@@ -139,7 +143,9 @@ private:
     return Error::success();
   }
 
-  Error loop(const Stmt& s, llvm::Value* begin, llvm::Value* end, llvm::Value* step) {
+  /// A loop over [begin, end) by step; with width > 1 each step runs iterations iv * width + u
+  /// for u < width, one after the other (the extent is a multiple of width).
+  Error loop(const Stmt& s, llvm::Value* begin, llvm::Value* end, llvm::Value* step, int width = 1) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* header = llvm::BasicBlock::Create(ctx_, "loop" + std::to_string(s.id), fn_);
     auto* body = llvm::BasicBlock::Create(ctx_, "body" + std::to_string(s.id), fn_);
@@ -150,13 +156,38 @@ private:
     iv->addIncoming(begin, pre);
     b_.CreateCondBr(b_.CreateICmpSLT(iv, end), body, exit);
     b_.SetInsertPoint(body);
-    loopVars_[s.id] = iv;
-    for (const auto& st : s.body)
-      if (Error e = stmt(*st)) return e;
+    if (width == 1) {
+      loopVars_[s.id] = iv;
+      for (const auto& st : s.body)
+        if (Error e = stmt(*st)) return e;
+    } else if (Error e = unrolledStores(s, iv, width)) {
+      return e;
+    }
     llvm::Value* next = b_.CreateAdd(iv, step);
     iv->addIncoming(next, b_.GetInsertBlock());
     b_.CreateBr(header);
     b_.SetInsertPoint(exit);
+    return Error::success();
+  }
+
+  /// The stores of loop `s` (its body holds only stores) for iterations iv * width + u, u <
+  /// width: each store's indices and values for every u first, then the stores, so that no store
+  /// separates neighbouring loads (which LLVM then merges into vector loads, as the stores).
+  Error unrolledStores(const Stmt& s, llvm::Value* iv, int width) {
+    for (const auto& st : s.body) {
+      if (st->kind != StmtKind::Store) return fail("an unrolled loop holds a statement other than a store");
+      std::vector<std::pair<llvm::Value*, llvm::Value*>> at;
+      for (int u = 0; u < width; ++u) {
+        loopVars_[s.id] = b_.CreateAdd(b_.CreateMul(iv, b_.getInt64(width)), b_.getInt64(u));
+        cache_.clear();
+        auto idx = expr(*st->index);
+        auto v = idx ? expr(*st->value) : Expected<llvm::Value*>(idx.takeError());
+        if (!v) return v.takeError();
+        at.push_back({*idx, *v});
+      }
+      for (auto [idx, v] : at)
+        if (Error e = storeElement(st->id, idx, v)) return e;
+    }
     return Error::success();
   }
 

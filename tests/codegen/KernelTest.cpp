@@ -470,3 +470,36 @@ TEST(Kernel, AttentionPtxAssembles) {
   std::filesystem::remove_all(dir);
   EXPECT_EQ(rc, 0) << *ptx;
 }
+
+TEST(Kernel, ElementwiseKernelsMove16BytesPerGpuAccess) {
+  // An elementwise kernel runs 16 bytes of its narrowest elements per GPU thread (8 bf16, 4 f32;
+  // fewer when the extent is not a multiple), whose loads and stores LLVM merges into 16-byte
+  // accesses; kernels with inner loops keep one iteration per thread.
+  struct Want {
+    const char* ir;
+    int width;
+  };
+  for (const Want& w : {Want{"graph @g { input %a : bf16[64, 32]\n %y : ?[*] = Cast(%a) {to = \"f32\"}\n output %y }", 8},
+                        Want{"graph @g { input %a : f32[64, 32]\n input %b : f32[32]\n %y : ?[*] = Add(%a, %b)\n output %y }", 4},
+                        Want{"graph @g { input %a : f32[3, 2]\n %y : ?[*] = Neg(%a)\n output %y }", 2},
+                        Want{"graph @g { input %a : f32[8, 32]\n const %ax : i64[1] = dense<\"0x0100000000000000\">\n"
+                             " %y : ?[*] = ReduceSum(%a, %ax)\n output %y }", 1}}) {
+    auto g = ir::parse(w.ir, "v");
+    ASSERT_TRUE(!!g) << errorText(g.takeError());
+    ASSERT_FALSE(ir::inferShapes(**g, false));
+    kir::Kernel k = lower(**g);
+    ASSERT_TRUE(k.body);
+    k.vectorWidth = kir::vectorWidthFor(k);
+    EXPECT_EQ(k.vectorWidth, w.width) << w.ir;
+    if (w.width != 8) continue;
+    llvm::LLVMContext ctx;
+    auto spec = codegen::TargetSpec::nvptx("sm_90");
+    auto mod = codegen::emitKernels(ctx, {k}, spec);
+    ASSERT_TRUE(!!mod) << errorText(mod.takeError());
+    auto ptx = codegen::compileModule(**mod, spec);
+    ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
+    EXPECT_NE(ptx->find("ld.global.v4.b32"), std::string::npos) << *ptx; // 8 bf16 in one load
+    EXPECT_NE(ptx->find("st.global.v4"), std::string::npos) << *ptx; // 8 f32 in two 16-byte stores
+    EXPECT_EQ(ptx->find("ld.global.u16"), std::string::npos) << *ptx;
+  }
+}

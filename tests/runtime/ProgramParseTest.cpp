@@ -1,6 +1,6 @@
 // The runtime's reader of a compiled program (runtime/Program.h) takes what
 // the compiler writes, and refuses a description whose GEMMs or GPU launches
-// would reach outside their tensors or name no kernel: a corrupt train.so is
+// would reach outside their tensors, name no kernel or start off alignment: a corrupt train.so is
 // an error, never an out-of-bounds access.
 #include "codegen/Program.h"
 #include "frontend/onnx/Importer.h"
@@ -88,4 +88,14 @@ TEST(ProgramParse, RefusesGpuLaunchesNamingNothing) {
   nlohmann::json& l = launchWith(j, "epilogue");
   l.erase("gemm"); // an epilogue without its GEMM
   EXPECT_NE(parseError(j).find("malformed"), std::string::npos);
+}
+
+TEST(ProgramParse, RefusesMisalignedTensors) {
+  nlohmann::json j = compiledSample();
+  for (auto& t : j["tensors"])
+    if (t["offset"].get<uint64_t>() >= 16) {
+      t["offset"] = t["offset"].get<uint64_t>() - 2; // GPU kernels load 16 bytes at a time from each tensor
+      break;
+    }
+  EXPECT_NE(parseError(j).find("aligned"), std::string::npos);
 }
