@@ -8,8 +8,13 @@
 
 namespace sgc::codegen {
 
-bool isView(ir::Op op) {
-  return op == ir::Op::Reshape || op == ir::Op::Flatten || op == ir::Op::Squeeze || op == ir::Op::Unsqueeze || op == ir::Op::Identity;
+bool isView(const ir::Node& n) {
+  switch (n.op) {
+  case ir::Op::Reshape: case ir::Op::Flatten: case ir::Op::Squeeze: case ir::Op::Unsqueeze: case ir::Op::Identity: return true;
+  case ir::Op::SumTo: // to its own shape (autodiff could not tell before the dims were bound): a copy
+    return n.inputs[0]->type.isStatic() && n.outputs[0]->type.isStatic() && n.inputs[0]->type == n.outputs[0]->type;
+  default: return false;
+  }
 }
 
 namespace {
@@ -101,7 +106,7 @@ struct Planner {
       int i = positions.at(&n);
       if (n.outputs.size() != 1 || !n.outputs[0] || buf(n.outputs[0]).region != Region::Activations) continue;
       Buffer& out = buf(n.outputs[0]);
-      if (isView(n.op)) { // a view shares its input's bytes, which then live as long as either
+      if (isView(n)) { // a view shares its input's bytes, which then live as long as either
         const Value* in = n.inputs[0];
         if (!in || in->kind != ValueKind::Result || buf(root(in)).region != Region::Activations || buf(root(in)).bytes != out.bytes) continue;
         out.aliasOf = root(in);

@@ -46,9 +46,10 @@ struct MemoryPlan {
   int numSteps = 0;                    ///< schedule length (nodes)
 };
 
-/// Ops whose result is its input's bytes seen with another shape: the plan
-/// gives a view of an activation its input's bytes (nothing runs for it).
-bool isView(ir::Op op);
+/// Nodes whose result is their input's bytes seen with another shape
+/// (reshapes, identities, a SumTo to the input's own shape): the plan gives a
+/// view of an activation its input's bytes (nothing runs for it).
+bool isView(const ir::Node& n);
 
 /// Plans `g`. `schedule` groups the nodes into the kernels that run them, in
 /// order (empty: one node per step); a value is live from the step that

@@ -170,7 +170,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   nlohmann::json launches = nlohmann::json::array();
   std::set<const ir::Value*> views; // results that share their input's bytes: nothing to run
   for (const Buffer& b : p.plan.buffers)
-    if (b.aliasOf && b.value->producer && isView(b.value->producer->op)) views.insert(b.value);
+    if (b.aliasOf && b.value->producer && isView(*b.value->producer)) views.insert(b.value);
   for (size_t gi = 0; gi < p.schedule.size(); ++gi) {
     const auto& group = p.schedule[gi];
     if (group.size() == 1 && views.count(group[0]->outputs[0])) continue;

@@ -1,8 +1,10 @@
 // The memory plan of a real training step (the bundled MLP sample with
 // AdamW) passes the overlap checker, reuses memory, is deterministic, and the
-// checker rejects a plan where two live buffers overlap.
+// checker rejects a plan where two live buffers overlap; views share bytes.
 #include "codegen/MemoryPlan.h"
 #include "frontend/onnx/Importer.h"
+#include "ir/Text.h"
+#include "ir/passes/InferShapes.h"
 #include "ir/training/TrainingStep.h"
 
 #include <gtest/gtest.h>
@@ -64,4 +66,29 @@ TEST(MemoryPlan, SymbolicShapesNeedBinding) {
   auto plan = codegen::planMemory(**g);
   ASSERT_FALSE(!!plan);
   EXPECT_NE(errorText(plan.takeError()).find("has shape f32[N, 16]; bind its dims with --dim"), std::string::npos);
+}
+
+TEST(MemoryPlan, ViewsShareTheirInputsBytes) {
+  // A reshape, and a SumTo to its input's own shape (autodiff emits one where dims were still
+  // symbolic), take their input's bytes; a SumTo that really sums gets bytes of its own.
+  auto g = ir::parse("graph @g { input %x : f32[4, 6]\n const %s : i64[2] = dense<\"0x04000000000000000600000000000000\">\n"
+                     " const %r : i64[2] = dense<\"0x06000000000000000400000000000000\">\n const %c : i64[1] = dense<\"0x0600000000000000\">\n"
+                     " %a : ?[*] = Neg(%x)\n %same : ?[*] = SumTo(%a, %s)\n %t : ?[*] = Reshape(%same, %r)\n %sum : ?[*] = SumTo(%a, %c)\n"
+                     " %y : ?[*] = Neg(%t)\n output %y, %sum }",
+                     "views");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  auto plan = codegen::planMemory(**g);
+  ASSERT_TRUE(!!plan) << errorText(plan.takeError());
+  EXPECT_EQ(errorText(codegen::checkPlan(*plan)), "");
+  std::map<std::string, const codegen::Buffer*> by;
+  for (const auto& b : plan->buffers) by[b.value->name] = &b;
+  auto root = [&](const std::string& n) {
+    const ir::Value* v = by.at(n)->value;
+    while (by.at(v->name)->aliasOf) v = by.at(v->name)->aliasOf;
+    return v->name;
+  };
+  EXPECT_EQ(root("same"), "a");
+  EXPECT_EQ(root("t"), "a");
+  EXPECT_EQ(root("sum"), "sum");
 }
