@@ -32,7 +32,16 @@ Error gradMatMul(GradCtx& c) {
     return r == 1 ? c.emit(Op::Reshape, {d, c.shapeOf(v)}) : d;
   };
   if (c.wants[0]) c.dx[0] = fit(c.emit(Op::MatMul, {dy2, swapLast(c, b2, r2b)}), a2, a, ra);
-  if (c.wants[1]) c.dx[1] = fit(c.emit(Op::MatMul, {swapLast(c, a2, r2a), dy2}), b2, b, rb);
+  const Dim &k = a->type.dims.back(), &n = c.y(0)->type.dims.back(); // (dy is not typed yet: y's type)
+  if (c.wants[1] && rb == 2 && ra > 2 && k.isStatic() && n.isStatic()) {
+    // A weight shared by a batch: its gradient is one product over all the batch's rows,
+    // a^T [K, rows] x dy [rows, N], instead of a product per batch element summed afterwards.
+    Value* rows = c.emit(Op::Reshape, {a, c.ints({-1, k.value})});
+    Value* drows = c.emit(Op::Reshape, {dy, c.ints({-1, n.value})});
+    c.dx[1] = c.emit(Op::MatMul, {swapLast(c, rows, 2), drows});
+  } else if (c.wants[1]) {
+    c.dx[1] = fit(c.emit(Op::MatMul, {swapLast(c, a2, r2a), dy2}), b2, b, rb);
+  }
   return Error::success();
 }
 
