@@ -5,6 +5,7 @@
 #include "ir/autodiff/Autodiff.h"
 #include "ir/passes/Autocast.h"
 #include "ir/passes/FuseAttention.h"
+#include "ir/passes/WidenSums.h"
 #include "ir/passes/DataParallel.h"
 #include "ir/passes/InferShapes.h"
 
@@ -164,6 +165,8 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   for (Value* p : trainable)
     if ((*grads)[p]) pairs.push_back({p, (*grads)[p]});
   if (pairs.empty()) return makeError("the loss '" + (*loss)->name + "' does not depend on any trainable parameter");
+  if (opts.precision == "bf16")
+    if (Error e = widenSums(g)) return e;
   if (opts.dataParallel == "allreduce") // before clipping: the norm is the global one
     if (Error e = insertAllReduce(g, pairs, opts.bucketMb)) return e;
   if (opts.optimizer.clipGradNorm > 0) clipByGlobalNorm(g, pairs, opts.optimizer.clipGradNorm);

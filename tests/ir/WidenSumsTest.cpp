@@ -1,0 +1,57 @@
+// The widen-sums pass: a bf16 sum cast to f32 becomes an f32 sum of the
+// widened values; its result keeps its identity (what the training step
+// already holds stays valid) and is closer to the exact float64 sum.
+#include "ir/Text.h"
+#include "ir/interp/Interpreter.h"
+#include "ir/passes/InferShapes.h"
+#include "ir/passes/WidenSums.h"
+
+#include <cmath>
+#include <gtest/gtest.h>
+#include <random>
+
+using namespace sgc;
+using namespace sgc::ir;
+
+TEST(WidenSums, SumsTheWidenedValues) {
+  auto g = parse("graph @g { input %x : bf16[512, 4]\n const %s : i64[1] = dense<\"0x0400000000000000\">\n"
+                 " %sum : ?[*] = SumTo(%x, %s)\n %y : ?[*] = Cast(%sum) {to = \"f32\"}\n output %y }",
+                 "widen");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(inferShapes(**g, false));
+  Value* y = (*g)->outputs[0];
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<double> u(0.5, 1.5);
+  Tensor x(DType::BF16, {512, 4});
+  for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, u(rng));
+  auto before = run(**g, {{"x", x}});
+  ASSERT_TRUE(!!before) << errorText(before.takeError());
+  int count = 0;
+  ASSERT_FALSE(widenSums(**g, &count));
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ((*g)->outputs[0], y); // the same value, now the f32 sum
+  ASSERT_TRUE(y->producer);
+  EXPECT_EQ(y->producer->op, Op::SumTo);
+  EXPECT_EQ(y->producer->inputs[0]->type.dtype, DType::F32);
+  (*g)->removeDeadNodes();
+  auto after = run(**g, {{"x", x}});
+  ASSERT_TRUE(!!after) << errorText(after.takeError());
+  for (int64_t c = 0; c < 4; ++c) {
+    double exact = 0;
+    for (int64_t r = 0; r < 512; ++r) exact += x.getF(r * 4 + c);
+    double narrow = before->at("y").getF(c), wide = after->at("y").getF(c);
+    EXPECT_NEAR(wide, exact, 1e-6 * exact);
+    EXPECT_LE(std::fabs(wide - exact), std::fabs(narrow - exact)) << c;
+  }
+}
+
+TEST(WidenSums, LeavesSumsReadElsewhere) {
+  auto g = parse("graph @g { input %x : bf16[8, 4]\n const %s : i64[1] = dense<\"0x0400000000000000\">\n"
+                 " %sum : ?[*] = SumTo(%x, %s)\n %y : ?[*] = Cast(%sum) {to = \"f32\"}\n output %y, %sum }",
+                 "widen");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(inferShapes(**g, false));
+  int count = -1;
+  ASSERT_FALSE(widenSums(**g, &count));
+  EXPECT_EQ(count, 0);
+}
