@@ -3,7 +3,9 @@
 
 #include "ir/Verifier.h"
 #include "ir/passes/FuseAttention.h"
+#include "ir/passes/FuseGelu.h"
 #include "ir/passes/InferShapes.h"
+#include "ir/passes/WidenSums.h"
 #include "ir/training/TrainingStep.h"
 
 namespace sgc::ir {
@@ -17,6 +19,8 @@ Error runDeadCodeElimination(Graph& g) {
 }
 
 Error runFuseAttention(Graph& g) { return fuseAttention(g); }
+Error runFuseGelu(Graph& g) { return fuseGelu(g); }
+Error runWidenSums(Graph& g) { return widenSums(g); }
 
 /// The training step with default options (SGD; the single scalar output is the loss).
 Error runTrainingStep(Graph& g) { return buildTrainingStep(g, TrainingOptions{}); }

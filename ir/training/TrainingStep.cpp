@@ -5,6 +5,7 @@
 #include "ir/autodiff/Autodiff.h"
 #include "ir/passes/Autocast.h"
 #include "ir/passes/FuseAttention.h"
+#include "ir/passes/FuseGelu.h"
 #include "ir/passes/WidenSums.h"
 #include "ir/passes/DataParallel.h"
 #include "ir/passes/InferShapes.h"
@@ -141,6 +142,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   g.setOrder(order);
   g.updates.push_back({step, nextStep});
 
+  if (Error e = fuseGelu(g)) return e;
   if (opts.attention == "fused")
     if (Error e = fuseAttention(g)) return e;
   if (opts.precision == "bf16")
