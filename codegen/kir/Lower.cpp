@@ -100,6 +100,11 @@ struct GroupLowering {
     case Op::Greater: return binary("gt", a[0], a[1]);
     case Op::GreaterOrEqual: return binary("ge", a[0], a[1]);
     case Op::Where: return select(a[0], a[1], a[2]);
+    case Op::UnaryGrad: {
+      auto d = unaryDerivative(n, a[0]);
+      if (!d) return d.takeError();
+      return binary("mul", *d, a[1]);
+    }
     case Op::Cast: return cast(a[0], t);
     case Op::Clip: {
       ExprRef r = a[0];
@@ -122,6 +127,8 @@ bool isFusibleElementwise(const ir::Node& n) {
   case Op::Greater: case Op::GreaterOrEqual: case Op::Where: case Op::Cast: case Op::Clip:
     return true;
   case Op::Min: case Op::Max: return n.inputs.size() == 2;
+  case Op::UnaryGrad: // f'(x) * dy: elementwise when x and dy have the result's shape
+    return n.inputs[0]->type == n.outputs[0]->type && n.inputs[1]->type == n.outputs[0]->type;
   default: return false;
   }
 }

@@ -28,6 +28,9 @@ class Builder;
 Expected<ExprRef> chainExpression(Builder& b, const std::vector<const ir::Node*>& chain, const ir::Value* seedValue, ExprRef seed,
                                   ExprRef flat);
 
+/// f'(x) for a UnaryGrad node (the derivative of the op its `of` attribute names) at x = `xv`.
+Expected<ExprRef> unaryDerivative(const ir::Node& n, ExprRef xv);
+
 /// Lowers a ReduceSum/Mean/Max/Min/SumSquare/L2 node with constant axes.
 Expected<Kernel> lowerReduce(const std::string& name, const ir::Node& n);
 

@@ -379,37 +379,42 @@ Expected<std::vector<Kernel>> lowerLoss(const std::string& name, const ir::Node&
 
 Expected<std::vector<Kernel>> lowerLossGpu(const std::string& name, const ir::Node& n) { return lowerLossWith(name, n, true); }
 
+Expected<ExprRef> unaryDerivative(const ir::Node& n, ExprRef xv) {
+  std::string of = n.getString("of", "");
+  Scalar t = xv->type;
+  ExprRef one = B::c(1, t), zero = B::c(0, t);
+  auto sig = [&](ExprRef v) { return B::div(one, B::add(one, unary("exp", unary("neg", v)))); };
+  if (of == "Relu") return select(binary("gt", xv, zero), one, zero);
+  if (of == "LeakyRelu") return select(binary("gt", xv, zero), one, B::c(n.getFloat("alpha", 0.01), t));
+  if (of == "Neg") return unary("neg", one);
+  if (of == "Abs") return select(binary("gt", xv, zero), one, select(binary("lt", xv, zero), unary("neg", one), zero));
+  if (of == "Exp") return unary("exp", xv);
+  if (of == "Log") return B::div(one, xv);
+  if (of == "Sqrt") return B::div(B::c(0.5, t), unary("sqrt", xv));
+  if (of == "Reciprocal") return unary("neg", B::div(one, B::mul(xv, xv)));
+  if (of == "Tanh") return B::sub(one, B::mul(unary("tanh", xv), unary("tanh", xv)));
+  if (of == "Sigmoid") return B::mul(sig(xv), B::sub(one, sig(xv)));
+  if (of == "Erf") return B::mul(B::c(2 / std::sqrt(M_PI), t), unary("exp", unary("neg", B::mul(xv, xv))));
+  if (of == "Gelu" && n.getString("approximate", "none") == "tanh") {
+    ExprRef k = B::c(std::sqrt(2 / M_PI), t), c3 = B::c(0.044715, t);
+    ExprRef th = unary("tanh", B::mul(k, B::add(xv, B::mul(c3, B::mul(xv, B::mul(xv, xv))))));
+    return B::add(B::mul(B::c(0.5, t), B::add(one, th)),
+                  B::mul(B::mul(B::mul(B::c(0.5, t), xv), B::sub(one, B::mul(th, th))), B::mul(k, B::add(one, B::mul(B::c(3 * 0.044715, t), B::mul(xv, xv))))));
+  }
+  if (of == "Gelu")
+    return B::add(B::mul(B::c(0.5, t), B::add(one, unary("erf", B::mul(xv, B::c(M_SQRT1_2, t))))),
+                  B::mul(xv, B::mul(B::c(1 / std::sqrt(2 * M_PI), t), unary("exp", B::mul(B::c(-0.5, t), B::mul(xv, xv))))));
+  return makeError(ir::describe(n) + ": the derivative of " + of + " is not generated yet");
+}
+
 /// f'(x) * dy for the unary op named by the `of` attribute.
 Expected<std::vector<Kernel>> lowerUnaryGrad(const std::string& name, const ir::Node& n) {
   const ir::Value *x = n.input(0), *dy = n.input(1), *dx = n.outputs[0];
-  std::string of = n.getString("of", "");
-  Scalar t = computeType(x->type.dtype);
   B b(name);
   int i = b.newLoopVar();
-  ExprRef xv = b.ld(x, loopVar(i)), g = b.ld(dy, loopVar(i)), one = B::c(1, t), zero = B::c(0, t);
-  auto sig = [&](ExprRef v) { return B::div(one, B::add(one, unary("exp", unary("neg", v)))); };
-  ExprRef d;
-  if (of == "Relu") d = select(binary("gt", xv, zero), one, zero);
-  else if (of == "LeakyRelu") d = select(binary("gt", xv, zero), one, B::c(n.getFloat("alpha", 0.01), t));
-  else if (of == "Neg") d = unary("neg", one);
-  else if (of == "Abs") d = select(binary("gt", xv, zero), one, select(binary("lt", xv, zero), unary("neg", one), zero));
-  else if (of == "Exp") d = unary("exp", xv);
-  else if (of == "Log") d = B::div(one, xv);
-  else if (of == "Sqrt") d = B::div(B::c(0.5, t), unary("sqrt", xv));
-  else if (of == "Reciprocal") d = unary("neg", B::div(one, B::mul(xv, xv)));
-  else if (of == "Tanh") d = B::sub(one, B::mul(unary("tanh", xv), unary("tanh", xv)));
-  else if (of == "Sigmoid") d = B::mul(sig(xv), B::sub(one, sig(xv)));
-  else if (of == "Erf") d = B::mul(B::c(2 / std::sqrt(M_PI), t), unary("exp", unary("neg", B::mul(xv, xv))));
-  else if (of == "Gelu" && n.getString("approximate", "none") == "tanh") {
-    ExprRef k = B::c(std::sqrt(2 / M_PI), t), c3 = B::c(0.044715, t);
-    ExprRef th = unary("tanh", B::mul(k, B::add(xv, B::mul(c3, B::mul(xv, B::mul(xv, xv))))));
-    d = B::add(B::mul(B::c(0.5, t), B::add(one, th)),
-               B::mul(B::mul(B::mul(B::c(0.5, t), xv), B::sub(one, B::mul(th, th))), B::mul(k, B::add(one, B::mul(B::c(3 * 0.044715, t), B::mul(xv, xv))))));
-  } else if (of == "Gelu")
-    d = B::add(B::mul(B::c(0.5, t), B::add(one, unary("erf", B::mul(xv, B::c(M_SQRT1_2, t))))),
-               B::mul(xv, B::mul(B::c(1 / std::sqrt(2 * M_PI), t), unary("exp", B::mul(B::c(-0.5, t), B::mul(xv, xv))))));
-  else return makeError(ir::describe(n) + ": the derivative of " + of + " is not generated yet");
-  return std::vector<Kernel>{b.finish(loop(i, numel(dx), true, {b.st(dx, loopVar(i), B::mul(d, g))}))};
+  auto d = unaryDerivative(n, b.ld(x, loopVar(i)));
+  if (!d) return d.takeError();
+  return std::vector<Kernel>{b.finish(loop(i, numel(dx), true, {b.st(dx, loopVar(i), B::mul(*d, b.ld(dy, loopVar(i))))}))};
 }
 
 Expected<std::vector<Kernel>> lowerOptimizer(const std::string& name, const ir::Node& n) {

@@ -46,6 +46,10 @@ std::vector<Case> cases() {
   cs.push_back({"CompareWhere", "graph @g { input %a : f32[4, 3]\n input %b : f32[3]\n %c : ?[*] = Less(%a, %b)\n %y : ?[*] = Where(%c, %a, %b)\n output %y }"});
   cs.push_back({"CompareToBool", "graph @g { input %a : f32[7]\n input %b : f32[7]\n %y : ?[*] = GreaterOrEqual(%a, %b)\n output %y }"});
   cs.push_back({"NarrowFloats", "graph @g { input %a : f32[4, 8]\n %b : ?[*] = Cast(%a) {to = \"bf16\"}\n %m : ?[*] = Mul(%b, %b)\n %h : ?[*] = Cast(%m) {to = \"f16\"}\n %y : ?[*] = Cast(%h) {to = \"f32\"}\n output %y }", 0});
+  cs.push_back({"GeluGradChain", "graph @g { input %x : f32[4, 8]\n input %g : bf16[4, 8]\n %c : ?[*] = Cast(%g) {to = \"f32\"}\n"
+                " %d : ?[*] = UnaryGrad(%x, %c) {of = \"Gelu\"}\n %y : ?[*] = Cast(%d) {to = \"bf16\"}\n output %y }", 1e-2});
+  cs.push_back({"TanhGradFused", "graph @g { input %x : f32[3, 5]\n input %g : f32[3, 5]\n %d : ?[*] = UnaryGrad(%x, %g) {of = \"Tanh\"}\n"
+                " %y : ?[*] = Neg(%d)\n output %y }"});
   cs.push_back({"Bf16Output", "graph @g { input %a : f32[6]\n %y : ?[*] = Cast(%a) {to = \"bf16\"}\n output %y }", 0});
   cs.push_back({"CastRoundTrip", "graph @g { input %a : f32[5]\n %i : ?[*] = Cast(%a) {to = \"i64\"}\n %y : ?[*] = Cast(%i) {to = \"f32\"}\n output %y }"});
   cs.push_back({"ClipScalars", "graph @g { input %a : f32[8]\n const %lo : f32[] = dense<\"0x000000bf\">\n const %hi : f32[] = dense<\"0x0000003f\">\n %y : ?[*] = Clip(%a, %lo, %hi)\n output %y }"});
