@@ -1,7 +1,7 @@
 // The fuse-attention pass (see FuseAttention.h).
 #include "ir/passes/FuseAttention.h"
 
-#include "ir/passes/InferShapes.h"
+#include "ir/passes/Rewrite.h"
 
 #include <cmath>
 #include <map>
@@ -39,11 +39,7 @@ struct Matcher {
   Graph& g;
   std::map<const Value*, int> uses; ///< readers of each value (graph outputs count)
 
-  /// The node producing `v` when it is of op `op` and `v` is read once (by the pattern).
-  Node* inner(const Value* v, Op op) {
-    if (!v || !v->producer || v->producer->op != op || uses[v] != 1) return nullptr;
-    return v->producer;
-  }
+  Node* inner(const Value* v, Op op) const { return producerReadOnce(v, op, uses); }
 
   /// Nodes that give `kT` with its last two dims swapped: nothing when it is a transpose that
   /// undoes it; else one Transpose (of kT's source when kT is itself a transpose).
@@ -135,28 +131,8 @@ struct Matcher {
 } // namespace
 
 Error fuseAttention(Graph& g, int* count) {
-  Matcher m{g, {}};
-  for (const auto& n : g.nodes())
-    for (const Value* v : n->inputs)
-      if (v) ++m.uses[v];
-  for (const Value* v : g.outputs) ++m.uses[v];
-  std::vector<Node*> order;
-  for (const auto& n : g.nodes()) order.push_back(n.get());
-  std::vector<Node*> placed;
-  int fused = 0;
-  for (Node* n : order) {
-    if (n->op == Op::MatMul)
-      if (auto added = m.match(*n)) {
-        placed.insert(placed.end(), added->begin(), added->end());
-        ++fused;
-      }
-    placed.push_back(n);
-  }
-  g.setOrder(placed);
-  if (count) *count = fused;
-  if (!fused) return Error::success();
-  g.removeDeadNodes();
-  return inferShapes(g);
+  Matcher m{g, countUses(g)};
+  return rewriteInOrder(g, [&](Node& n) { return n.op == Op::MatMul ? m.match(n) : std::nullopt; }, true, count);
 }
 
 } // namespace sgc::ir

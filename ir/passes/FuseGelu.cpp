@@ -1,7 +1,7 @@
 // The fuse-gelu pass (see FuseGelu.h).
 #include "ir/passes/FuseGelu.h"
 
-#include "ir/passes/InferShapes.h"
+#include "ir/passes/Rewrite.h"
 
 #include <cmath>
 #include <map>
@@ -18,10 +18,7 @@ bool isScalar(const Value* v, double want) {
 struct Matcher {
   std::map<const Value*, int> uses;
 
-  /// The node of op `op` producing `v`, read only once (by the pattern).
-  Node* only(const Value* v, Op op) {
-    return v && v->producer && v->producer->op == op && uses[v] == 1 ? v->producer : nullptr;
-  }
+  Node* only(const Value* v, Op op) const { return producerReadOnce(v, op, uses); }
 
   /// x when `v` is x / sqrt(2) or x * (1 / sqrt(2)) read once.
   Value* scaledInput(const Value* v) {
@@ -69,29 +66,15 @@ struct Matcher {
 } // namespace
 
 Error fuseGelu(Graph& g, int* count) {
-  Matcher m;
-  for (const auto& n : g.nodes())
-    for (const Value* v : n->inputs)
-      if (v) ++m.uses[v];
-  for (const Value* v : g.outputs) ++m.uses[v];
-  std::vector<Node*> order, placed;
-  for (const auto& n : g.nodes()) order.push_back(n.get());
-  int fused = 0;
-  for (Node* n : order) {
-    Value* x = n->op == Op::Mul ? m.match(*n) : nullptr;
-    if (x && x->type == n->outputs[0]->type) {
-      Node* gelu = g.addNode(Op::Gelu, {x}, 1, n->name + ".gelu", {g.uniqueName(n->outputs[0]->name + ".gelu")});
-      g.replaceAllUses(n->outputs[0], gelu->outputs[0]);
-      placed.push_back(gelu);
-      ++fused;
-    }
-    placed.push_back(n);
-  }
-  g.setOrder(placed);
-  if (count) *count = fused;
-  if (!fused) return Error::success();
-  g.removeDeadNodes();
-  return inferShapes(g);
+  Matcher m{countUses(g)};
+  auto rewrite = [&](Node& n) -> std::optional<std::vector<Node*>> {
+    Value* x = n.op == Op::Mul ? m.match(n) : nullptr;
+    if (!x || x->type != n.outputs[0]->type) return std::nullopt;
+    Node* gelu = g.addNode(Op::Gelu, {x}, 1, n.name + ".gelu", {g.uniqueName(n.outputs[0]->name + ".gelu")});
+    g.replaceAllUses(n.outputs[0], gelu->outputs[0]);
+    return std::vector<Node*>{gelu};
+  };
+  return rewriteInOrder(g, rewrite, true, count);
 }
 
 } // namespace sgc::ir
