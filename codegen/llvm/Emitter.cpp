@@ -144,7 +144,7 @@ private:
   }
 
   /// A loop over [begin, end) by step; with width > 1 each step runs iterations iv * width + u
-  /// for u < width, one after the other (the extent is a multiple of width).
+  /// for u < width (the extent is a multiple of width; see unrolledStores).
   Error loop(const Stmt& s, llvm::Value* begin, llvm::Value* end, llvm::Value* step, int width = 1) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* header = llvm::BasicBlock::Create(ctx_, "loop" + std::to_string(s.id), fn_);
