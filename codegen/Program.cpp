@@ -101,17 +101,15 @@ std::set<const ir::Node*> forwardNodes(const ir::Graph& g) {
   return seen;
 }
 
-/// A launch of kernel `index` over its buffers (choosing the kernel's GPU vector width); adds
-/// the bytes it moves to `bytes`.
-nlohmann::json launchJson(kir::Kernel& k, int index, const std::map<std::string, int>& tensorId, int64_t& bytes) {
-  k.vectorWidth = kir::vectorWidthFor(k);
+/// A launch of kernel `index` over its buffers; adds the bytes it moves to `bytes`.
+nlohmann::json launchJson(const kir::Kernel& k, int index, const std::map<std::string, int>& tensorId, int64_t& bytes) {
   nlohmann::json args = nlohmann::json::array();
   for (const kir::BufferArg& a : k.buffers) {
     args.push_back(tensorId.at(a.name));
     bytes += (int64_t)a.numel * (int64_t)ir::dtypeSize(a.dtype) * (a.written ? 2 : 1);
   }
   nlohmann::json launch = {{"kernel", index}, {"serial", kir::isSerial(k)}, {"extent", kir::isSerial(k) ? 1 : k.body->extent}, {"args", args}};
-  if (k.vectorWidth > 1) launch["vector"] = k.vectorWidth;
+  if (int width = kir::vectorWidthFor(k); width > 1) launch["vector"] = width; // the threads the GPU needs: extent / width
   return launch;
 }
 

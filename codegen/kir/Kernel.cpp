@@ -160,7 +160,7 @@ std::string print(const Kernel& k) {
            std::string(ir::dtypeName(b.dtype)) + "[" + std::to_string(b.numel) + "] %" + b.name;
   }
   out += ")\n";
-  if (k.vectorWidth > 1) out += "  // GPU: " + std::to_string(k.vectorWidth) + " consecutive iterations per thread\n";
+  if (int w = vectorWidthFor(k); w > 1) out += "  // GPU: " + std::to_string(w) + " consecutive iterations per thread\n";
   stmtText(*k.body, 1, out);
   return out;
 }

@@ -94,14 +94,12 @@ struct Kernel {
   StmtRef body;
   int numLoopVars = 0, numLocals = 0;
   bool gpuOnly = false; ///< uses warp operations: emitted for GPU targets only
-  /// GPU: each thread runs this many consecutive iterations of the parallel loop, so that
-  /// neighbouring elements' loads and stores merge into 16-byte accesses (see vectorWidthFor).
-  int vectorWidth = 1;
 };
 
-/// The vector width that suits `k`: 16 bytes of its narrowest buffer's elements (at most 8)
-/// when its body is one parallel loop of stores only (an elementwise kernel) whose extent that
-/// width divides; else 1. The iterations of a parallel loop are independent, so any width is
+/// GPU: how many consecutive iterations of the parallel loop each thread of `k` runs, so that
+/// neighbouring elements' loads and stores merge into 16-byte accesses: 16 bytes of its
+/// narrowest buffer's elements (at most 8) when its body is one parallel loop of stores only
+/// (an elementwise kernel) whose extent that width divides; else 1. The iterations of a parallel loop are independent, so any width is
 /// correct; the emitter computes a store's values for all of a thread's iterations before it
 /// stores them, so that loads and stores are adjacent and merge.
 int vectorWidthFor(const Kernel& k);

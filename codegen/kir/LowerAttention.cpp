@@ -49,6 +49,9 @@ ExprRef sumTree(std::vector<ExprRef> a) {
   return a[0];
 }
 
+/// Element e of row `row` in a row-major matrix `width` elements wide.
+ExprRef at(ExprRef row, int64_t width, int64_t e) { return B::add(B::mul(std::move(row), B::i(width)), B::i(e)); }
+
 /// `count` new locals, each set to init(e).
 std::vector<int> locals(B& b, int64_t count, std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& init) {
   std::vector<int> ids;
@@ -74,13 +77,13 @@ Kernel forward(const std::string& name, const Attention& a) {
   ExprRef h = binary("idiv", loopVar(r), B::i(a.tq)), i = binary("imod", loopVar(r), B::i(a.tq));
   ExprRef key = B::add(B::mul(h, B::i(a.tk)), loopVar(j));
   std::vector<StmtRef> body;
-  auto qs = locals(b, a.d, body, [&](int64_t e) { return B::mul(b.ld(q, B::add(B::mul(loopVar(r), B::i(a.d)), B::i(e))), a.c(a.scale)); });
+  auto qs = locals(b, a.d, body, [&](int64_t e) { return B::mul(b.ld(q, at(loopVar(r), a.d, e)), a.c(a.scale)); });
   auto os = locals(b, a.dv, body, [&](int64_t) { return a.c(0); });
   int m = b.newLocal(), l = b.newLocal(), s = b.newLocal(), mn = b.newLocal(), corr = b.newLocal(), p = b.newLocal();
   body.push_back(let(m, a.c(-INFINITY)));
   body.push_back(let(l, a.c(0)));
   std::vector<StmtRef> step{
-      let(s, dot(a, qs, [&](int64_t e) { return b.ld(k, B::add(B::mul(key, B::i(a.d)), B::i(e))); })),
+      let(s, dot(a, qs, [&](int64_t e) { return b.ld(k, at(key, a.d, e)); })),
       let(mn, binary("max", local(m, a.t), local(s, a.t))),
       let(corr, unary("exp", B::sub(local(m, a.t), local(mn, a.t)))),
       let(p, unary("exp", B::sub(local(s, a.t), local(mn, a.t)))),
@@ -88,10 +91,10 @@ Kernel forward(const std::string& name, const Attention& a) {
   };
   for (int64_t e = 0; e < a.dv; ++e)
     step.push_back(set(os[e], B::add(B::mul(local(os[e], a.t), local(corr, a.t)),
-                                     B::mul(local(p, a.t), b.ld(v, B::add(B::mul(key, B::i(a.dv)), B::i(e)))))));
+                                     B::mul(local(p, a.t), b.ld(v, at(key, a.dv, e))))));
   step.push_back(set(m, local(mn, a.t)));
   body.push_back(a.causal ? loopUpTo(j, a.tk, B::add(i, B::i(1)), std::move(step)) : loop(j, a.tk, false, std::move(step)));
-  for (int64_t e = 0; e < a.dv; ++e) body.push_back(b.st(y, B::add(B::mul(loopVar(r), B::i(a.dv)), B::i(e)), B::div(local(os[e], a.t), local(l, a.t))));
+  for (int64_t e = 0; e < a.dv; ++e) body.push_back(b.st(y, at(loopVar(r), a.dv, e), B::div(local(os[e], a.t), local(l, a.t))));
   body.push_back(b.st(lse, loopVar(r), B::add(local(m, a.t), unary("log", local(l, a.t)))));
   return b.finish(loop(r, a.heads * a.tq, true, std::move(body)));
 }
@@ -104,7 +107,6 @@ Kernel gradQueries(const std::string& name, const Attention& a) {
   int r = b.newLoopVar(), j = b.newLoopVar();
   ExprRef h = binary("idiv", loopVar(r), B::i(a.tq)), i = binary("imod", loopVar(r), B::i(a.tq));
   ExprRef key = B::add(B::mul(h, B::i(a.tk)), loopVar(j));
-  auto at = [&](ExprRef row, int64_t width, int64_t e) { return B::add(B::mul(std::move(row), B::i(width)), B::i(e)); };
   std::vector<StmtRef> body;
   auto dys = locals(b, a.dv, body, [&](int64_t e) { return b.ld(dy, at(loopVar(r), a.dv, e)); });
   auto qs = locals(b, a.d, body, [&](int64_t e) { return b.ld(q, at(loopVar(r), a.d, e)); });
@@ -136,7 +138,6 @@ Kernel gradKeysOrValues(const std::string& name, const Attention& a, bool keys) 
   // that query does not see yet add zero.
   ExprRef first = a.causal ? B::mul(binary("idiv", j, B::i(32)), B::i(32)) : B::i(0), query = B::add(first, loopVar(t));
   ExprRef row = B::add(B::mul(h, B::i(a.tq)), query);
-  auto at = [&](ExprRef rowIndex, int64_t width, int64_t e) { return B::add(B::mul(std::move(rowIndex), B::i(width)), B::i(e)); };
   std::vector<StmtRef> body;
   auto ks = locals(b, a.d, body, [&](int64_t e) { return b.ld(k, at(loopVar(c), a.d, e)); });
   std::vector<int> vs;

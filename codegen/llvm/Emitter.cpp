@@ -123,8 +123,9 @@ private:
       llvm::Value* ntid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
       begin = b_.CreateAdd(b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid), sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x));
       step = b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x), ntid);
-      end = b_.getInt64(s.extent / k_.vectorWidth);
-      return loop(s, begin, end, step, k_.vectorWidth);
+      int width = kir::vectorWidthFor(k_);
+      end = b_.getInt64(s.extent / width);
+      return loop(s, begin, end, step, width);
     }
     return loop(s, begin, end, step);
   }

@@ -493,8 +493,7 @@ TEST(Kernel, ElementwiseKernelsMove16BytesPerGpuAccess) {
     ASSERT_FALSE(ir::inferShapes(**g, false));
     kir::Kernel k = lower(**g);
     ASSERT_TRUE(k.body);
-    k.vectorWidth = kir::vectorWidthFor(k);
-    EXPECT_EQ(k.vectorWidth, w.width) << w.ir;
+    EXPECT_EQ(kir::vectorWidthFor(k), w.width) << w.ir;
     if (w.width != 8) continue;
     llvm::LLVMContext ctx;
     auto spec = codegen::TargetSpec::nvptx("sm_90");
