@@ -3,6 +3,7 @@
 #include "codegen/MemoryPlan.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -43,6 +44,7 @@ struct Planner {
   std::map<const ir::Node*, int> positions;
   std::set<const Value*> grads;
   std::set<int> productGroups; ///< positions of kernels led by a matrix product
+  std::map<const Value*, std::pair<int, int>> bucketOrder; ///< all-reduced values: (position, operand)
 
   Buffer& buf(const Value* v) { return plan.buffers[index.at(v)]; }
 
@@ -73,6 +75,15 @@ struct Planner {
       for (const Value* in : n.inputs)
         if (in) lastUse[in] = i;
       if ((n.op == Op::SgdUpdate || n.op == Op::AdamUpdate) && n.inputs[1]->kind == ValueKind::Result) grads.insert(n.inputs[1]);
+      // What an all-reduce reads and writes stays in the grads region (never reused, so the
+      // collective may run while later kernels do), each bucket back to back.
+      if (n.op == Op::AllReduce)
+        for (size_t k = 0; k < n.inputs.size(); ++k)
+          for (const Value* v : {n.inputs[k], n.outputs[k]})
+            if (v->kind == ValueKind::Result) {
+              grads.insert(v);
+              bucketOrder.emplace(v, std::make_pair(i, (int)k));
+            }
     }
     for (auto [v, at] : laterReads) lastUse[v] = std::max(lastUse[v], at);
     for (const Value* v : g.outputs) lastUse[v] = end;
@@ -104,6 +115,17 @@ struct Planner {
     for (const auto& np : g.nodes()) {
       const ir::Node& n = *np;
       int i = positions.at(&n);
+      if (n.op == Op::AllReduce) { // in place: each result takes its operand's bytes
+        for (size_t k = 0; k < n.inputs.size(); ++k) {
+          const Value* in = n.inputs[k];
+          Buffer& out = buf(n.outputs[k]);
+          if (in->kind != ValueKind::Result || buf(in).region != Region::Grads || buf(in).aliasOf || buf(in).bytes != out.bytes ||
+              lastUse[in] != i)
+            continue;
+          out.aliasOf = in;
+        }
+        continue;
+      }
       if (n.outputs.size() != 1 || !n.outputs[0] || buf(n.outputs[0]).region != Region::Activations) continue;
       Buffer& out = buf(n.outputs[0]);
       if (isView(n)) { // a view shares its input's bytes, which then live as long as either
@@ -172,7 +194,15 @@ struct Planner {
   }
 
   void placeOthers() {
-    for (Buffer& b : plan.buffers) {
+    std::vector<Buffer*> order;
+    for (Buffer& b : plan.buffers) order.push_back(&b);
+    auto key = [&](const Buffer* b) { // all-reduced gradients first, by bucket and operand
+      auto it = bucketOrder.find(b->value);
+      return it == bucketOrder.end() ? std::make_pair(std::numeric_limits<int>::max(), 0) : it->second;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](const Buffer* a, const Buffer* b) { return key(a) < key(b); });
+    for (Buffer* bp : order) {
+      Buffer& b = *bp;
       if (b.region == Region::Activations || b.aliasOf) continue;
       int64_t& used = plan.regionBytes[(int)b.region];
       b.offset = used;
@@ -196,7 +226,7 @@ const char* regionName(Region r) {
 
 Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, int64_t alignment,
                                 const std::map<const ir::Value*, int>& laterReads) {
-  Planner p{g, {}, {}, {}, {}, {}, {}};
+  Planner p{g, {}, {}, {}, {}, {}, {}, {}};
   p.plan.alignment = alignment;
   if (Error e = p.collect(schedule, laterReads)) return e;
   p.aliasInPlace();

@@ -113,6 +113,25 @@ nlohmann::json launchJson(const kir::Kernel& k, int index, const std::map<std::s
   return launch;
 }
 
+/// An all-reduce launch: no kernel, the collective over the node's results (see runtime/Program.h).
+nlohmann::json collectiveJson(const ir::Node& n, const std::map<std::string, int>& tensorId) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const ir::Value* v : n.outputs) tensors.push_back(tensorId.at(v->name));
+  return {{"kernel", -1}, {"serial", true}, {"extent", 0}, {"args", nlohmann::json::array()},
+          {"collective", {{"op", "allreduce"}, {"average", n.getInt("average", 1) != 0}, {"tensors", tensors}}}};
+}
+
+/// An all-reduce's copies (kernel k copies operand k to result k), but those the plan put in place.
+std::vector<kir::Kernel> copiesNotInPlace(const ir::Node& n, const MemoryPlan& plan, std::vector<kir::Kernel> copies) {
+  std::vector<kir::Kernel> kept;
+  for (size_t k = 0; k < copies.size(); ++k) {
+    bool inPlace = false;
+    for (const Buffer& b : plan.buffers) inPlace = inPlace || (b.value == n.outputs[k] && b.aliasOf == n.inputs[k]);
+    if (!inPlace) kept.push_back(std::move(copies[k]));
+  }
+  return kept;
+}
+
 nlohmann::json gemmJson(const kir::GemmShape& g, const std::map<std::string, int>& tensorId) {
   return {{"a", tensorId.at(g.a->name)}, {"b", tensorId.at(g.b->name)}, {"y", tensorId.at(g.y->name)},
           {"m", g.m}, {"n", g.n}, {"k", g.k}, {"batch", g.batch}, {"stride_a", g.strideA}, {"stride_b", g.strideB},
@@ -189,6 +208,12 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     }
     std::string label; // the group's ops, for profiles: "MatMul+Add+Gelu"
     for (const ir::Node* n : group) label += (label.empty() ? "" : "+") + std::string(ir::opName(n->op));
+    if (group[0]->op == ir::Op::AllReduce) {
+      launches.push_back(collectiveJson(*group[0], tensorId));
+      launches.back()["forward"] = forward.count(group[0]) != 0;
+      launches.back()["label"] = label;
+      ks = copiesNotInPlace(*group[0], p.plan, std::move(ks));
+    }
     for (kir::Kernel& k : ks) {
       launches.push_back(launchJson(k, (int)p.kernels.size(), tensorId, p.bytesPerStep));
       launches.back()["forward"] = forward.count(group.back()) != 0;

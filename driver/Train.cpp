@@ -30,6 +30,14 @@ const CommandSpec kSpec{
       o.push_back({"load", "FILE", "start from this checkpoint (parameters and optimizer state)"});
       o.push_back({"device", "DEV", "for a compiled .so: cpu (default) or cuda:N"});
       o.push_back({"threads", "N", "for a compiled .so: worker threads (default: one per core)"});
+      o.push_back({"comm", "KIND", "for a compiled .so: auto (default: mpi when run by mpirun), none, mpi (on a GPU:\n"
+                                   "NCCL, its id sent over MPI) or nccl (GPU; with --rank, --world-size and\n"
+                                   "--nccl-id-file). Each rank trains on its contiguous 1/N of every batch; rank 0\n"
+                                   "prints the losses (their mean over the ranks) and saves"});
+      o.push_back({"rank", "R", "--comm nccl: this process's rank"});
+      o.push_back({"world-size", "N", "--comm nccl: the number of ranks"});
+      o.push_back({"nccl-id-file", "FILE", "--comm nccl: rank 0 writes the NCCL id here, the others wait for it (a new path per run)"});
+      o.push_back({"comm-timeout", "SECONDS", "for a compiled .so: a collective not finished by then fails the run (default 300)"});
       o.push_back({"save", "FILE", "write parameters and optimizer state here at the end"});
       return o;
     }()};
@@ -84,6 +92,8 @@ int trainMain(int argc, char** argv) {
     return trainLibrary(model, *args, (int64_t)*steps);
   }
   if (args->has("device") && args->get("device") != "cpu") return reportError("the interpreter runs on the CPU only (--device cpu)");
+  for (const char* f : {"comm", "comm-timeout", "threads", "rank", "world-size", "nccl-id-file"})
+    if (args->has(f)) return reportError(std::string("--") + f + " is for a compiled .so; the interpreter runs one process");
   auto opts = parseTrainingFlags(*args);
   if (!opts) return reportError(opts.takeError());
   auto g = loadModel(model);

@@ -1,16 +1,21 @@
 // sgc train MODEL.so: a thin host over the C ABI of a compiled model. It
 // dlopens the library, feeds it the data one batch per step through
 // sgc_set_input and prints the same JSON lines as training on the
-// interpreter.
+// interpreter. Run by mpirun, each rank feeds its contiguous share of every
+// batch, and rank 0 prints and saves.
 #include "driver/Args.h"
 #include "driver/Common.h"
 #include "driver/TrainingFlags.h"
 
 #include "sgc/sgc.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <dlfcn.h>
+#include <thread>
 
 namespace sgc::driver {
 namespace {
@@ -21,7 +26,7 @@ struct Api {
 #define SGC_FN(name) decltype(&::name) name = nullptr;
   SGC_FN(sgc_abi_version) SGC_FN(sgc_last_error) SGC_FN(sgc_session_create) SGC_FN(sgc_session_destroy)
   SGC_FN(sgc_tensor_count) SGC_FN(sgc_tensor_info) SGC_FN(sgc_set_input) SGC_FN(sgc_set_learning_rate)
-  SGC_FN(sgc_train_step) SGC_FN(sgc_get_tensor) SGC_FN(sgc_save) SGC_FN(sgc_load)
+  SGC_FN(sgc_train_step) SGC_FN(sgc_get_tensor) SGC_FN(sgc_save) SGC_FN(sgc_load) SGC_FN(sgc_rank) SGC_FN(sgc_nccl_unique_id)
 #undef SGC_FN
   ~Api() {
     if (handle) dlclose(handle);
@@ -37,7 +42,7 @@ Error loadApi(const std::string& path, Api& api) {
   if (!api.name) return makeError(path + ": not a model compiled by sgc (no " #name ")");
   SGC_FN(sgc_abi_version) SGC_FN(sgc_last_error) SGC_FN(sgc_session_create) SGC_FN(sgc_session_destroy)
   SGC_FN(sgc_tensor_count) SGC_FN(sgc_tensor_info) SGC_FN(sgc_set_input) SGC_FN(sgc_set_learning_rate)
-  SGC_FN(sgc_train_step) SGC_FN(sgc_get_tensor) SGC_FN(sgc_save) SGC_FN(sgc_load)
+  SGC_FN(sgc_train_step) SGC_FN(sgc_get_tensor) SGC_FN(sgc_save) SGC_FN(sgc_load) SGC_FN(sgc_rank) SGC_FN(sgc_nccl_unique_id)
 #undef SGC_FN
   if (api.sgc_abi_version() != SGC_ABI_VERSION)
     return makeError(path + ": ABI version " + std::to_string(api.sgc_abi_version()) + ", this sgc speaks " + std::to_string(SGC_ABI_VERSION));
@@ -57,9 +62,52 @@ std::string safetensorsName(DLDataType t) {
 struct Input {
   std::string name;
   rt::StTensor data; ///< stacked batches
-  std::vector<int64_t> shape; ///< one batch
+  std::vector<int64_t> shape; ///< this rank's share of one batch
   DLDataType dtype;
 };
+
+std::string shapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// The communicator --comm asks for: "auto" is MPI when mpirun started this process.
+Expected<std::string> communicatorFlag(const Args& args) {
+  std::string comm = args.get("comm", "auto");
+  if (comm == "auto") return std::string(std::getenv("OMPI_COMM_WORLD_SIZE") ? "mpi" : "none");
+  if (comm != "none" && comm != "mpi" && comm != "nccl") return makeError("--comm expects auto, none, mpi or nccl");
+  return comm;
+}
+
+/// --comm nccl: this rank's place, and the NCCL id, which rank 0 makes and writes to --nccl-id-file
+/// (a new path for each run) and the other ranks wait for.
+Error ncclFlags(const Args& args, Api& api, sgc_session_options& o, int timeoutMs) {
+  auto rank = numberFlag(args, "rank", -1), world = numberFlag(args, "world-size", 0);
+  if (!rank || !world || *rank < 0 || *world < 1 || *rank >= *world || !args.has("nccl-id-file"))
+    return makeError("--comm nccl needs --rank R --world-size N (0 <= R < N) and --nccl-id-file FILE");
+  o.rank = (int32_t)*rank;
+  o.world_size = (int32_t)*world;
+  std::string file = args.get("nccl-id-file");
+  if (o.rank == 0) {
+    if (api.sgc_nccl_unique_id(o.nccl_id)) return makeError(api.sgc_last_error());
+    std::string tmp = file + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    bool ok = f && std::fwrite(o.nccl_id, 1, sizeof o.nccl_id, f) == sizeof o.nccl_id;
+    if (f) ok = std::fclose(f) == 0 && ok;
+    if (!ok || std::rename(tmp.c_str(), file.c_str()) != 0) return makeError(file + ": cannot write the NCCL id");
+    return Error::success();
+  }
+  for (int waited = 0;; waited += 10) {
+    if (FILE* f = std::fopen(file.c_str(), "rb")) {
+      size_t got = std::fread(o.nccl_id, 1, sizeof o.nccl_id, f);
+      std::fclose(f);
+      if (got == sizeof o.nccl_id) return Error::success();
+    }
+    if (waited > timeoutMs) return makeError(file + ": no NCCL id from rank 0 within the time-out");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
 
 } // namespace
 
@@ -72,10 +120,21 @@ int trainLibrary(const std::string& path, const Args& args, int64_t steps) {
   auto threads = numberFlag(args, "threads", 0);
   if (!threads || *threads < 0) return reportError("--threads expects a non-negative number");
   o.num_threads = (int32_t)*threads;
+  auto comm = communicatorFlag(args);
+  if (!comm) return reportError(comm.takeError());
+  o.communicator = comm->c_str();
+  auto timeout = numberFlag(args, "comm-timeout", 300);
+  if (!timeout || !(*timeout > 0) || *timeout > 86400) return reportError("--comm-timeout expects seconds, more than 0 and at most 86400");
+  o.timeout_ms = (int32_t)std::ceil(*timeout * 1000);
+  if (*comm == "nccl")
+    if (Error e = ncclFlags(args, api, o, o.timeout_ms)) return reportError(std::move(e));
   sgc_session* s = nullptr;
   if (api.sgc_session_create(&o, &s)) return reportError(path + ": " + api.sgc_last_error());
   std::unique_ptr<sgc_session, decltype(api.sgc_session_destroy)> session(s, api.sgc_session_destroy);
-  auto check = [&](sgc_status st) { return st ? reportError(path + ": " + api.sgc_last_error()) : 0; };
+  int32_t rank = 0, world = 1;
+  api.sgc_rank(s, &rank, &world);
+  std::string who = world > 1 ? path + " (rank " + std::to_string(rank) + ")" : path;
+  auto check = [&](sgc_status st) { return st ? reportError(who + ": " + api.sgc_last_error()) : 0; };
   if (args.has("load"))
     if (int r = check(api.sgc_load(s, args.get("load").c_str()))) return r;
   if (args.has("lr")) {
@@ -106,7 +165,11 @@ int trainLibrary(const std::string& path, const Args& args, int64_t steps) {
     std::string want = safetensorsName(dtype);
     if (t.dtype != want && !(t.dtype == "BOOL" && want == "U8"))
       return reportError(args.get("data") + ": tensor '" + name + "' is " + t.dtype + ", the model takes " + want);
-    if (std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()) != one)
+    std::vector<int64_t> whole(t.shape.begin() + 1, t.shape.end()); // one batch, all ranks' shares
+    if (world > 1 && (whole.empty() || one.empty() || whole[0] != one[0] * world || !std::equal(one.begin() + 1, one.end(), whole.begin() + 1)))
+      return reportError(args.get("data") + ": a batch of '" + name + "' is " + shapeText(whole) + "; " + std::to_string(world) +
+                         " ranks of a model taking " + shapeText(one) + " need " + std::to_string(world) + " times its leading dim");
+    if (world == 1 && whole != one)
       return reportError(args.get("data") + ": one batch of '" + name + "' does not have the model's input shape");
     inputs.push_back({name, t, one, dtype});
   }
@@ -116,15 +179,20 @@ int trainLibrary(const std::string& path, const Args& args, int64_t steps) {
   if (int r = check(api.sgc_get_tensor(s, "sgc.step", &stepT))) return r;
   for (int64_t i = stepCount; i < stepCount + steps; ++i) {
     for (Input& in : inputs) {
-      size_t bytes = in.data.data.size() / (size_t)batches;
-      DLTensor t{in.data.data.data() + (i % batches) * bytes, {kDLCPU, 0}, (int32_t)in.shape.size(), in.dtype, in.shape.data(), nullptr, 0};
+      size_t bytes = in.data.data.size() / (size_t)batches, share = bytes / (size_t)world;
+      DLTensor t{in.data.data.data() + (i % batches) * bytes + (size_t)rank * share, {kDLCPU, 0}, (int32_t)in.shape.size(), in.dtype,
+                 in.shape.data(), nullptr, 0};
       if (int r = check(api.sgc_set_input(s, in.name.c_str(), &t))) return r;
     }
     double loss = 0;
     if (int r = check(api.sgc_train_step(s, &loss))) return r;
-    if (int r = reportStep(path, i, loss)) return r;
+    if (rank == 0) {
+      if (int r = reportStep(path, i, loss)) return r;
+    } else if (!std::isfinite(loss)) { // the same mean loss on every rank: rank 0 says why
+      return 1;
+    }
   }
-  if (args.has("save")) return check(api.sgc_save(s, args.get("save").c_str()));
+  if (args.has("save") && rank == 0) return check(api.sgc_save(s, args.get("save").c_str())); // the ranks hold the same weights
   return 0;
 }
 

@@ -5,7 +5,9 @@
 #include "runtime/CublasLt.h"
 
 #include <algorithm>
+#include <chrono>
 #include <dlfcn.h>
+#include <thread>
 
 namespace sgc::rt {
 
@@ -16,6 +18,8 @@ constexpr int kAttrMajor = 75, kAttrMinor = 76; // CU_DEVICE_ATTRIBUTE_COMPUTE_C
 constexpr unsigned kStreamNonBlocking = 1;        // CU_STREAM_NON_BLOCKING
 constexpr int kCaptureThreadLocal = 1;            // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 constexpr uint64_t kWorkspaceBytes = 32 << 20;    // cuBLASLt's workspace
+constexpr unsigned kEventDisableTiming = 2;       // CU_EVENT_DISABLE_TIMING
+constexpr CUresult kNotReady = 600;               // CUDA_ERROR_NOT_READY
 } // namespace
 
 struct CudaDevice::Api {
@@ -54,6 +58,10 @@ struct CudaDevice::Api {
   CUresult (*cuEventDestroy)(void*);
   CUresult (*cuEventRecord)(void*, void*);
   CUresult (*cuEventElapsedTime)(float*, void*, void*);
+  CUresult (*cuStreamCreateWithPriority)(void**, unsigned, int);
+  CUresult (*cuCtxGetStreamPriorityRange)(int*, int*);
+  CUresult (*cuStreamWaitEvent)(void*, void*, unsigned);
+  CUresult (*cuStreamQuery)(void*);
 
   bool load(std::string& error) {
     lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -86,7 +94,10 @@ struct CudaDevice::Api {
                    {"cuGraphLaunch", (void**)&cuGraphLaunch}, {"cuGraphExecDestroy", (void**)&cuGraphExecDestroy},
                    {"cuGraphDestroy", (void**)&cuGraphDestroy}, {"cuEventCreate", (void**)&cuEventCreate},
                    {"cuEventDestroy", (void**)&cuEventDestroy}, {"cuEventRecord", (void**)&cuEventRecord},
-                   {"cuEventElapsedTime", (void**)&cuEventElapsedTime}};
+                   {"cuEventElapsedTime", (void**)&cuEventElapsedTime},
+                   {"cuStreamCreateWithPriority", (void**)&cuStreamCreateWithPriority},
+                   {"cuCtxGetStreamPriorityRange", (void**)&cuCtxGetStreamPriorityRange},
+                   {"cuStreamWaitEvent", (void**)&cuStreamWaitEvent}, {"cuStreamQuery", (void**)&cuStreamQuery}};
     for (const Entry& e : entries) {
       int status = 0;
       if (getProc(e.name, e.slot, 12000, 0, &status) != 0 || !*e.slot) {
@@ -165,8 +176,14 @@ CudaDevice::~CudaDevice() {
   if (stream_) api_->cuStreamSynchronize(stream_);
   if (graphExec_) api_->cuGraphExecDestroy(graphExec_);
   if (graph_) api_->cuGraphDestroy(graph_);
+  if (commStream_) api_->cuStreamSynchronize(commStream_);
   for (void* e : events_)
     if (e) api_->cuEventDestroy(e);
+  for (void* e : joinEvents_)
+    if (e) api_->cuEventDestroy(e);
+  if (forkEvent_) api_->cuEventDestroy(forkEvent_);
+  if (commStream_) api_->cuStreamDestroy(commStream_);
+  if (scratch_) api_->cuMemFree(scratch_);
   lt_.reset();
   if (arena_) api_->cuMemFree(arena_);
   if (stream_) api_->cuStreamDestroy(stream_);
@@ -222,6 +239,57 @@ float CudaDevice::elapsedMs(size_t from, size_t to) {
   float ms = 0;
   if (from < events_.size() && to < events_.size() && events_[from] && events_[to]) api_->cuEventElapsedTime(&ms, events_[from], events_[to]);
   return ms;
+}
+
+bool CudaDevice::openCommStream(std::string& error) {
+  int least = 0, greatest = 0; // numerically lower is higher priority
+  if (commStream_) return true;
+  return check(api_->cuCtxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange", error) &&
+         check(api_->cuStreamCreateWithPriority(&commStream_, kStreamNonBlocking, greatest), "cuStreamCreateWithPriority", error) &&
+         check(api_->cuEventCreate(&forkEvent_, kEventDisableTiming), "cuEventCreate", error);
+}
+
+bool CudaDevice::commFork(std::string& error) {
+  return check(api_->cuEventRecord(forkEvent_, stream_), "cuEventRecord", error) &&
+         check(api_->cuStreamWaitEvent(commStream_, forkEvent_, 0), "cuStreamWaitEvent", error);
+}
+
+bool CudaDevice::commDone(size_t slot, std::string& error) {
+  if (slot >= joinEvents_.size()) joinEvents_.resize(slot + 1, nullptr);
+  if (!joinEvents_[slot] && !check(api_->cuEventCreate(&joinEvents_[slot], kEventDisableTiming), "cuEventCreate", error)) return false;
+  return check(api_->cuEventRecord(joinEvents_[slot], commStream_), "cuEventRecord", error);
+}
+
+bool CudaDevice::waitComm(size_t slot, std::string& error) {
+  return check(api_->cuStreamWaitEvent(stream_, joinEvents_.at(slot), 0), "cuStreamWaitEvent", error);
+}
+
+bool CudaDevice::waitIdle(int timeoutMs, const std::function<bool(std::string&)>& healthy, std::string& error) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  for (void* s : {stream_, commStream_}) {
+    while (s) {
+      CUresult r = api_->cuStreamQuery(s);
+      if (r == 0) break;
+      if (r != kNotReady) return check(r, "the step on the GPU", error);
+      if (!healthy(error)) return false;
+      if (std::chrono::steady_clock::now() > deadline) {
+        error = "the step did not finish on the GPU within " + std::to_string(timeoutMs) + " ms";
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  return true;
+}
+
+uint64_t CudaDevice::scratch(uint64_t bytes, std::string& error) {
+  if (scratch_) {
+    error = "the scratch allocation is taken";
+    return 0;
+  }
+  CUdeviceptr p = 0;
+  if (!check(api_->cuMemAlloc(&p, std::max<uint64_t>(bytes, 256)), "cuMemAlloc", error)) return 0;
+  return scratch_ = p;
 }
 
 bool CudaDevice::replay(std::string& error) { return check(api_->cuGraphLaunch(graphExec_, stream_), "cuGraphLaunch", error); }

@@ -6,6 +6,7 @@
 // arena's single device allocation.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,18 @@ public:
   bool captured() const { return graphExec_ != nullptr; }
   bool replay(std::string& error);
   bool synchronize(std::string& error);
+  /// Data parallelism: a second stream, of higher priority, for the collectives. commFork makes it
+  /// wait for what the compute stream has enqueued; commDone(slot) marks what it has enqueued so far
+  /// (event `slot`, one per collective), and waitComm(slot) makes the compute stream wait for that.
+  bool openCommStream(std::string& error);
+  void* commStream() const { return commStream_; }
+  bool commFork(std::string& error);
+  bool commDone(size_t slot, std::string& error);
+  bool waitComm(size_t slot, std::string& error);
+  /// Waits until both streams are idle, calling `healthy` as it polls; fails after `timeoutMs`.
+  bool waitIdle(int timeoutMs, const std::function<bool(std::string&)>& healthy, std::string& error);
+  /// A device allocation of `bytes` (once per session, beside the arena), 0 on error.
+  uint64_t scratch(uint64_t bytes, std::string& error);
   /// Profiling: records event `slot` on the stream; after a synchronize, the milliseconds between two.
   bool recordEvent(size_t slot, std::string& error);
   float elapsedMs(size_t from, size_t to);
@@ -63,6 +76,10 @@ private:
   void* context_ = nullptr;
   void* module_ = nullptr;
   void* stream_ = nullptr;
+  void* commStream_ = nullptr;
+  void* forkEvent_ = nullptr;
+  std::vector<void*> joinEvents_;
+  uint64_t scratch_ = 0;
   void* graph_ = nullptr;
   void* graphExec_ = nullptr;
   int device_ = 0;

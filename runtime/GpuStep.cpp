@@ -28,6 +28,20 @@ bool GpuStep::prepare(std::string& error) {
   return true;
 }
 
+void GpuStep::setCommunicator(Communicator* comm) {
+  comm_ = comm;
+  std::vector<uint64_t> bytes;
+  std::vector<std::string> dtype;
+  for (const TensorDesc& t : prog_.tensors) {
+    bytes.push_back(t.bytes);
+    dtype.push_back(t.dtype);
+  }
+  spans_.clear();
+  for (const Launch& l : prog_.launches)
+    spans_.push_back(l.collective ? contiguousSpans(l.collective->tensors, address_, bytes, dtype, prog_.alignment) : std::vector<Span>{});
+  waits_ = collectiveWaits(prog_, address_);
+}
+
 bool GpuStep::launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error) {
   args_.clear();
   for (int a : ids) args_.push_back(address_[a]);
@@ -38,9 +52,21 @@ bool GpuStep::enqueue(bool train, std::string& error) {
   bool profiling = !profile_.empty();
   size_t n = prog_.launches.size(); // profile events: 2i and 2i+1 around launch i; 2n and 2n+1 around the step
   if (profiling && !gpu_.recordEvent(2 * n, error)) return false;
+  std::vector<bool> started(n, false); // collectives enqueued and not yet waited for
   for (size_t i = 0; i < n; ++i) {
     const Launch& l = prog_.launches[i];
+    for (int c : comm_ ? waits_[i] : std::vector<int>{}) {
+      if (!started[c]) continue;
+      started[c] = false;
+      if (!gpu_.waitComm(c, error)) return false;
+    }
     if (!train && !l.forward) continue;
+    if (l.collective && comm_) {
+      int handle = 0;
+      if (!gpu_.commFork(error) || !comm_->start(spans_[i], l.collective->average, handle, error) || !gpu_.commDone(i, error)) return false;
+      started[i] = true;
+    }
+    if (l.kernel < 0) continue; // only a collective (a no-op on one rank without a communicator)
     if (profiling && !gpu_.recordEvent(2 * i, error)) return false;
     if (l.gpu) {
       for (const KernelCall& c : *l.gpu)
@@ -54,6 +80,8 @@ bool GpuStep::enqueue(bool train, std::string& error) {
     }
     if (profiling && !gpu_.recordEvent(2 * i + 1, error)) return false;
   }
+  for (size_t c = 0; c < n; ++c) // the communication stream joins the compute stream (as a graph capture needs)
+    if (started[c] && !gpu_.waitComm(c, error)) return false;
   if (train)
     for (auto& [target, source] : prog_.updates)
       if (!gpu_.copy(address_[target], address_[source], prog_.tensors[target].bytes, error)) return false;
@@ -68,7 +96,7 @@ bool GpuStep::enqueue(bool train, std::string& error) {
 }
 
 bool GpuStep::run(bool train, std::string& error) {
-  if (!train) return enqueue(false, error);
+  if (!train) return enqueue(false, error) && (!comm_ || comm_->idle(error));
   bool capture = useGraphs_ && !gpu_.captured() && trainSteps_++ >= 1;
   if (capture) {
     if (!gpu_.beginCapture(error)) return false;
@@ -79,8 +107,12 @@ bool GpuStep::run(bool train, std::string& error) {
     }
     if (!gpu_.endCapture(error)) return false;
   }
-  if (gpu_.captured()) return gpu_.replay(error);
-  return enqueue(true, error);
+  if (gpu_.captured()) {
+    if (!gpu_.replay(error)) return false;
+  } else if (!enqueue(true, error)) {
+    return false;
+  }
+  return !comm_ || comm_->idle(error); // bounded: a dead peer fails the step instead of hanging it
 }
 
 std::string GpuStep::description() const {

@@ -1,11 +1,14 @@
 // The training and evaluation steps on a GPU: each launch of the program (a
 // GEMM through cuBLASLt and its epilogue, a GPU form, or the kernel itself),
-// then the updates, on the device's stream. The first training step runs as
+// then the updates, on the device's stream; a collective (with a
+// communicator) runs on the communication stream, from the point the compute
+// stream reaches it to the first launch that touches its tensors. The first training step runs as
 // it is enqueued (it warms up the kernels and cuBLASLt); the second is
 // captured as a CUDA graph, which every later one replays.
 // Environment: SGC_CUDA_GRAPHS=0 (never capture), SGC_PROFILE=FILE (no graph;
 // each launch's GPU time, written when the stepper is destroyed).
 #pragma once
+#include "runtime/Comm.h"
 #include "runtime/Cuda.h"
 #include "runtime/Program.h"
 
@@ -21,6 +24,8 @@ public:
   ~GpuStep();
   /// Reads the environment and prepares a cuBLASLt plan for each GEMM (when the library is loaded).
   bool prepare(std::string& error);
+  /// Data parallelism: the collectives run through `comm` (NCCL), on the communication stream.
+  void setCommunicator(Communicator* comm);
   /// Enqueues one step (forward only unless `train`); the caller reads the loss, which waits for it.
   bool run(bool train, std::string& error);
   /// The device, its GEMM library, and whether the step is replayed as a graph.
@@ -41,6 +46,9 @@ private:
   std::vector<double> profileMs_; ///< per launch, then the whole step
   int profileSteps_ = 0;
   std::vector<uint64_t> args_;
+  Communicator* comm_ = nullptr;
+  std::vector<std::vector<Span>> spans_; ///< per launch: what its collective reduces
+  std::vector<std::vector<int>> waits_;  ///< per launch: the collectives it waits for
 };
 
 } // namespace sgc::rt

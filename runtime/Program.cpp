@@ -69,8 +69,16 @@ bool parseCall(const nlohmann::json& c, const Program& p, KernelCall& k, std::st
 
 bool parseLaunch(const nlohmann::json& l, const Program& p, Launch& L, std::string& error) {
   L = Launch{l.at("kernel"), l.at("serial"), l.at("forward"), l.at("extent"), l.value("vector", int64_t(1)), l.at("args").get<std::vector<int>>(),
-             l.value("label", ""), std::nullopt, {}, std::nullopt};
-  if (L.kernel < 0 || L.kernel >= p.numKernels || L.extent < 0) return fail(error, "a launch names no kernel");
+             l.value("label", ""), std::nullopt, {}, std::nullopt, std::nullopt};
+  if (l.contains("collective")) {
+    const auto& c = l.at("collective");
+    if (c.at("op") != "allreduce") return fail(error, "an unknown collective");
+    L.collective = Collective{c.at("average"), c.at("tensors").get<std::vector<int>>()};
+    for (int t : L.collective->tensors)
+      if (!validTensor(p, t) || (p.tensors[t].dtype != "F32" && p.tensors[t].dtype != "F64" && p.tensors[t].dtype != "BF16"))
+        return fail(error, "a collective names no floating-point tensor");
+  }
+  if ((L.kernel < 0 && !L.collective) || L.kernel >= p.numKernels || L.extent < 0) return fail(error, "a launch names no kernel");
   if (L.vector < 1) return fail(error, "a launch has a bad vector width");
   for (int a : L.args)
     if (!validTensor(p, a)) return fail(error, "a launch names no tensor");
@@ -85,6 +93,39 @@ bool parseLaunch(const nlohmann::json& l, const Program& p, Launch& L, std::stri
 }
 
 } // namespace
+
+std::vector<std::vector<int>> collectiveWaits(const Program& p, const std::vector<uint64_t>& address) {
+  auto touched = [&](const Launch& l) {
+    std::vector<int> ids = l.args;
+    if (l.gemm) ids.insert(ids.end(), {l.gemm->a, l.gemm->b, l.gemm->y});
+    ids.insert(ids.end(), l.epilogue.args.begin(), l.epilogue.args.end());
+    if (l.gpu)
+      for (const KernelCall& c : *l.gpu) ids.insert(ids.end(), c.args.begin(), c.args.end());
+    return ids;
+  };
+  auto overlap = [&](int a, int b) {
+    return address[a] < address[b] + p.tensors[b].bytes && address[b] < address[a] + p.tensors[a].bytes;
+  };
+  std::vector<std::vector<int>> waits(p.launches.size());
+  std::vector<int> open; // collectives not yet waited for
+  for (size_t i = 0; i < p.launches.size(); ++i) {
+    std::vector<int> ids = touched(p.launches[i]);
+    if (p.launches[i].collective) ids.insert(ids.end(), p.launches[i].collective->tensors.begin(), p.launches[i].collective->tensors.end());
+    for (auto c = open.begin(); c != open.end();) {
+      bool needed = false;
+      for (int t : p.launches[*c].collective->tensors)
+        for (int id : ids) needed = needed || overlap(t, id);
+      if (needed) {
+        waits[i].push_back(*c);
+        c = open.erase(c);
+      } else {
+        ++c;
+      }
+    }
+    if (p.launches[i].collective) open.push_back((int)i);
+  }
+  return waits;
+}
 
 bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program& p, std::string& error) {
   nlohmann::json j = nlohmann::json::parse(json, json + size, nullptr, false);
@@ -103,6 +144,7 @@ bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program&
     for (const auto& l : j.at("launches")) {
       Launch L;
       if (!parseLaunch(l, p, L, error)) return false;
+      p.collectives = p.collectives || L.collective.has_value();
       p.launches.push_back(std::move(L));
     }
     for (const auto& u : j.at("updates")) {

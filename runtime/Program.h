@@ -45,8 +45,14 @@ struct KernelCall {
   std::vector<int> args; ///< tensor ids, in the kernel's buffer order
 };
 
+/// A collective over some tensors of every rank, in place (see Comm.h).
+struct Collective {
+  bool average = true;      ///< all-reduce: the mean over the ranks, else the sum
+  std::vector<int> tensors; ///< tensor ids
+};
+
 struct Launch {
-  int kernel;
+  int kernel; ///< -1: no kernel, only `collective`
   bool serial, forward; ///< forward: needed for the loss (eval steps run only these)
   int64_t extent, vector; ///< vector: as in KernelCall
   std::vector<int> args; ///< tensor ids, in the kernel's buffer order
@@ -56,6 +62,8 @@ struct Launch {
   KernelCall epilogue;
   /// On a GPU, when set, these kernels run instead (a form with more parallelism; none: skipped).
   std::optional<std::vector<KernelCall>> gpu;
+  /// When set, an all-reduce of these tensors, started after the kernel (if any).
+  std::optional<Collective> collective;
 };
 
 struct Program {
@@ -72,8 +80,13 @@ struct Program {
   std::string weightsMode = "embedded"; ///< embedded | external | none
   std::string weightsFile;              ///< for external: the file beside the .so
   int numKernels = 0;
+  bool collectives = false; ///< whether some launch is a collective (the library was compiled for data parallelism)
   std::vector<std::string> kernelNames; ///< the GPU modules' function names, by kernel index
 };
+
+/// For each launch, the collective launches whose tensors it touches (by bytes, at `address`,
+/// each tensor's address by id) and that are the latest such before it: what it must wait for.
+std::vector<std::vector<int>> collectiveWaits(const Program& p, const std::vector<uint64_t>& address);
 
 /// Parses and checks the description; `weightsBytes` bounds the weight offsets.
 bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program& out, std::string& error);

@@ -6,6 +6,7 @@
 // the ABI.
 #include "sgc/sgc.h"
 
+#include "runtime/Comm.h"
 #include "runtime/Cuda.h"
 #include "runtime/GpuStep.h"
 #include "runtime/Program.h"
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <dlfcn.h>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -81,6 +83,11 @@ struct sgc_session {
   std::vector<bool> inputSet;
   std::unique_ptr<GpuStep> gpuStep;   ///< GPU: runs the steps (destroyed before the device)
   mutable std::string describedAs;
+  std::unique_ptr<Communicator> comm; ///< data parallelism: the gradients' collectives (MPI, or NCCL on a GPU)
+  std::unique_ptr<Communicator> mpi;  ///< on a GPU launched by mpirun: what sent the NCCL id
+  std::vector<std::vector<Span>> spans;  ///< per launch: what its collective reduces (CPU)
+  std::vector<std::vector<int>> waits;   ///< per launch: the collectives that must finish before it
+  std::string broken;                    ///< why the communicator failed: every later step fails too
   double lr = 1e-3;
   bool paramsLoaded = true; ///< false until sgc_load for --weights none
 
@@ -136,16 +143,32 @@ int findTensor(const sgc_session* s, const char* name, std::initializer_list<Ten
   return -1;
 }
 
-bool runCpuStep(sgc_session* s, bool train) {
+bool runCpuStep(sgc_session* s, bool train, std::string& error) {
   std::vector<void*> args;
-  for (const Launch& l : s->prog.launches) {
+  std::map<int, int> pending; // collective launch -> its handle
+  auto finish = [&](int c) {
+    auto it = pending.find(c);
+    if (it == pending.end()) return true;
+    int handle = it->second;
+    pending.erase(it);
+    return s->comm->wait(handle, error);
+  };
+  for (size_t i = 0; i < s->prog.launches.size(); ++i) {
+    const Launch& l = s->prog.launches[i];
+    for (int c : s->waits[i]) // also before a skipped launch: a later one may need it
+      if (!finish(c)) return false;
     if (!train && !l.forward) continue;
-    args.clear();
-    for (int a : l.args) args.push_back(s->data(a));
-    sgcrt_kernel fn = sgcrt_kernels[l.kernel];
-    if (l.serial) fn(args.data(), 0, 1);
-    else s->pool->parallelFor(l.extent, [&](int64_t b, int64_t e) { fn(args.data(), b, e); });
+    if (l.kernel >= 0) {
+      args.clear();
+      for (int a : l.args) args.push_back(s->data(a));
+      sgcrt_kernel fn = sgcrt_kernels[l.kernel];
+      if (l.serial) fn(args.data(), 0, 1);
+      else s->pool->parallelFor(l.extent, [&](int64_t b, int64_t e) { fn(args.data(), b, e); });
+    }
+    if (l.collective && s->comm && !s->comm->start(s->spans[i], l.collective->average, pending[(int)i], error)) return false;
   }
+  while (!pending.empty())
+    if (!finish(pending.begin()->first)) return false;
   if (train)
     for (auto& [target, source] : s->prog.updates) std::memcpy(s->data(target), s->data(source), s->prog.tensors[target].bytes);
   return true;
@@ -171,13 +194,76 @@ sgc_status step(sgc_session* s, double* loss, bool train) {
   for (size_t i = 0; i < s->lists[SGC_TENSOR_INPUT].size(); ++i)
     if (!s->inputSet[i])
       return fail(SGC_ERROR_INVALID_ARGUMENT, "input '" + s->prog.tensors[s->lists[SGC_TENSOR_INPUT][i]].name + "' was not set");
+  if (!s->broken.empty()) return fail(SGC_ERROR_COMMUNICATION, s->broken);
   float lr = (float)s->lr;
   std::string error;
   double l = 0;
-  if (!s->write(s->prog.lr, &lr, error) || !(s->gpu ? s->gpuStep->run(train, error) : runCpuStep(s, train)) ||
-      !readScalar(s, s->prog.loss, l, error))
-    return fail(SGC_ERROR_DEVICE, error);
+  if (!s->write(s->prog.lr, &lr, error)) return fail(SGC_ERROR_DEVICE, error);
+  if (!(s->gpu ? s->gpuStep->run(train, error) : runCpuStep(s, train, error))) {
+    if (!s->comm || !s->comm->failed()) return fail(SGC_ERROR_DEVICE, error);
+    s->broken = error;
+    return fail(SGC_ERROR_COMMUNICATION, error);
+  }
+  if (!readScalar(s, s->prog.loss, l, error)) return fail(SGC_ERROR_DEVICE, error);
   *loss = l;
+  return SGC_OK;
+}
+
+/// The NCCL id every rank uses: with MPI, rank 0 makes it and sends it; else the host passed it.
+bool ncclIdOf(Communicator* mpi, const sgc_session_options& o, NcclId& id, std::string& error) {
+  if (!mpi) {
+    std::memcpy(id.bytes, o.nccl_id, sizeof id.bytes);
+    return true;
+  }
+  std::string mine(sizeof id.bytes, '\0'); // all zeros from rank 0: it could not make one
+  if (mpi->rank() == 0 && ncclUniqueId(id, error)) mine.assign(id.bytes, sizeof id.bytes);
+  std::vector<std::string> all;
+  if (!mpi->allGather(mine, all, error)) return false;
+  if (all[0] == std::string(sizeof id.bytes, '\0')) {
+    if (mpi->rank() != 0) error = "rank 0 could not make an NCCL id";
+    return false;
+  }
+  std::memcpy(id.bytes, all[0].data(), sizeof id.bytes);
+  return true;
+}
+
+/// Joins the other ranks: the ranks must run the same program, and several ranks need collectives.
+sgc_status connect(sgc_session* s, const sgc_session_options& o, int timeoutMs) {
+  std::string error, kind = o.communicator;
+  if (kind == "mpi" && !(s->mpi = openMpi(timeoutMs, error))) return fail(SGC_ERROR_COMMUNICATION, error);
+  if (s->gpu) {
+    NcclId id;
+    if (!ncclIdOf(s->mpi.get(), o, id, error)) return fail(SGC_ERROR_COMMUNICATION, error);
+    s->comm = openNccl(*s->gpu, s->mpi ? s->mpi->rank() : o.rank, s->mpi ? s->mpi->size() : o.world_size, id, timeoutMs, error);
+    if (!s->comm) return fail(SGC_ERROR_COMMUNICATION, error);
+  } else if (kind == "nccl") {
+    return fail(SGC_ERROR_INVALID_ARGUMENT, "the nccl communicator runs GPU sessions; on the CPU use mpi");
+  }
+  Communicator& comm = s->comm ? *s->comm : *s->mpi;
+  std::vector<std::string> hashes;
+  if (!comm.allGather(s->prog.hash, hashes, error)) return fail(SGC_ERROR_COMMUNICATION, error);
+  for (int r = 0; r < (int)hashes.size(); ++r)
+    if (hashes[r] != s->prog.hash)
+      return fail(SGC_ERROR_COMMUNICATION, "rank " + std::to_string(r) + " runs a library of hash " + hashes[r] + ", rank " +
+                                               std::to_string(comm.rank()) + " one of hash " + s->prog.hash +
+                                               ": every rank must run the same compiled program (model and options)");
+  if (comm.size() > 1 && !s->prog.collectives)
+    return fail(SGC_ERROR_INVALID_ARGUMENT, "the library has no collectives, so " + std::to_string(comm.size()) +
+                                                " ranks would train apart: compile it with --data-parallel allreduce");
+  if (s->gpu) {
+    s->gpuStep->setCommunicator(s->comm.get());
+    return SGC_OK;
+  }
+  s->comm = std::move(s->mpi);
+  std::vector<uint64_t> address, bytes;
+  std::vector<std::string> dtype;
+  for (int i = 0; i < (int)s->prog.tensors.size(); ++i) {
+    address.push_back((uint64_t)s->data(i));
+    bytes.push_back(s->prog.tensors[i].bytes);
+    dtype.push_back(s->prog.tensors[i].dtype);
+  }
+  for (const Launch& l : s->prog.launches)
+    s->spans.push_back(l.collective ? contiguousSpans(l.collective->tensors, address, bytes, dtype, s->prog.alignment) : std::vector<Span>{});
   return SGC_OK;
 }
 
@@ -188,10 +274,19 @@ extern "C" {
 uint32_t sgc_abi_version(void) { return SGC_ABI_VERSION; }
 const char* sgc_last_error(void) { return lastError.c_str(); }
 
-sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
-  if (!o || !out) return fail(SGC_ERROR_INVALID_ARGUMENT, "options and out must not be NULL");
-  if (o->struct_size < sizeof(sgc_session_options) || o->version != SGC_ABI_VERSION)
+sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** out) {
+  if (!options || !out) return fail(SGC_ERROR_INVALID_ARGUMENT, "options and out must not be NULL");
+  if (options->struct_size < offsetof(sgc_session_options, communicator) || options->version != SGC_ABI_VERSION)
     return fail(SGC_ERROR_INVALID_ARGUMENT, "options are not of this ABI version (initialize them with SGC_SESSION_OPTIONS_INIT)");
+  sgc_session_options full{}; // fields a host built before them does not pass keep their defaults
+  std::memcpy(&full, options, std::min<size_t>(options->struct_size, sizeof full));
+  const sgc_session_options* o = &full;
+  std::string communicator = o->communicator ? o->communicator : "none";
+  if (communicator != "none" && communicator != "mpi" && communicator != "nccl")
+    return fail(SGC_ERROR_INVALID_ARGUMENT, "unknown communicator '" + communicator + "' (expected none, mpi or nccl)");
+  if (communicator == "nccl" && (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size))
+    return fail(SGC_ERROR_INVALID_ARGUMENT, "rank " + std::to_string(o->rank) + " of world size " + std::to_string(o->world_size) + " is not a rank");
+  if (o->timeout_ms < 0) return fail(SGC_ERROR_INVALID_ARGUMENT, "timeout_ms must be 0 or positive");
   std::string device = o->device ? o->device : "cpu";
   int ordinal = -1;
   if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.find_first_not_of("0123456789", 5) == std::string::npos)
@@ -224,6 +319,9 @@ sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
       if (!s->arena) return fail(SGC_ERROR_OUT_OF_MEMORY, "cannot allocate the " + std::to_string(total) + "-byte arena");
       std::memset(s->arena, 0, total);
       for (int r = 0; r < kNumRegions; ++r) s->base[r] = (uint8_t*)s->arena + offsets[r];
+      std::vector<uint64_t> address;
+      for (int i = 0; i < (int)s->prog.tensors.size(); ++i) address.push_back((uint64_t)s->data(i));
+      s->waits = collectiveWaits(s->prog, address);
     }
     for (auto& [t, off] : s->prog.weights)
       if (!s->write(t, sgcrt_weights + off, error)) return fail(SGC_ERROR_DEVICE, error);
@@ -246,6 +344,8 @@ sgc_status sgc_session_create(const sgc_session_options* o, sgc_session** out) {
       std::string path = lib.substr(0, lib.find_last_of('/') + 1) + s->prog.weightsFile;
       if (sgc_status st = sgc_load(s.get(), path.c_str())) return st;
     }
+    if (communicator != "none")
+      if (sgc_status st = connect(s.get(), *o, o->timeout_ms ? o->timeout_ms : 300000)) return st;
     int threads = o->num_threads ? o->num_threads : (int)std::max(1u, std::thread::hardware_concurrency());
     s->pool = std::make_unique<ThreadPool>(threads);
     *out = s.release();
@@ -273,6 +373,22 @@ sgc_status sgc_device_description(const sgc_session* s, const char** description
     s->describedAs = "cpu (" + std::to_string(s->pool->size()) + " threads)";
   }
   *description = s->describedAs.c_str();
+  return SGC_OK;
+}
+
+sgc_status sgc_nccl_unique_id(uint8_t id[128]) {
+  if (!id) return fail(SGC_ERROR_INVALID_ARGUMENT, "id must not be NULL");
+  NcclId made;
+  std::string error;
+  if (!ncclUniqueId(made, error)) return fail(SGC_ERROR_COMMUNICATION, error);
+  std::memcpy(id, made.bytes, sizeof made.bytes);
+  return SGC_OK;
+}
+
+sgc_status sgc_rank(const sgc_session* s, int32_t* rank, int32_t* world_size) {
+  if (!s || !rank || !world_size) return fail(SGC_ERROR_INVALID_ARGUMENT, "session, rank and world_size must not be NULL");
+  *rank = s->comm ? s->comm->rank() : 0;
+  *world_size = s->comm ? s->comm->size() : 1;
   return SGC_OK;
 }
 

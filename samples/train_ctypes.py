@@ -1,8 +1,8 @@
 # Trains a model compiled by sgc from Python through ctypes (no other
 # dependency): load the .so, create a session, feed the bundled sample's
 # batches, print the loss of each step.
-# Usage: python3 samples/train_ctypes.py train.so samples/mlp_train_data.safetensors STEPS [DEVICE]
-# (DEVICE: cpu, the default, or cuda:N)
+# Usage: python3 samples/train_ctypes.py train.so samples/mlp_train_data.safetensors STEPS [DEVICE [nccl]]
+# (DEVICE: cpu, the default, or cuda:N; nccl: the library's collectives through NCCL, as rank 0 of 1)
 import ctypes, json, os, struct, sys
 
 
@@ -22,7 +22,8 @@ class DLTensor(ctypes.Structure):
 
 class Options(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("version", ctypes.c_uint32), ("device", ctypes.c_char_p),
-                ("num_threads", ctypes.c_int32)]
+                ("num_threads", ctypes.c_int32), ("communicator", ctypes.c_char_p), ("timeout_ms", ctypes.c_int32),
+                ("rank", ctypes.c_int32), ("world_size", ctypes.c_int32), ("nccl_id", ctypes.c_uint8 * 128)]
 
 
 def read_safetensors(path):
@@ -37,7 +38,11 @@ def main():
     lib.sgc_last_error.restype = ctypes.c_char_p
     session = ctypes.c_void_p()
     device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
-    options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), device.encode(), 0)
+    options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), device.encode(), 0, None, 0, 0, 1)
+    if len(sys.argv) > 5 and sys.argv[5] == "nccl":
+        options.communicator = b"nccl"
+        if lib.sgc_nccl_unique_id(options.nccl_id):
+            sys.exit("sgc_nccl_unique_id: " + lib.sgc_last_error().decode())
     if lib.sgc_session_create(ctypes.byref(options), ctypes.byref(session)):
         sys.exit("sgc_session_create: " + lib.sgc_last_error().decode())
     data = read_safetensors(sys.argv[2])

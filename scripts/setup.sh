@@ -8,6 +8,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libdlpack-dev nlohmann-json3-dev libgtest-dev
   python3-onnx python3-torch python3-numpy
+  openmpi-bin libopenmpi-dev
 )
 missing=()
 for p in "${packages[@]}"; do

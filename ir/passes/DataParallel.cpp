@@ -6,7 +6,7 @@
 
 namespace sgc::ir {
 
-Error insertAllReduce(Graph& g, std::vector<std::pair<Value*, Value*>>& grads, double bucketMb, int* buckets) {
+Error insertAllReduce(Graph& g, Value*& loss, std::vector<std::pair<Value*, Value*>>& grads, double bucketMb, int* buckets) {
   if (!(bucketMb > 0)) return makeError("--bucket-mb must be positive");
   std::vector<Node*> order;
   std::map<const Node*, size_t> position;
@@ -51,7 +51,14 @@ Error insertAllReduce(Graph& g, std::vector<std::pair<Value*, Value*>>& grads, d
     }
     after[order[last]].push_back(ar);
   }
-  std::vector<Node*> placed;
+  // The loss each rank reports is the mean over the ranks: a one-value all-reduce after it.
+  Node* lossMean = g.addNode(Op::AllReduce, {loss}, 1, "allreduce.loss", {g.uniqueName(loss->name + ".mean")});
+  lossMean->attrs = {{"bucket", int64_t(-1)}, {"average", int64_t(1)}};
+  lossMean->outputs[0]->type = loss->type;
+  std::vector<Node*>& afterLoss = after[loss->producer]; // a loss with no producer: first of all
+  afterLoss.insert(afterLoss.begin(), lossMean);
+  loss = lossMean->outputs[0];
+  std::vector<Node*> placed = after[nullptr];
   for (Node* n : order) {
     placed.push_back(n);
     placed.insert(placed.end(), after[n].begin(), after[n].end());

@@ -5,7 +5,8 @@
 // each bucket gets one AllReduce placed right after the node that produces
 // the bucket's last gradient: the first point at which all of them exist, so
 // the collective can overlap the rest of the backward pass. The optimizer
-// reads the reduced gradients.
+// reads the reduced gradients. The loss gets a one-value all-reduce too, so
+// every rank reports the mean over the ranks.
 //
 // Requires: autodiff has run, and no node after a gradient's producer but
 // the optimizer (and clipping) reads it. Ensures: no AllReduce precedes a
@@ -19,8 +20,8 @@
 
 namespace sgc::ir {
 
-/// Replaces each (parameter, gradient) pair's gradient by its all-reduced
-/// value. Returns the number of buckets through `buckets`.
-Error insertAllReduce(Graph& g, std::vector<std::pair<Value*, Value*>>& grads, double bucketMb, int* buckets = nullptr);
+/// Replaces each (parameter, gradient) pair's gradient, and `loss`, by its
+/// all-reduced mean. Returns the number of gradient buckets through `buckets`.
+Error insertAllReduce(Graph& g, Value*& loss, std::vector<std::pair<Value*, Value*>>& grads, double bucketMb, int* buckets = nullptr);
 
 } // namespace sgc::ir

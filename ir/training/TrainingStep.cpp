@@ -170,7 +170,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   if (opts.precision == "bf16")
     if (Error e = widenSums(g)) return e;
   if (opts.dataParallel == "allreduce") // before clipping: the norm is the global one
-    if (Error e = insertAllReduce(g, pairs, opts.bucketMb)) return e;
+    if (Error e = insertAllReduce(g, *loss, pairs, opts.bucketMb)) return e;
   if (opts.optimizer.clipGradNorm > 0) clipByGlobalNorm(g, pairs, opts.optimizer.clipGradNorm);
   for (auto& [p, grad] : pairs) addOptimizer(g, opts.optimizer, p, grad, lr, nextStep);
   g.outputs = {*loss};

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Trains each model of a bundle (make_bundle.sh) for 12 steps on the CPU and
 # on the GPU through the C ABI (train_ctypes.py) and requires the losses to
-# agree within 1e-4 relative (fp32 models) or 2e-2 (bf16 models). Prints SKIP
+# agree within 1e-4 relative (fp32 models) or 2e-2 (bf16 models); the
+# data-parallel builds (_dp) run their all-reduces through NCCL as one rank on
+# the GPU. Prints SKIP
 # where there is no GPU.
 # Usage: check_gpu.sh [BUNDLE_DIR]
 cd "${1:-$(dirname "$0")}" || exit 1
@@ -10,10 +12,16 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   exit 0
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# NCCL for the data-parallel builds: the CUDA toolkit's, else the one PyTorch's wheels carry.
+if [ -z "${SGC_NCCL:-}" ] && [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
+  SGC_NCCL=$(python3 -c "import glob, site; print(next(iter(sorted(f for p in site.getsitepackages() for f in glob.glob(p + '/nvidia/nccl*/lib/libnccl.so.2'))), ''))" 2>/dev/null)
+  export SGC_NCCL
+fi
 status=0
-for m in sample mlp cnn gpt gptw gptw_fused mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16; do
+for m in sample mlp cnn gpt gptw gptw_fused gptw_dp mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_dp_bf16; do
+  comm=; case $m in *_dp*) comm=nccl ;; esac # data-parallel builds: NCCL (one rank) on the GPU
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cpu > $m.cpu.out 2> $m.cpu.err
-  python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cuda:0 > $m.gpu.out 2> $m.gpu.err
+  python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cuda:0 $comm > $m.gpu.out 2> $m.gpu.err
   python3 - $m <<'PY' || status=1
 import json, sys
 m = sys.argv[1]

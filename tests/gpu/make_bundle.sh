@@ -24,4 +24,9 @@ cp "$out/gptw_data.safetensors" "$out/gptw_bf16_data.safetensors"
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_fused_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16 --attention fused
 cp "$out/gptw_data.safetensors" "$out/gptw_fused_data.safetensors"
 cp "$out/gptw_data.safetensors" "$out/gptw_fused_bf16_data.safetensors"
+# Data-parallel builds: their all-reduces (several buckets) through NCCL on the GPU.
+"$sgc" compile "$out/gptw.onnx" -o "$out/gptw_dp.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --data-parallel allreduce --bucket-mb 0.05
+"$sgc" compile "$out/gptw.onnx" -o "$out/gptw_dp_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16 --data-parallel allreduce --bucket-mb 0.05
+cp "$out/gptw_data.safetensors" "$out/gptw_dp_data.safetensors"
+cp "$out/gptw_data.safetensors" "$out/gptw_dp_bf16_data.safetensors"
 cp "$src/tests/gpu/check_gpu.sh" "$src/samples/train_ctypes.py" "$out/"

@@ -39,7 +39,8 @@ typedef enum {
   SGC_ERROR_DEVICE = 5,           /* a device that is absent or not supported */
   SGC_ERROR_IO = 6,               /* files: missing, unreadable, malformed */
   SGC_ERROR_OUT_OF_MEMORY = 7,
-  SGC_ERROR_INTERNAL = 8
+  SGC_ERROR_INTERNAL = 8,
+  SGC_ERROR_COMMUNICATION = 9     /* data parallelism: a peer rank failed, stopped answering or runs another program */
 } sgc_status;
 
 /** The ABI version this library implements (SGC_ABI_VERSION). */
@@ -51,15 +52,32 @@ SGC_API const char* sgc_last_error(void);
 typedef struct sgc_session sgc_session;
 
 typedef struct {
-  uint32_t struct_size; /* sizeof(sgc_session_options) */
+  uint32_t struct_size; /* sizeof(sgc_session_options); hosts built before the fields below pass a smaller size */
   uint32_t version;     /* SGC_ABI_VERSION */
   const char* device;   /* "cpu" (default when NULL) or "cuda:N" */
   int32_t num_threads;  /* 0: one per available core */
+  /* Data-parallel training, for libraries compiled with --data-parallel. Each rank runs a session
+   * on its share of every batch; the gradients (and the loss) are averaged over the ranks. */
+  const char* communicator; /* NULL or "none": one rank. "mpi": the ranks of MPI_COMM_WORLD (OpenMPI's
+                               libmpi.so.40, loaded then; MPI is initialized unless the host did it); on
+                               a GPU the gradients go through NCCL, its id sent over MPI. "nccl" (GPU):
+                               rank `rank` of `world_size`, with the id rank 0 got from
+                               sgc_nccl_unique_id (the host hands it to every rank) */
+  int32_t timeout_ms;       /* a collective not finished by then fails the step with
+                               SGC_ERROR_COMMUNICATION (0: 300000) */
+  int32_t rank, world_size; /* "nccl" only */
+  uint8_t nccl_id[128];     /* "nccl" only */
 } sgc_session_options;
 
-#define SGC_SESSION_OPTIONS_INIT {sizeof(sgc_session_options), SGC_ABI_VERSION, "cpu", 0}
+#define SGC_SESSION_OPTIONS_INIT {sizeof(sgc_session_options), SGC_ABI_VERSION, "cpu", 0, NULL, 0, 0, 1, {0}}
 
-/** Creates a session: the arena of the static memory plan, the initial weights. */
+/** A new NCCL unique id (128 bytes), for the "nccl" communicator: rank 0 makes it, and the host
+ * passes it to every rank's session (loads libnccl.so.2; SGC_NCCL names another path). */
+SGC_API sgc_status sgc_nccl_unique_id(uint8_t id[128]);
+
+/** Creates a session: the arena of the static memory plan, the initial weights. With a
+ * communicator, the ranks then compare their libraries' hashes and all fail
+ * (SGC_ERROR_COMMUNICATION, naming both hashes) if they differ. */
 SGC_API sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** out);
 SGC_API void sgc_session_destroy(sgc_session* session);
 
@@ -70,6 +88,8 @@ SGC_API sgc_status sgc_model_hash(const sgc_session* session, const char** hash)
 /** What runs the session: "cpu (N threads)", or the GPU with its code, its GEMM library and
  * whether the step is replayed as a CUDA graph. Valid until the next call on the session. */
 SGC_API sgc_status sgc_device_description(const sgc_session* session, const char** description);
+/** This session's rank and the number of ranks (0 and 1 without a communicator). */
+SGC_API sgc_status sgc_rank(const sgc_session* session, int32_t* rank, int32_t* world_size);
 /** Bytes of the memory plan (all regions of the arena). */
 SGC_API sgc_status sgc_memory_plan_bytes(const sgc_session* session, uint64_t* bytes);
 
@@ -88,7 +108,8 @@ SGC_API sgc_status sgc_tensor_info(const sgc_session* session, sgc_tensor_kind k
 SGC_API sgc_status sgc_set_input(sgc_session* session, const char* name, const DLTensor* tensor);
 /** Sets the learning rate used from the next step on. */
 SGC_API sgc_status sgc_set_learning_rate(sgc_session* session, double lr);
-/** One training step (forward, backward, optimizer) on the current inputs; the loss. */
+/** One training step (forward, backward, optimizer) on the current inputs; the loss (with a
+ * communicator, its mean over the ranks). After SGC_ERROR_COMMUNICATION every later step fails. */
 SGC_API sgc_status sgc_train_step(sgc_session* session, double* loss);
 /** The forward pass only, on the current inputs; nothing is updated. */
 SGC_API sgc_status sgc_eval_step(sgc_session* session, double* loss);

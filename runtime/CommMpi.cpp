@@ -1,0 +1,207 @@
+// The MPI communicator (see Comm.h). OpenMPI's libmpi.so.40 is dlopened,
+// so a train.so needs no MPI to load; its handles (MPI_COMM_WORLD, MPI_FLOAT,
+// MPI_SUM, ...) are the addresses of OpenMPI's predefined objects, found by
+// name. Collectives are non-blocking (MPI_Iallreduce), and waits poll
+// MPI_Test until the time-out.
+#include "runtime/Comm.h"
+
+#include "runtime/LoadOnce.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace sgc::rt {
+namespace {
+
+using Handle = void*; // MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Errhandler: pointers in OpenMPI
+constexpr int kThreadSerialized = 2; // MPI_THREAD_SERIALIZED
+void* const kInPlace = (void*)1;     // MPI_IN_PLACE
+
+struct MpiApi {
+  void* lib = nullptr;
+  int (*initialized)(int*);
+  int (*finalized)(int*);
+  int (*initThread)(int*, char***, int, int*);
+  int (*finalize)();
+  int (*commRank)(Handle, int*);
+  int (*commSize)(Handle, int*);
+  int (*setErrhandler)(Handle, Handle);
+  int (*iallreduce)(const void*, void*, int, Handle, Handle, Handle, Handle*);
+  int (*iallgather)(const void*, int, Handle, void*, int, Handle, Handle, Handle*);
+  int (*test)(Handle*, int*, void*);
+  int (*errorString)(int, char*, int*);
+  Handle world, floatType, doubleType, charType, sum, errorsReturn;
+
+  bool load(std::string& error) {
+    const char* env = std::getenv("SGC_MPI");
+    std::string name = env ? env : "libmpi.so.40";
+    // RTLD_GLOBAL: OpenMPI's own plugins resolve libmpi's symbols through the global scope.
+    if (!(lib = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL))) {
+      error = name + " cannot be loaded (install OpenMPI, or set SGC_MPI to its libmpi): " + dlerror();
+      return false;
+    }
+    struct Entry {
+      const char* name;
+      void** slot;
+    } entries[] = {{"MPI_Initialized", (void**)&initialized}, {"MPI_Finalized", (void**)&finalized},
+                   {"MPI_Init_thread", (void**)&initThread}, {"MPI_Finalize", (void**)&finalize},
+                   {"MPI_Comm_rank", (void**)&commRank}, {"MPI_Comm_size", (void**)&commSize},
+                   {"MPI_Comm_set_errhandler", (void**)&setErrhandler}, {"MPI_Iallreduce", (void**)&iallreduce},
+                   {"MPI_Iallgather", (void**)&iallgather}, {"MPI_Test", (void**)&test}, {"MPI_Error_string", (void**)&errorString},
+                   {"ompi_mpi_comm_world", &world}, {"ompi_mpi_float", &floatType}, {"ompi_mpi_double", &doubleType},
+                   {"ompi_mpi_char", &charType}, {"ompi_mpi_op_sum", &sum}, {"ompi_mpi_errors_return", &errorsReturn}};
+    for (const Entry& e : entries)
+      if (!(*e.slot = dlsym(lib, e.name))) {
+        error = name + " lacks " + e.name + " (sgc speaks OpenMPI's ABI)";
+        return false;
+      }
+    return true;
+  }
+};
+
+/// Whether any communicator failed: then MPI is not finalized at exit (a dead peer would hang it).
+bool failedOnce = false;
+bool initializedHere = false;
+
+void finalizeAtExit() {
+  std::string ignored;
+  const MpiApi* api = loadOnce<MpiApi>(ignored);
+  int done = 1;
+  if (api && !failedOnce && api->finalized(&done) == 0 && !done) api->finalize();
+}
+
+class MpiCommunicator : public Communicator {
+public:
+  MpiCommunicator(const MpiApi& api, int timeoutMs) : api_(api), timeoutMs_(timeoutMs) {}
+
+  bool init(std::string& error) {
+    int ready = 0;
+    if (api_.initialized(&ready) != 0) return fail("MPI_Initialized failed", error);
+    if (!ready) {
+      int provided = 0;
+      if (api_.initThread(nullptr, nullptr, kThreadSerialized, &provided) != 0) return fail("MPI_Init_thread failed", error);
+      if (!initializedHere) std::atexit(finalizeAtExit);
+      initializedHere = true;
+    }
+    if (int rc = api_.setErrhandler(api_.world, api_.errorsReturn)) return fail(message("MPI_Comm_set_errhandler", rc), error);
+    if (int rc = api_.commRank(api_.world, &rank_)) return fail(message("MPI_Comm_rank", rc), error);
+    if (int rc = api_.commSize(api_.world, &size_)) return fail(message("MPI_Comm_size", rc), error);
+    return true;
+  }
+
+  bool start(const std::vector<Span>& spans, bool average, int& handle, std::string& error) override {
+    if (!broken_.empty()) return fail(broken_, error);
+    Pending p{{}, spans, average};
+    for (const Span& s : spans) {
+      Handle type = s.dtype == "F32" ? api_.floatType : s.dtype == "F64" ? api_.doubleType : nullptr;
+      if (!type) return fail("MPI all-reduces f32 and f64 tensors, not " + s.dtype, error);
+      uint64_t size = s.dtype == "F32" ? 4 : 8, chunk = uint64_t(1) << 30; // MPI counts are ints
+      for (uint64_t at = 0; at < s.count; at += chunk) {
+        Handle request = nullptr;
+        int count = (int)std::min(chunk, s.count - at);
+        if (int rc = api_.iallreduce(kInPlace, (void*)(s.address + at * size), count, type, api_.sum, api_.world, &request))
+          return breakWith(message("MPI_Iallreduce", rc), error);
+        p.requests.push_back(request);
+      }
+    }
+    handle = next_++;
+    pending_[handle] = std::move(p);
+    return true;
+  }
+
+  bool wait(int handle, std::string& error) override {
+    auto it = pending_.find(handle);
+    if (it == pending_.end()) return fail("no collective " + std::to_string(handle) + " is pending", error);
+    Pending p = std::move(it->second);
+    pending_.erase(it);
+    if (!broken_.empty()) return fail(broken_, error);
+    if (!waitAll(p.requests, "an all-reduce", error)) return false;
+    if (p.average && size_ > 1)
+      for (const Span& s : p.spans) {
+        if (s.dtype == "F32") scale((float*)s.address, s.count, 1.0f / (float)size_);
+        else scale((double*)s.address, s.count, 1.0 / size_);
+      }
+    return true;
+  }
+
+  bool allGather(const std::string& mine, std::vector<std::string>& all, std::string& error) override {
+    if (!broken_.empty()) return fail(broken_, error);
+    std::string gathered(mine.size() * (size_t)size_, '\0');
+    std::vector<Handle> request(1);
+    if (int rc = api_.iallgather(mine.data(), (int)mine.size(), api_.charType, gathered.data(), (int)mine.size(), api_.charType, api_.world,
+                                 &request[0]))
+      return breakWith(message("MPI_Iallgather", rc), error);
+    if (!waitAll(request, "gathering the ranks' program hashes", error)) return false;
+    all.clear();
+    for (int r = 0; r < size_; ++r) all.push_back(gathered.substr((size_t)r * mine.size(), mine.size()));
+    return true;
+  }
+
+private:
+  struct Pending {
+    std::vector<Handle> requests;
+    std::vector<Span> spans;
+    bool average;
+  };
+
+  template <class T>
+  static void scale(T* x, uint64_t n, T by) {
+    for (uint64_t i = 0; i < n; ++i) x[i] *= by;
+  }
+
+  bool waitAll(std::vector<Handle>& requests, const char* what, std::string& error) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs_);
+    for (Handle& r : requests) {
+      int done = 0;
+      while (!done) {
+        if (int rc = api_.test(&r, &done, nullptr)) return breakWith(message("MPI_Test", rc), error);
+        if (done) break;
+        if (std::chrono::steady_clock::now() > deadline)
+          return breakWith(std::string(what) + " did not finish within " + std::to_string(timeoutMs_) +
+                               " ms: a peer rank exited or stopped answering",
+                           error);
+        std::this_thread::yield();
+      }
+    }
+    return true;
+  }
+
+  std::string message(const char* call, int rc) const {
+    char text[512];
+    int len = 0;
+    if (api_.errorString(rc, text, &len) != 0) len = 0;
+    return std::string(call) + " failed: " + std::string(text, (size_t)std::max(0, std::min(len, (int)sizeof text)));
+  }
+
+  static bool fail(const std::string& msg, std::string& error) {
+    error = msg;
+    return false;
+  }
+  bool breakWith(const std::string& msg, std::string& error) {
+    broken_ = msg;
+    failedOnce = true;
+    return fail(broken_, error);
+  }
+
+  const MpiApi& api_;
+  int timeoutMs_;
+  int next_ = 0;
+  std::map<int, Pending> pending_;
+};
+
+} // namespace
+
+std::unique_ptr<Communicator> openMpi(int timeoutMs, std::string& error) {
+  const MpiApi* api = loadOnce<MpiApi>(error);
+  if (!api) return nullptr;
+  auto c = std::make_unique<MpiCommunicator>(*api, timeoutMs);
+  if (!c->init(error)) return nullptr;
+  return c;
+}
+
+} // namespace sgc::rt

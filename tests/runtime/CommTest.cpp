@@ -1,0 +1,106 @@
+// The layout side of the collectives (runtime/Comm.h, runtime/Program.h):
+// which bytes one all-reduce covers, and which launch must wait for it. The
+// compiled sample with --data-parallel must put each bucket's gradients back
+// to back (one span per bucket), and a collective must finish before any
+// later launch touches its tensors.
+#include "codegen/Program.h"
+#include "frontend/onnx/Importer.h"
+#include "ir/training/TrainingStep.h"
+#include "runtime/Comm.h"
+#include "runtime/Program.h"
+
+#include <gtest/gtest.h>
+
+using namespace sgc;
+
+namespace {
+
+TEST(ContiguousSpans, MergesAcrossPaddingOnly) {
+  // Tensors 0..3: f32 at 0 (40 bytes), f32 at 64 (64 bytes), f64 at 128 (16 bytes), f32 at 256 (8 bytes);
+  // tensor 4 (f32 at 44) is not there yet.
+  std::vector<uint64_t> address{0, 64, 128, 256, 1024}, bytes{40, 64, 16, 8, 8};
+  std::vector<std::string> dtype{"F32", "F32", "F64", "F32", "F32"};
+  auto spans = rt::contiguousSpans({1, 0, 2, 3}, address, bytes, dtype, 64);
+  ASSERT_EQ(spans.size(), 3u); // 0+1 through the padding; 2 is f64; 3 lies past a 64-byte gap
+  EXPECT_EQ(spans[0].address, 0u);
+  EXPECT_EQ(spans[0].count, 32u); // (64 + 64) / 4
+  EXPECT_EQ(spans[1].dtype, "F64");
+  EXPECT_EQ(spans[2].address, 256u);
+  // Now tensor 4 lies in the gap between 0 and 1 and is not reduced: no merging across it.
+  address[4] = 44;
+  spans = rt::contiguousSpans({0, 1}, address, bytes, dtype, 64);
+  EXPECT_EQ(spans.size(), 2u);
+}
+
+rt::Program compiledWithBuckets(double bucketMb) {
+  auto g = onnx_import::importModel(SGC_SOURCE_DIR "/samples/mlp_train.onnx");
+  EXPECT_TRUE(!!g) << errorText(g.takeError());
+  ir::TrainingOptions o;
+  o.optimizer.kind = "adamw";
+  o.dataParallel = "allreduce";
+  o.bucketMb = bucketMb;
+  EXPECT_FALSE(ir::buildTrainingStep(**g, o));
+  auto p = codegen::buildProgram(**g, "test");
+  EXPECT_TRUE(!!p) << errorText(p.takeError());
+  rt::Program prog;
+  std::string error;
+  EXPECT_TRUE(rt::parseProgram(p->programJson.data(), p->programJson.size(), p->weights.size(), prog, error)) << error;
+  return prog;
+}
+
+/// Each tensor's address in an arena laid out as the session lays it out.
+std::vector<uint64_t> addresses(const rt::Program& p) {
+  uint64_t start[rt::kNumRegions], total = 0;
+  for (int r = 0; r < rt::kNumRegions; ++r) {
+    start[r] = total;
+    total += (p.regions[r] + 63) / 64 * 64;
+  }
+  std::vector<uint64_t> a;
+  for (const rt::TensorDesc& t : p.tensors) a.push_back(start[t.region] + t.offset);
+  return a;
+}
+
+TEST(Collectives, EachBucketIsOneSpanAndIsWaitedForBeforeUse) {
+  rt::Program p = compiledWithBuckets(0.001);
+  std::vector<uint64_t> address = addresses(p), bytes;
+  std::vector<std::string> dtype;
+  for (const rt::TensorDesc& t : p.tensors) {
+    bytes.push_back(t.bytes);
+    dtype.push_back(t.dtype);
+  }
+  auto waits = rt::collectiveWaits(p, address);
+  int collectives = 0, waited = 0;
+  for (size_t i = 0; i < p.launches.size(); ++i) {
+    if (!p.launches[i].collective) continue;
+    ++collectives;
+    EXPECT_EQ(rt::contiguousSpans(p.launches[i].collective->tensors, address, bytes, dtype, p.alignment).size(), 1u)
+        << "collective " << i << " is not one run of bytes";
+    for (size_t j = 0; j <= i; ++j)
+      for (int w : waits[j]) EXPECT_NE(w, (int)i) << "launch " << j << " waits for a later collective";
+    for (size_t j = i + 1; j < p.launches.size(); ++j)
+      for (int w : waits[j]) waited += w == (int)i;
+  }
+  EXPECT_GT(collectives, 2); // the loss and several gradient buckets
+  EXPECT_EQ(waited, collectives - 1); // each bucket by its optimizer update; the loss by the host
+}
+
+TEST(Collectives, MalformedCollectiveIsRefused) {
+  std::string json = R"({"kernel": -1, "serial": true, "forward": true, "extent": 0, "args": [],
+                         "collective": {"op": "allreduce", "average": true, "tensors": [100000]}})";
+  // Splice the bad launch into a real program's description.
+  auto g = onnx_import::importModel(SGC_SOURCE_DIR "/samples/mlp_train.onnx");
+  ASSERT_TRUE(!!g);
+  ir::TrainingOptions o;
+  ASSERT_FALSE(ir::buildTrainingStep(**g, o));
+  auto p = codegen::buildProgram(**g, "test");
+  ASSERT_TRUE(!!p);
+  std::string text = p->programJson;
+  size_t at = text.find("\"launches\":[") + 12;
+  text.insert(at, json + ",");
+  rt::Program prog;
+  std::string error;
+  EXPECT_FALSE(rt::parseProgram(text.data(), text.size(), p->weights.size(), prog, error));
+  EXPECT_NE(error.find("collective"), std::string::npos) << error;
+}
+
+} // namespace
