@@ -6,6 +6,7 @@
 # decay 0.01, as torch_peers.py trains) without weights: the device side loads
 # the PyTorch model's initial weights. Then, on the device:
 #   python3 bench/gpu_train.py bench/out
+#   python3 bench/gpu_dp.py bench/out
 # Usage: bench/gpu_build.sh [SGC]   (from the project root)
 set -eu
 sgc=${1:-build/driver/sgc}
@@ -27,5 +28,7 @@ PY
 flags="--optimizer adamw --lr 1e-4 --weight-decay 0.01 --precision bf16 --weights none --target sm_90 --stats"
 "$sgc" compile "$out/mlp.onnx" -o "$out/mlp.so" --dim B=8192 $flags 2> "$out/mlp.stats"
 "$sgc" compile "$out/gpt.onnx" -o "$out/gpt.so" --dim B=16 $flags 2> "$out/gpt.stats"
+# The cost of data parallelism's machinery (bench/gpu_dp.py): GPT-2 small with its all-reduces.
+"$sgc" compile "$out/gpt.onnx" -o "$out/gpt_dp.so" --dim B=16 $flags --data-parallel allreduce 2> "$out/gpt_dp.stats"
 rm -f "$out"/*.onnx.data
 ls -l "$out"/*.so

@@ -21,7 +21,8 @@ STEPS, WARM, LOSSES = 20, 3, 3
 
 
 # ---- the sgc side, in its own process (its own CUDA context and memory) ----
-def sgc_side(so, weights, name):
+def sgc_side(so, weights, name, comm="none"):
+    """comm: none, or nccl (the library's all-reduces through NCCL, as rank 0 of 1)."""
     lib = ctypes.CDLL(os.path.abspath(so))
     lib.sgc_last_error.restype = ctypes.c_char_p
 
@@ -31,7 +32,11 @@ def sgc_side(so, weights, name):
 
     free0, total = torch.cuda.mem_get_info()
     s = ctypes.c_void_p()
-    check(lib.sgc_session_create(ctypes.byref(Options(ctypes.sizeof(Options), lib.sgc_abi_version(), b"cuda:0", 0)), ctypes.byref(s)), "create")
+    options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), b"cuda:0", 0, None, 0, 0, 1)
+    if comm == "nccl":
+        options.communicator = b"nccl"
+        check(lib.sgc_nccl_unique_id(options.nccl_id), "sgc_nccl_unique_id")
+    check(lib.sgc_session_create(ctypes.byref(options), ctypes.byref(s)), "create")
     free1, _ = torch.cuda.mem_get_info()
     # The checkpoint holds the state_dict: keep the parameters this library has (one of two tied names).
     names = []
@@ -132,16 +137,23 @@ def profile_summary(path):
     return {"step_ms": step, "launches": n, "families_ms": fam}
 
 
+def library_env():
+    """The environment for the sgc side: the device image may have cuBLASLt and NCCL only in PyTorch's wheels."""
+    env = dict(os.environ)
+    for var, pattern, system in (("SGC_CUBLASLT", "libcublasLt.so.*", "/usr/local/cuda/lib64/libcublasLt.so.13"),
+                                 ("SGC_NCCL", "libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2")):
+        found = sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "**", pattern), recursive=True))
+        if var not in env and found and not os.path.exists(system):
+            env[var] = os.path.abspath(found[0])
+    return env
+
+
 def main():
     if sys.argv[1] == "--sgc":  # the child process
-        sgc_side(*sys.argv[2:5])
+        sgc_side(*sys.argv[2:6])
         return
     out_dir, models = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "mlp,gpt").split(",")
-    env = dict(os.environ)
-    if "SGC_CUBLASLT" not in env:  # the device image may have cuBLASLt only in PyTorch's wheels
-        found = glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "**", "libcublasLt.so.*"), recursive=True)
-        if found and not os.path.exists("/usr/local/cuda/lib64/libcublasLt.so.13"):
-            env["SGC_CUBLASLT"] = os.path.abspath(found[0])
+    env = library_env()
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     for name in models:
         init = {k: v.clone() for k, v in gm.make(name).state_dict().items()}

@@ -77,7 +77,7 @@ struct Planner {
       if ((n.op == Op::SgdUpdate || n.op == Op::AdamUpdate) && n.inputs[1]->kind == ValueKind::Result) grads.insert(n.inputs[1]);
       // What an all-reduce reads and writes stays in the grads region (never reused, so the
       // collective may run while later kernels do), each bucket back to back.
-      if (n.op == Op::AllReduce)
+      if (n.op == Op::AllReduce || n.op == Op::ReduceScatter || n.op == Op::AllGather)
         for (size_t k = 0; k < n.inputs.size(); ++k)
           for (const Value* v : {n.inputs[k], n.outputs[k]})
             if (v->kind == ValueKind::Result) {

@@ -113,12 +113,31 @@ nlohmann::json launchJson(const kir::Kernel& k, int index, const std::map<std::s
   return launch;
 }
 
-/// An all-reduce launch: no kernel, the collective over the node's results (see runtime/Program.h).
+/// Optimizer state of a ZeRO-1 shard (each rank holds its part of the whole): state -> the world size.
+std::map<const ir::Value*, int64_t> shardedState(const ir::Graph& g) {
+  std::map<const ir::Value*, int64_t> out;
+  for (auto& n : g.nodes()) {
+    if (n->op != ir::Op::AdamUpdate && n->op != ir::Op::SgdUpdate) continue;
+    const ir::Node* from = n->inputs[0]->producer;
+    if (!from || from->op != ir::Op::Shard) continue;
+    for (size_t i : n->op == ir::Op::AdamUpdate ? std::vector<size_t>{2, 3} : std::vector<size_t>{4})
+      if (i < n->inputs.size() && n->inputs[i]) out[n->inputs[i]] = from->getInt("world", 1);
+  }
+  return out;
+}
+
+bool isCollective(ir::Op op) { return op == ir::Op::AllReduce || op == ir::Op::ReduceScatter || op == ir::Op::AllGather || op == ir::Op::Shard; }
+
+/// A collective launch: no kernel (see runtime/Program.h). An all-reduce works on its results (in
+/// place); the ZeRO-1 ones from their input to their result.
 nlohmann::json collectiveJson(const ir::Node& n, const std::map<std::string, int>& tensorId) {
   nlohmann::json tensors = nlohmann::json::array();
+  if (n.op != ir::Op::AllReduce) tensors.push_back(tensorId.at(n.inputs[0]->name));
   for (const ir::Value* v : n.outputs) tensors.push_back(tensorId.at(v->name));
+  const char* op = n.op == ir::Op::AllReduce ? "allreduce" : n.op == ir::Op::ReduceScatter ? "reduce_scatter"
+                   : n.op == ir::Op::AllGather ? "all_gather" : "shard";
   return {{"kernel", -1}, {"serial", true}, {"extent", 0}, {"args", nlohmann::json::array()},
-          {"collective", {{"op", "allreduce"}, {"average", n.getInt("average", 1) != 0}, {"tensors", tensors}}}};
+          {"collective", {{"op", op}, {"average", n.getInt("average", 1) != 0}, {"world", n.getInt("world", 0)}, {"tensors", tensors}}}};
 }
 
 /// An all-reduce's copies (kernel k copies operand k to result k), but those the plan put in place.
@@ -167,11 +186,13 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   p.plan = std::move(*plan);
   std::map<std::string, int> tensorId;
   nlohmann::json tensors = nlohmann::json::array(), weights = nlohmann::json::array();
+  std::map<const ir::Value*, int64_t> sharded = shardedState(g);
   for (const Buffer& b : p.plan.buffers) {
     tensorId[b.value->name] = (int)tensors.size();
     tensors.push_back({{"name", b.value->name}, {"kind", kindName(b.value->kind)}, {"region", (int)b.region}, {"offset", b.offset},
                        {"bytes", b.bytes}, {"dtype", std::string(ir::dtypeSafetensorsName(b.value->type.dtype))},
                        {"shape", b.value->type.shape()}});
+    if (sharded.count(b.value)) tensors.back()["shards"] = sharded[b.value];
     // Constants are always carried; parameters when embedded; state starts at zero (the arena's fill).
     bool carried = b.value->kind == ir::ValueKind::Const || (b.value->kind == ir::ValueKind::Param && mode == Weights::Embedded);
     if (b.value->kind == ir::ValueKind::State &&
@@ -192,6 +213,12 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     const auto& group = p.schedule[gi];
     if (group.size() == 1 && views.count(group[0]->outputs[0])) continue;
     std::string name = "sgc_k" + std::to_string(gi);
+    if (group.size() == 1 && isCollective(group[0]->op) && group[0]->op != ir::Op::AllReduce) { // the runtime's alone
+      launches.push_back(collectiveJson(*group[0], tensorId));
+      launches.back()["forward"] = forward.count(group[0]) != 0;
+      launches.back()["label"] = std::string(ir::opName(group[0]->op));
+      continue;
+    }
     std::vector<kir::Kernel> ks;
     if (group.size() > 1 && !kir::isFusibleElementwise(*group[0])) {
       auto k = kir::lowerProductGroup(name, group);

@@ -124,7 +124,7 @@ std::string envOr(const char* name, const char* def) {
 std::string canonicalFlags(const Args& a) {
   std::string s;
   for (const char* f : {"dim", "target", "weights", "recompute", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
-                        "clip-grad-norm", "loss", "freeze", "precision", "attention", "data-parallel", "bucket-mb"})
+                        "clip-grad-norm", "loss", "freeze", "precision", "attention", "data-parallel", "bucket-mb", "ranks"})
     if (a.has(f)) s += std::string("--") + f + "=" + a.get(f) + "\n";
   return s;
 }

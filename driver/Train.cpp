@@ -87,7 +87,7 @@ int trainMain(int argc, char** argv) {
   if (*steps < 0 || *steps != std::floor(*steps)) return reportError("--steps expects a non-negative integer");
   const std::string& model = args->positional()[0];
   if (model.size() > 3 && model.substr(model.size() - 3) == ".so") {
-    for (const char* f : {"optimizer", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps", "clip-grad-norm", "loss", "freeze", "precision", "data-parallel", "bucket-mb"})
+    for (const char* f : {"optimizer", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps", "clip-grad-norm", "loss", "freeze", "precision", "data-parallel", "bucket-mb", "ranks"})
       if (args->has(f)) return reportError(std::string("--") + f + " is fixed when the .so is compiled; give it to sgc compile");
     return trainLibrary(model, *args, (int64_t)*steps);
   }

@@ -192,7 +192,7 @@ int trainLibrary(const std::string& path, const Args& args, int64_t steps) {
       return 1;
     }
   }
-  if (args.has("save") && rank == 0) return check(api.sgc_save(s, args.get("save").c_str())); // the ranks hold the same weights
+  if (args.has("save")) return check(api.sgc_save(s, args.get("save").c_str())); // every rank takes part; rank 0 writes
   return 0;
 }
 

@@ -20,8 +20,10 @@ std::vector<OptionSpec> trainingFlagSpecs() {
           {"freeze", "REGEX", "parameters whose name matches are not trained"},
           {"precision", "P", "f32 (default) or bf16: products and convolutions in bf16, the rest and the weights in f32"},
           {"attention", "HOW", "decomposed (default: as the model writes it; GEMMs on tensor cores) or fused (no stored scores: less memory)"},
-          {"data-parallel", "MODE", "none (default) or allreduce: gradients all-reduced in buckets (one rank for now)"},
-          {"bucket-mb", "MB", "all-reduce bucket size in megabytes (default 25)"}};
+          {"data-parallel", "MODE", "none (default); allreduce: gradients averaged over the ranks in buckets; zero1: also\n"
+                                    "the optimizer state sharded over the ranks (with --ranks)"},
+          {"bucket-mb", "MB", "all-reduce bucket size in megabytes (default 25)"},
+          {"ranks", "N", "--data-parallel zero1: the number of ranks the library will run on"}};
 }
 
 bool hasTrainingFlags(const Args& a) {
@@ -49,6 +51,9 @@ Expected<ir::TrainingOptions> parseTrainingFlags(const Args& a) {
   auto bucket = numberFlag(a, "bucket-mb", 25);
   if (!bucket) return bucket.takeError();
   o.bucketMb = *bucket;
+  auto ranks = numberFlag(a, "ranks", 0);
+  if (!ranks || *ranks < 0 || *ranks != std::floor(*ranks) || *ranks > 65536) return makeError("--ranks expects a positive integer");
+  o.ranks = (int64_t)*ranks;
   auto& opt = o.optimizer;
   opt.kind = a.get("optimizer", "sgd");
   opt.nesterov = a.has("nesterov");

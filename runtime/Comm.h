@@ -31,6 +31,10 @@ public:
   /// Starts summing each span across the ranks in place (then dividing by the world size when
   /// `average`); `handle` names it for wait. Every rank starts the same collectives in the same order.
   virtual bool start(const std::vector<Span>& spans, bool average, int& handle, std::string& error) = 0;
+  /// Starts ZeRO-1's collectives from `in` to `out`: this rank's shard of the sum (or mean) of every
+  /// rank's `in` (`in` is world size times `out`); every rank's `in` in rank order.
+  virtual bool startReduceScatter(const Span& in, const Span& out, bool average, int& handle, std::string& error) = 0;
+  virtual bool startAllGather(const Span& in, const Span& out, int& handle, std::string& error) = 0;
   /// Waits, at most the time-out, until collective `handle` has finished.
   virtual bool wait(int handle, std::string& error) = 0;
   /// Every rank's `mine` (of the same length everywhere), in rank order.

@@ -33,6 +33,7 @@ struct MpiApi {
   int (*setErrhandler)(Handle, Handle);
   int (*iallreduce)(const void*, void*, int, Handle, Handle, Handle, Handle*);
   int (*iallgather)(const void*, int, Handle, void*, int, Handle, Handle, Handle*);
+  int (*ireduceScatterBlock)(const void*, void*, int, Handle, Handle, Handle, Handle*);
   int (*test)(Handle*, int*, void*);
   int (*errorString)(int, char*, int*);
   Handle world, floatType, doubleType, charType, sum, errorsReturn;
@@ -45,22 +46,16 @@ struct MpiApi {
       error = name + " cannot be loaded (install OpenMPI, or set SGC_MPI to its libmpi): " + dlerror();
       return false;
     }
-    struct Entry {
-      const char* name;
-      void** slot;
-    } entries[] = {{"MPI_Initialized", (void**)&initialized}, {"MPI_Finalized", (void**)&finalized},
-                   {"MPI_Init_thread", (void**)&initThread}, {"MPI_Finalize", (void**)&finalize},
-                   {"MPI_Comm_rank", (void**)&commRank}, {"MPI_Comm_size", (void**)&commSize},
-                   {"MPI_Comm_set_errhandler", (void**)&setErrhandler}, {"MPI_Iallreduce", (void**)&iallreduce},
-                   {"MPI_Iallgather", (void**)&iallgather}, {"MPI_Test", (void**)&test}, {"MPI_Error_string", (void**)&errorString},
-                   {"ompi_mpi_comm_world", &world}, {"ompi_mpi_float", &floatType}, {"ompi_mpi_double", &doubleType},
-                   {"ompi_mpi_char", &charType}, {"ompi_mpi_op_sum", &sum}, {"ompi_mpi_errors_return", &errorsReturn}};
-    for (const Entry& e : entries)
-      if (!(*e.slot = dlsym(lib, e.name))) {
-        error = name + " lacks " + e.name + " (sgc speaks OpenMPI's ABI)";
-        return false;
-      }
-    return true;
+    return resolveAll(lib,
+                      {{"MPI_Initialized", (void**)&initialized}, {"MPI_Finalized", (void**)&finalized},
+                       {"MPI_Init_thread", (void**)&initThread}, {"MPI_Finalize", (void**)&finalize}, {"MPI_Comm_rank", (void**)&commRank},
+                       {"MPI_Comm_size", (void**)&commSize}, {"MPI_Comm_set_errhandler", (void**)&setErrhandler},
+                       {"MPI_Iallreduce", (void**)&iallreduce}, {"MPI_Iallgather", (void**)&iallgather},
+                       {"MPI_Ireduce_scatter_block", (void**)&ireduceScatterBlock}, {"MPI_Test", (void**)&test},
+                       {"MPI_Error_string", (void**)&errorString}, {"ompi_mpi_comm_world", &world}, {"ompi_mpi_float", &floatType},
+                       {"ompi_mpi_double", &doubleType}, {"ompi_mpi_char", &charType}, {"ompi_mpi_op_sum", &sum},
+                       {"ompi_mpi_errors_return", &errorsReturn}},
+                      name + " (sgc speaks OpenMPI's ABI)", error);
   }
 };
 
@@ -114,6 +109,22 @@ public:
     return true;
   }
 
+  bool startReduceScatter(const Span& in, const Span& out, bool average, int& handle, std::string& error) override {
+    Handle type = typeOf(out, error), request = nullptr;
+    if (!type) return false;
+    if (int rc = api_.ireduceScatterBlock((void*)in.address, (void*)out.address, (int)out.count, type, api_.sum, api_.world, &request))
+      return breakWith(message("MPI_Ireduce_scatter_block", rc), error);
+    return track(Pending{{request}, average ? std::vector<Span>{out} : std::vector<Span>{}, average}, handle);
+  }
+
+  bool startAllGather(const Span& in, const Span& out, int& handle, std::string& error) override {
+    Handle type = typeOf(in, error), request = nullptr;
+    if (!type) return false;
+    if (int rc = api_.iallgather((void*)in.address, (int)in.count, type, (void*)out.address, (int)in.count, type, api_.world, &request))
+      return breakWith(message("MPI_Iallgather", rc), error);
+    return track(Pending{{request}, {}, false}, handle);
+  }
+
   bool wait(int handle, std::string& error) override {
     auto it = pending_.find(handle);
     if (it == pending_.end()) return fail("no collective " + std::to_string(handle) + " is pending", error);
@@ -148,6 +159,20 @@ private:
     std::vector<Span> spans;
     bool average;
   };
+
+  /// The MPI datatype of a span of fewer than 2^31 elements (MPI counts are ints).
+  Handle typeOf(const Span& s, std::string& error) {
+    Handle type = s.dtype == "F32" ? api_.floatType : s.dtype == "F64" ? api_.doubleType : nullptr;
+    if (!failed() && type && s.count < (uint64_t(1) << 31)) return type;
+    fail(failed() ? broken_ : "MPI reduces f32 and f64 tensors of fewer than 2^31 elements, not " + s.dtype + "[" + std::to_string(s.count) + "]", error);
+    return nullptr;
+  }
+
+  bool track(Pending p, int& handle) {
+    handle = next_++;
+    pending_[handle] = std::move(p);
+    return true;
+  }
 
   template <class T>
   static void scale(T* x, uint64_t n, T by) {

@@ -25,6 +25,7 @@ struct NcclApi {
   Result (*initRankConfig)(void**, int, NcclId, int, Config*);
   Result (*allReduce)(const void*, void*, size_t, int, int, void*, void*);
   Result (*allGather)(const void*, void*, size_t, int, void*, void*);
+  Result (*reduceScatter)(const void*, void*, size_t, int, int, void*, void*);
   Result (*groupStart)();
   Result (*groupEnd)();
   Result (*getAsyncError)(void*, Result*);
@@ -40,20 +41,14 @@ struct NcclApi {
       error = "libnccl.so.2 cannot be loaded (set SGC_NCCL to its path)";
       return false;
     }
-    struct Entry {
-      const char* name;
-      void** slot;
-    } entries[] = {{"ncclGetUniqueId", (void**)&getUniqueId}, {"ncclCommInitRankConfig", (void**)&initRankConfig},
-                   {"ncclAllReduce", (void**)&allReduce}, {"ncclAllGather", (void**)&allGather},
-                   {"ncclGroupStart", (void**)&groupStart}, {"ncclGroupEnd", (void**)&groupEnd},
-                   {"ncclCommGetAsyncError", (void**)&getAsyncError}, {"ncclCommAbort", (void**)&abort},
-                   {"ncclCommDestroy", (void**)&destroy}, {"ncclGetErrorString", (void**)&errorString}};
-    for (const Entry& e : entries)
-      if (!(*e.slot = dlsym(lib, e.name))) {
-        error = std::string("libnccl.so.2 lacks ") + e.name + " (NCCL 2.18 or newer is needed)";
-        return false;
-      }
-    return true;
+    return resolveAll(lib,
+                      {{"ncclGetUniqueId", (void**)&getUniqueId}, {"ncclCommInitRankConfig", (void**)&initRankConfig},
+                       {"ncclAllReduce", (void**)&allReduce}, {"ncclAllGather", (void**)&allGather},
+                       {"ncclReduceScatter", (void**)&reduceScatter}, {"ncclGroupStart", (void**)&groupStart},
+                       {"ncclGroupEnd", (void**)&groupEnd}, {"ncclCommGetAsyncError", (void**)&getAsyncError},
+                       {"ncclCommAbort", (void**)&abort}, {"ncclCommDestroy", (void**)&destroy},
+                       {"ncclGetErrorString", (void**)&errorString}},
+                      "libnccl.so.2 (NCCL 2.18 or newer is needed)", error);
   }
 };
 
@@ -90,14 +85,28 @@ public:
     Result r = api_.groupStart();
     for (const Span& s : spans) {
       if (r != kSuccess && r != kInProgress) break;
-      int type = s.dtype == "F32" ? kFloat32 : s.dtype == "F64" ? kFloat64 : kBfloat16;
-      r = api_.allReduce((const void*)s.address, (void*)s.address, s.count, type, average ? kAvg : kSum, comm_, gpu_.commStream());
+      r = api_.allReduce((const void*)s.address, (void*)s.address, s.count, typeOf(s), average ? kAvg : kSum, comm_, gpu_.commStream());
     }
     Result end = api_.groupEnd();
     if (r != kSuccess && r != kInProgress) return breakWith("ncclAllReduce", r, error);
     if (end != kSuccess && end != kInProgress) return breakWith("ncclGroupEnd", end, error);
     handle = 0;
     return true;
+  }
+
+  bool startReduceScatter(const Span& in, const Span& out, bool average, int& handle, std::string& error) override {
+    if (failed()) return fail(broken_, error);
+    Result r = api_.reduceScatter((const void*)in.address, (void*)out.address, out.count, typeOf(out), average ? kAvg : kSum, comm_,
+                                  gpu_.commStream());
+    handle = 0;
+    return r == kSuccess || r == kInProgress || breakWith("ncclReduceScatter", r, error);
+  }
+
+  bool startAllGather(const Span& in, const Span& out, int& handle, std::string& error) override {
+    if (failed()) return fail(broken_, error);
+    Result r = api_.allGather((const void*)in.address, (void*)out.address, in.count, typeOf(in), comm_, gpu_.commStream());
+    handle = 0;
+    return r == kSuccess || r == kInProgress || breakWith("ncclAllGather", r, error);
   }
 
   /// The collectives are ordered on the GPU (GpuStep's events); the host waits in idle().
@@ -128,6 +137,7 @@ public:
   }
 
 private:
+  static int typeOf(const Span& s) { return s.dtype == "F32" ? kFloat32 : s.dtype == "F64" ? kFloat64 : kBfloat16; }
   static bool fail(const std::string& msg, std::string& error) {
     error = msg;
     return false;

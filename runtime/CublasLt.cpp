@@ -45,22 +45,15 @@ struct CublasLt::Api {
       error = "libcublasLt.so.13 cannot be loaded (set SGC_CUBLASLT to its path)";
       return false;
     }
-    struct Entry {
-      const char* name;
-      void** slot;
-    } entries[] = {{"cublasLtCreate", (void**)&create}, {"cublasLtDestroy", (void**)&destroy}, {"cublasLtGetVersion", (void**)&getVersion},
-                   {"cublasLtMatmulDescCreate", (void**)&descCreate}, {"cublasLtMatmulDescDestroy", (void**)&descDestroy},
-                   {"cublasLtMatmulDescSetAttribute", (void**)&descSet}, {"cublasLtMatrixLayoutCreate", (void**)&layoutCreate},
-                   {"cublasLtMatrixLayoutDestroy", (void**)&layoutDestroy}, {"cublasLtMatrixLayoutSetAttribute", (void**)&layoutSet},
-                   {"cublasLtMatmulPreferenceCreate", (void**)&prefCreate}, {"cublasLtMatmulPreferenceDestroy", (void**)&prefDestroy},
-                   {"cublasLtMatmulPreferenceSetAttribute", (void**)&prefSet}, {"cublasLtMatmulAlgoGetHeuristic", (void**)&heuristic},
-                   {"cublasLtMatmul", (void**)&matmul}};
-    for (const Entry& e : entries)
-      if (!(*e.slot = dlsym(lib, e.name))) {
-        error = std::string("cuBLASLt lacks ") + e.name;
-        return false;
-      }
-    return true;
+    return resolveAll(lib,
+                      {{"cublasLtCreate", (void**)&create}, {"cublasLtDestroy", (void**)&destroy},
+                       {"cublasLtGetVersion", (void**)&getVersion}, {"cublasLtMatmulDescCreate", (void**)&descCreate},
+                       {"cublasLtMatmulDescDestroy", (void**)&descDestroy}, {"cublasLtMatmulDescSetAttribute", (void**)&descSet},
+                       {"cublasLtMatrixLayoutCreate", (void**)&layoutCreate}, {"cublasLtMatrixLayoutDestroy", (void**)&layoutDestroy},
+                       {"cublasLtMatrixLayoutSetAttribute", (void**)&layoutSet}, {"cublasLtMatmulPreferenceCreate", (void**)&prefCreate},
+                       {"cublasLtMatmulPreferenceDestroy", (void**)&prefDestroy}, {"cublasLtMatmulPreferenceSetAttribute", (void**)&prefSet},
+                       {"cublasLtMatmulAlgoGetHeuristic", (void**)&heuristic}, {"cublasLtMatmul", (void**)&matmul}},
+                      "cuBLASLt", error);
   }
 };
 

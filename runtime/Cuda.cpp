@@ -283,12 +283,13 @@ bool CudaDevice::waitIdle(int timeoutMs, const std::function<bool(std::string&)>
 }
 
 uint64_t CudaDevice::scratch(uint64_t bytes, std::string& error) {
-  if (scratch_) {
-    error = "the scratch allocation is taken";
-    return 0;
-  }
+  if (scratch_ && scratchBytes_ >= bytes) return scratch_;
+  if (scratch_ && !synchronize(error)) return 0;
+  if (scratch_) api_->cuMemFree(scratch_);
+  scratch_ = scratchBytes_ = 0;
   CUdeviceptr p = 0;
   if (!check(api_->cuMemAlloc(&p, std::max<uint64_t>(bytes, 256)), "cuMemAlloc", error)) return 0;
+  scratchBytes_ = std::max<uint64_t>(bytes, 256);
   return scratch_ = p;
 }
 

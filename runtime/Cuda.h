@@ -60,7 +60,7 @@ public:
   bool waitComm(size_t slot, std::string& error);
   /// Waits until both streams are idle, calling `healthy` as it polls; fails after `timeoutMs`.
   bool waitIdle(int timeoutMs, const std::function<bool(std::string&)>& healthy, std::string& error);
-  /// A device allocation of `bytes` (once per session, beside the arena), 0 on error.
+  /// A device buffer of at least `bytes` beside the arena (kept for later calls; never during a step), 0 on error.
   uint64_t scratch(uint64_t bytes, std::string& error);
   /// Profiling: records event `slot` on the stream; after a synchronize, the milliseconds between two.
   bool recordEvent(size_t slot, std::string& error);
@@ -79,7 +79,7 @@ private:
   void* commStream_ = nullptr;
   void* forkEvent_ = nullptr;
   std::vector<void*> joinEvents_;
-  uint64_t scratch_ = 0;
+  uint64_t scratch_ = 0, scratchBytes_ = 0;
   void* graph_ = nullptr;
   void* graphExec_ = nullptr;
   int device_ = 0;

@@ -1,6 +1,8 @@
 // The GPU step (see GpuStep.h).
 #include "runtime/GpuStep.h"
 
+#include "runtime/Safetensors.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +44,21 @@ void GpuStep::setCommunicator(Communicator* comm) {
   waits_ = collectiveWaits(prog_, address_);
 }
 
+bool GpuStep::collective(size_t i, const Collective& c, std::string& error) {
+  int handle = 0;
+  if (c.op == "allreduce")
+    return !comm_ || (gpu_.commFork(error) && comm_->start(spans_[i], c.average, handle, error) && gpu_.commDone(i, error));
+  int in = c.tensors[0], out = c.tensors[1];
+  uint64_t bytes = prog_.tensors[out].bytes;
+  if (c.op == "shard") return gpu_.copy(address_[out], address_[in] + (uint64_t)(comm_ ? comm_->rank() : 0) * bytes, bytes, error);
+  if (!comm_) return gpu_.copy(address_[out], address_[in], bytes, error); // one rank: the shard is the whole
+  auto span = [&](int id) { return Span{address_[id], prog_.tensors[id].bytes / stDTypeSize(prog_.tensors[id].dtype), prog_.tensors[id].dtype}; };
+  if (!gpu_.commFork(error)) return false;
+  bool started = c.op == "reduce_scatter" ? comm_->startReduceScatter(span(in), span(out), c.average, handle, error)
+                                          : comm_->startAllGather(span(in), span(out), handle, error);
+  return started && gpu_.commDone(i, error);
+}
+
 bool GpuStep::launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error) {
   args_.clear();
   for (int a : ids) args_.push_back(address_[a]);
@@ -61,11 +78,8 @@ bool GpuStep::enqueue(bool train, std::string& error) {
       if (!gpu_.waitComm(c, error)) return false;
     }
     if (!train && !l.forward) continue;
-    if (l.collective && comm_) {
-      int handle = 0;
-      if (!gpu_.commFork(error) || !comm_->start(spans_[i], l.collective->average, handle, error) || !gpu_.commDone(i, error)) return false;
-      started[i] = true;
-    }
+    if (l.collective && !collective(i, *l.collective, error)) return false;
+    started[i] = started[i] || (l.collective && comm_ && l.collective->op != "shard");
     if (l.kernel < 0) continue; // only a collective (a no-op on one rank without a communicator)
     if (profiling && !gpu_.recordEvent(2 * i, error)) return false;
     if (l.gpu) {

@@ -33,6 +33,9 @@ public:
 
 private:
   bool enqueue(bool train, std::string& error);
+  /// Launch i's collective: on the communication stream through the communicator, else (one rank,
+  /// or a shard) a copy on the compute stream.
+  bool collective(size_t i, const Collective& c, std::string& error);
   bool launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error);
   void writeProfile() const;
 

@@ -3,6 +3,8 @@
 // state (the primary contexts; cuBLASLt's runtime) that does not survive
 // dlclose. `Api` has `bool load(std::string& error)`.
 #pragma once
+#include <dlfcn.h>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 
@@ -20,6 +22,22 @@ const Api* loadOnce(std::string& error) {
   }
   if (!api) error = loadError;
   return api;
+}
+
+/// A function (or object) to find in a dlopened library, and where to keep its address.
+struct Symbol {
+  const char* name;
+  void** slot;
+};
+
+/// Finds every symbol in `lib`; on the first one missing, `error` names it (after `what`) and false.
+inline bool resolveAll(void* lib, std::initializer_list<Symbol> symbols, const std::string& what, std::string& error) {
+  for (const Symbol& s : symbols)
+    if (!(*s.slot = dlsym(lib, s.name))) {
+      error = what + " lacks " + s.name;
+      return false;
+    }
+  return true;
 }
 
 } // namespace sgc::rt

@@ -23,7 +23,9 @@ TensorKind kindOf(const std::string& k) {
 
 bool parseTensors(const nlohmann::json& j, Program& p, std::string& error) {
   for (const auto& t : j.at("tensors")) {
-    TensorDesc d{t.at("name"), kindOf(t.at("kind")), t.at("region"), t.at("offset"), t.at("bytes"), t.at("dtype"), t.at("shape")};
+    TensorDesc d{t.at("name"), kindOf(t.at("kind")), t.at("region"), t.at("offset"), t.at("bytes"), t.at("dtype"), t.at("shape"),
+                 t.value("shards", int64_t(1))};
+    if (d.shards < 1 || (d.shards > 1 && d.kind != TensorKind::State)) return fail(error, "tensor " + d.name + " has a bad shard count");
     if (d.region < 0 || d.region >= kNumRegions) return fail(error, "tensor " + d.name + " has no valid region");
     if (d.offset > p.regions[d.region] || d.bytes > p.regions[d.region] - d.offset) return fail(error, "tensor " + d.name + " leaves its region");
     if (d.offset % kTensorAlignment) return fail(error, "tensor " + d.name + " is not " + std::to_string(kTensorAlignment) + "-byte aligned");
@@ -67,17 +69,24 @@ bool parseCall(const nlohmann::json& c, const Program& p, KernelCall& k, std::st
   return true;
 }
 
+bool parseCollective(const nlohmann::json& c, const Program& p, Collective& C, std::string& error) {
+  C = Collective{c.at("op"), c.at("average"), c.value("world", int64_t(0)), c.at("tensors").get<std::vector<int>>()};
+  for (int t : C.tensors)
+    if (!validTensor(p, t) || (p.tensors[t].dtype != "F32" && p.tensors[t].dtype != "F64" && p.tensors[t].dtype != "BF16"))
+      return fail(error, "a collective names no floating-point tensor");
+  if (C.op == "allreduce") return true;
+  if (C.op != "reduce_scatter" && C.op != "all_gather" && C.op != "shard") return fail(error, "an unknown collective");
+  if (C.tensors.size() != 2 || C.world < 1) return fail(error, "a " + C.op + " needs an input, a result and a world size");
+  const TensorDesc &in = p.tensors[C.tensors[0]], &out = p.tensors[C.tensors[1]];
+  uint64_t whole = C.op == "all_gather" ? out.bytes : in.bytes, part = C.op == "all_gather" ? in.bytes : out.bytes;
+  if (in.dtype != out.dtype || whole != part * (uint64_t)C.world) return fail(error, "a " + C.op + "'s tensors do not match its world size");
+  return true;
+}
+
 bool parseLaunch(const nlohmann::json& l, const Program& p, Launch& L, std::string& error) {
   L = Launch{l.at("kernel"), l.at("serial"), l.at("forward"), l.at("extent"), l.value("vector", int64_t(1)), l.at("args").get<std::vector<int>>(),
              l.value("label", ""), std::nullopt, {}, std::nullopt, std::nullopt};
-  if (l.contains("collective")) {
-    const auto& c = l.at("collective");
-    if (c.at("op") != "allreduce") return fail(error, "an unknown collective");
-    L.collective = Collective{c.at("average"), c.at("tensors").get<std::vector<int>>()};
-    for (int t : L.collective->tensors)
-      if (!validTensor(p, t) || (p.tensors[t].dtype != "F32" && p.tensors[t].dtype != "F64" && p.tensors[t].dtype != "BF16"))
-        return fail(error, "a collective names no floating-point tensor");
-  }
+  if (l.contains("collective") && !parseCollective(l.at("collective"), p, L.collective.emplace(), error)) return false;
   if ((L.kernel < 0 && !L.collective) || L.kernel >= p.numKernels || L.extent < 0) return fail(error, "a launch names no kernel");
   if (L.vector < 1) return fail(error, "a launch has a bad vector width");
   for (int a : L.args)
@@ -145,6 +154,10 @@ bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program&
       Launch L;
       if (!parseLaunch(l, p, L, error)) return false;
       p.collectives = p.collectives || L.collective.has_value();
+      if (L.collective && L.collective->world) {
+        if (p.world && p.world != L.collective->world) return fail(error, "collectives of different world sizes");
+        p.world = L.collective->world;
+      }
       p.launches.push_back(std::move(L));
     }
     for (const auto& u : j.at("updates")) {

@@ -25,6 +25,7 @@ struct TensorDesc {
   uint64_t offset, bytes;
   std::string dtype; ///< safetensors name: "F32", "I64", ...
   std::vector<int64_t> shape;
+  int64_t shards = 1; ///< optimizer state sharded over this many ranks (ZeRO-1): each holds 1/shards
 };
 
 /// A matrix product a GPU runs through cuBLASLt: a strided batch of row-major
@@ -45,9 +46,13 @@ struct KernelCall {
   std::vector<int> args; ///< tensor ids, in the kernel's buffer order
 };
 
-/// A collective over some tensors of every rank, in place (see Comm.h).
+/// A collective over tensors of every rank (see Comm.h): "allreduce" (in place on `tensors`), or
+/// from tensors[0] to tensors[1]: "reduce_scatter" (this rank's shard of the sum or mean),
+/// "all_gather" (every rank's shard, in rank order), "shard" (this rank's part; local).
 struct Collective {
-  bool average = true;      ///< all-reduce: the mean over the ranks, else the sum
+  std::string op = "allreduce";
+  bool average = true;      ///< the mean over the ranks, else the sum
+  int64_t world = 0;        ///< the ZeRO-1 ones: the world size they were compiled for
   std::vector<int> tensors; ///< tensor ids
 };
 
@@ -81,6 +86,7 @@ struct Program {
   std::string weightsFile;              ///< for external: the file beside the .so
   int numKernels = 0;
   bool collectives = false; ///< whether some launch is a collective (the library was compiled for data parallelism)
+  int64_t world = 0;        ///< the world size ZeRO-1 collectives were compiled for (0: any)
   std::vector<std::string> kernelNames; ///< the GPU modules' function names, by kernel index
 };
 

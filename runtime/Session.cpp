@@ -143,6 +143,31 @@ int findTensor(const sgc_session* s, const char* name, std::initializer_list<Ten
   return -1;
 }
 
+/// A tensor's whole bytes as a span.
+Span spanOf(const sgc_session* s, int id, uint64_t address) {
+  const TensorDesc& d = s->prog.tensors[id];
+  return {address, d.bytes / stDTypeSize(d.dtype), d.dtype};
+}
+
+/// Starts launch i's collective (pending[i] names it), or does it here when it is local or there is one rank.
+bool startCollective(sgc_session* s, const Collective& c, size_t i, std::map<int, int>& pending, std::string& error) {
+  if (c.op == "allreduce") return !s->comm || s->comm->start(s->spans[i], c.average, pending[(int)i], error);
+  int in = c.tensors[0], out = c.tensors[1];
+  uint64_t bytes = s->prog.tensors[out].bytes;
+  int rank = s->comm ? s->comm->rank() : 0;
+  if (c.op == "shard") {
+    std::memcpy(s->data(out), s->data(in) + (uint64_t)rank * bytes, bytes);
+    return true;
+  }
+  if (!s->comm) { // one rank: the shard is the whole
+    std::memcpy(s->data(out), s->data(in), bytes);
+    return true;
+  }
+  Span from = spanOf(s, in, (uint64_t)s->data(in)), to = spanOf(s, out, (uint64_t)s->data(out));
+  return c.op == "reduce_scatter" ? s->comm->startReduceScatter(from, to, c.average, pending[(int)i], error)
+                                  : s->comm->startAllGather(from, to, pending[(int)i], error);
+}
+
 bool runCpuStep(sgc_session* s, bool train, std::string& error) {
   std::vector<void*> args;
   std::map<int, int> pending; // collective launch -> its handle
@@ -165,7 +190,7 @@ bool runCpuStep(sgc_session* s, bool train, std::string& error) {
       if (l.serial) fn(args.data(), 0, 1);
       else s->pool->parallelFor(l.extent, [&](int64_t b, int64_t e) { fn(args.data(), b, e); });
     }
-    if (l.collective && s->comm && !s->comm->start(s->spans[i], l.collective->average, pending[(int)i], error)) return false;
+    if (l.collective && !startCollective(s, *l.collective, i, pending, error)) return false;
   }
   while (!pending.empty())
     if (!finish(pending.begin()->first)) return false;
@@ -346,6 +371,11 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
     }
     if (communicator != "none")
       if (sgc_status st = connect(s.get(), *o, o->timeout_ms ? o->timeout_ms : 300000)) return st;
+    int ranks = s->comm ? s->comm->size() : 1;
+    if (s->prog.world && s->prog.world != ranks)
+      return fail(SGC_ERROR_INVALID_ARGUMENT, "the library shards its optimizer state over " + std::to_string(s->prog.world) +
+                                                  " ranks (--data-parallel zero1 --ranks " + std::to_string(s->prog.world) + "); this session has " +
+                                                  std::to_string(ranks));
     int threads = o->num_threads ? o->num_threads : (int)std::max(1u, std::thread::hardware_concurrency());
     s->pool = std::make_unique<ThreadPool>(threads);
     *out = s.release();
@@ -464,14 +494,23 @@ sgc_status sgc_save(const sgc_session* s, const char* path) {
   if (!s || !path) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and path must not be NULL");
   try {
     StFile file;
+    int world = s->comm ? s->comm->size() : 1;
     for (int kind : {SGC_TENSOR_PARAMETER, SGC_TENSOR_STATE})
       for (int id : s->lists[kind]) {
         const TensorDesc& d = s->prog.tensors[id];
         StTensor t{d.dtype, d.shape, std::vector<uint8_t>(d.bytes)};
         std::string error;
         if (!s->read(id, t.data.data(), error)) return fail(SGC_ERROR_DEVICE, error);
+        if (d.shards > 1 && world > 1) { // ZeRO-1: every rank's shard, in rank order
+          std::vector<std::string> all;
+          if (!s->comm->allGather(std::string(t.data.begin(), t.data.end()), all, error)) return fail(SGC_ERROR_COMMUNICATION, error);
+          t.data.clear();
+          for (const std::string& part : all) t.data.insert(t.data.end(), part.begin(), part.end());
+          t.shape[0] *= world;
+        }
         file[d.name] = std::move(t);
       }
+    if (s->comm && s->comm->rank() != 0) return SGC_OK; // rank 0 writes
     std::string error;
     if (!writeSafetensors(path, file, error)) return fail(SGC_ERROR_IO, error);
     return SGC_OK;
@@ -486,6 +525,7 @@ sgc_status sgc_load(sgc_session* s, const char* path) {
     StFile file;
     std::string error;
     if (!readSafetensors(path, file, error)) return fail(SGC_ERROR_IO, error);
+    int world = s->comm ? s->comm->size() : 1, rank = s->comm ? s->comm->rank() : 0;
     size_t expected = 0;
     for (int kind : {SGC_TENSOR_PARAMETER, SGC_TENSOR_STATE})
       for (int id : s->lists[kind]) { // check everything before changing anything
@@ -493,17 +533,21 @@ sgc_status sgc_load(sgc_session* s, const char* path) {
         auto it = file.find(d.name);
         if (it == file.end() && kind == SGC_TENSOR_STATE) continue; // state is optional: it keeps its values
         if (it == file.end()) return fail(SGC_ERROR_IO, std::string(path) + ": no tensor '" + d.name + "'");
-        if (it->second.dtype != d.dtype || it->second.shape != d.shape)
+        std::vector<int64_t> want = d.shape; // sharded state: every rank's shard
+        if (d.shards > 1) want[0] *= world;
+        if (it->second.dtype != d.dtype || it->second.shape != want)
           return fail(SGC_ERROR_SHAPE_MISMATCH, std::string(path) + ": tensor '" + d.name + "' is " +
                                                     shapeText(it->second.dtype, it->second.shape.data(), (int)it->second.shape.size()) +
-                                                    ", expected " + shapeText(d.dtype, d.shape.data(), (int)d.shape.size()));
+                                                    ", expected " + shapeText(d.dtype, want.data(), (int)want.size()));
         ++expected;
       }
     if (file.size() != expected) return fail(SGC_ERROR_IO, std::string(path) + ": holds tensors this model does not have");
     for (int kind : {SGC_TENSOR_PARAMETER, SGC_TENSOR_STATE})
       for (int id : s->lists[kind]) {
-        auto it = file.find(s->prog.tensors[id].name);
-        if (it != file.end() && !s->write(id, it->second.data.data(), error)) return fail(SGC_ERROR_DEVICE, error);
+        const TensorDesc& d = s->prog.tensors[id];
+        auto it = file.find(d.name);
+        uint64_t mine = d.shards > 1 ? (uint64_t)rank * d.bytes : 0; // sharded state: this rank's part
+        if (it != file.end() && !s->write(id, it->second.data.data() + mine, error)) return fail(SGC_ERROR_DEVICE, error);
       }
     s->paramsLoaded = true;
     return SGC_OK;

@@ -1,9 +1,10 @@
 # Trains a model compiled by sgc from Python through ctypes (no other
 # dependency): load the .so, create a session, feed the bundled sample's
 # batches, print the loss of each step.
-# Usage: python3 samples/train_ctypes.py train.so samples/mlp_train_data.safetensors STEPS [DEVICE [nccl]]
-# (DEVICE: cpu, the default, or cuda:N; nccl: the library's collectives through NCCL, as rank 0 of 1)
-import ctypes, json, os, struct, sys
+# Usage: python3 samples/train_ctypes.py train.so samples/mlp_train_data.safetensors STEPS [DEVICE [nccl[:R:N:IDFILE]]]
+# (DEVICE: cpu, the default, or cuda:N; nccl: the library's collectives through NCCL, as rank 0 of 1,
+# or as rank R of N, each rank on its 1/N of every batch, rank 0 writing the NCCL id to IDFILE)
+import ctypes, json, os, struct, sys, time
 
 
 class DLDevice(ctypes.Structure):
@@ -39,10 +40,21 @@ def main():
     session = ctypes.c_void_p()
     device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
     options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), device.encode(), 0, None, 0, 0, 1)
-    if len(sys.argv) > 5 and sys.argv[5] == "nccl":
+    if len(sys.argv) > 5 and sys.argv[5].startswith("nccl"):
+        spec = sys.argv[5].split(":")
         options.communicator = b"nccl"
-        if lib.sgc_nccl_unique_id(options.nccl_id):
-            sys.exit("sgc_nccl_unique_id: " + lib.sgc_last_error().decode())
+        if len(spec) == 4:
+            options.rank, options.world_size = int(spec[1]), int(spec[2])
+        if options.rank == 0:
+            if lib.sgc_nccl_unique_id(options.nccl_id):
+                sys.exit("sgc_nccl_unique_id: " + lib.sgc_last_error().decode())
+            if len(spec) == 4:
+                open(spec[3] + ".tmp", "wb").write(bytes(options.nccl_id))
+                os.rename(spec[3] + ".tmp", spec[3])
+        else:
+            while not os.path.exists(spec[3]):
+                time.sleep(0.01)
+            ctypes.memmove(options.nccl_id, open(spec[3], "rb").read(128), 128)
     if lib.sgc_session_create(ctypes.byref(options), ctypes.byref(session)):
         sys.exit("sgc_session_create: " + lib.sgc_last_error().decode())
     data = read_safetensors(sys.argv[2])
@@ -56,15 +68,18 @@ def main():
     for step in range(int(sys.argv[3])):
         for name, dtype, ndim, shape in inputs:
             full_shape, raw = data[name.decode()]
-            one = len(raw) // full_shape[0]
-            batch = ctypes.create_string_buffer(raw[(step % full_shape[0]) * one:][:one], one)
+            one = len(raw) // full_shape[0]  # one batch; this rank's share of it
+            share = one // options.world_size
+            at = (step % full_shape[0]) * one + options.rank * share
+            batch = ctypes.create_string_buffer(raw[at:at + share], share)
             t = DLTensor(ctypes.cast(batch, ctypes.c_void_p), DLDevice(1, 0), ndim, dtype, shape, None, 0)
             if lib.sgc_set_input(session, name, ctypes.byref(t)):
                 sys.exit("sgc_set_input: " + lib.sgc_last_error().decode())
         loss = ctypes.c_double()
         if lib.sgc_train_step(session, ctypes.byref(loss)):
             sys.exit("sgc_train_step: " + lib.sgc_last_error().decode())
-        print(json.dumps({"step": step, "loss": loss.value}))
+        if options.rank == 0:
+            print(json.dumps({"step": step, "loss": loss.value}))
     lib.sgc_session_destroy(session)
 
 

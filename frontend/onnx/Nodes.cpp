@@ -109,6 +109,7 @@ std::string onnxDomain(Op op) {
   case Op::SumTo: case Op::UnaryGrad: case Op::SoftmaxGrad: case Op::LayerNormGrad: case Op::BatchNormGrad:
   case Op::SceLossGrad: case Op::NllLossGrad: case Op::SliceGrad: case Op::GatherGrad: case Op::GatherElementsGrad:
   case Op::ConvGradInput: case Op::ConvGradWeight: case Op::PoolGrad: case Op::SgdUpdate: case Op::AdamUpdate: case Op::AllReduce:
+  case Op::ReduceScatter: case Op::Shard: case Op::AllGather:
     return "-";
   default: return "";
   }

@@ -53,6 +53,14 @@ Error evalCollective(EvalCtx& c) {
   return Error::success();
 }
 
+/// ZeRO-1's collectives on the interpreter's one rank: copies, when the graph was built for one.
+Error evalRanksCollective(EvalCtx& c) {
+  if (c.node.getInt("world", 1) != 1)
+    return c.fail("built for " + std::to_string(c.node.getInt("world", 1)) + " ranks; the interpreter runs one (compile it and use mpirun)");
+  c.out[0].bytes = c.in[0]->bytes;
+  return Error::success();
+}
+
 Error evalPreviewOptimizer(EvalCtx& c) {
   Op op = c.node.op;
   int groups = op == Op::Adam ? 4 : 3;

@@ -74,6 +74,31 @@ Error inferCollective(InferCtx& c) {
   return Error::success();
 }
 
+/// The `world` attribute of a ZeRO-1 collective, and its 1-D input's length.
+static Expected<std::pair<int64_t, std::optional<int64_t>>> worldAndLength(InferCtx& c) {
+  int64_t world = c.node.getInt("world", 0);
+  if (world < 1) return c.fail("needs a world size (attribute world >= 1)");
+  if (c.in[0].ranked && c.in[0].rank() != 1) return c.fail("takes a flat (1-D) tensor, not " + toString(c.in[0]));
+  return std::make_pair(world, c.in[0].staticNumel());
+}
+
+Error inferShardOfRanks(InferCtx& c) {
+  auto wl = worldAndLength(c);
+  if (!wl) return wl.takeError();
+  auto [world, n] = *wl;
+  if (n && *n % world) return c.fail("length " + std::to_string(*n) + " does not split into " + std::to_string(world) + " shards");
+  c.out[0] = n ? Type::of(c.in[0].dtype, {*n / world}) : Type::ranked_(c.in[0].dtype, {Dim::unknown()});
+  return Error::success();
+}
+
+Error inferGatherOfRanks(InferCtx& c) {
+  auto wl = worldAndLength(c);
+  if (!wl) return wl.takeError();
+  auto [world, n] = *wl;
+  c.out[0] = n ? Type::of(c.in[0].dtype, {*n * world}) : Type::ranked_(c.in[0].dtype, {Dim::unknown()});
+  return Error::success();
+}
+
 /// ONNX's preview optimizers: inputs (R, T, then `groups` lists of n tensors),
 /// outputs (groups - 1) lists: the new X and the new state tensors.
 Error inferPreviewOptimizer(InferCtx& c) {

@@ -63,7 +63,8 @@ Value* emit(Graph& g, Op op, std::vector<Value*> ins, const std::string& name, s
 }
 
 /// g_i * min(1, max_norm / (||g||_2 + 1e-6)), as torch.nn.utils.clip_grad_norm_.
-void clipByGlobalNorm(Graph& g, std::vector<std::pair<Value*, Value*>>& grads, double maxNorm) {
+/// With `sharded`, each rank holds a shard of every gradient: the squares are summed over the ranks.
+void clipByGlobalNorm(Graph& g, std::vector<std::pair<Value*, Value*>>& grads, double maxNorm, bool sharded) {
   DType t = grads[0].second->type.dtype;
   Value* total = nullptr;
   for (auto& [p, grad] : grads) {
@@ -71,13 +72,15 @@ void clipByGlobalNorm(Graph& g, std::vector<std::pair<Value*, Value*>>& grads, d
     if (sq->type.dtype != t) sq = emit(g, Op::Cast, {sq}, "clip.cast", {{"to", std::string(dtypeName(t))}});
     total = total ? emit(g, Op::Add, {total, sq}, "clip.sum") : sq;
   }
+  if (sharded) total = emit(g, Op::AllReduce, {total}, "clip.allreduce", {{"bucket", int64_t(-2)}, {"average", int64_t(0)}});
   Value* norm = emit(g, Op::Sqrt, {total}, "clip.norm");
   Value* coef = emit(g, Op::Div, {scalarConst(g, "clip.max", maxNorm, t), emit(g, Op::Add, {norm, scalarConst(g, "clip.eps", 1e-6, t)}, "clip.denom")}, "clip.ratio");
   coef = emit(g, Op::Min, {coef, scalarConst(g, "clip.one", 1, t)}, "clip.coef");
   for (auto& [p, grad] : grads) grad = emit(g, Op::Mul, {grad, coef}, p->name + ".clipped");
 }
 
-void addOptimizer(Graph& g, const OptimizerOptions& o, Value* p, Value* grad, Value* lr, Value* step) {
+/// The optimizer's update of `p` (registered as its update unless `p` is not a parameter): the new value.
+Value* addOptimizer(Graph& g, const OptimizerOptions& o, Value* p, Value* grad, Value* lr, Value* step) {
   auto zeros = [&](const char* suffix) { return g.addState(g.uniqueName(p->name + suffix), Tensor(p->type.dtype, p->type.shape())); };
   bool adam = o.kind != "sgd";
   double wd = o.weightDecay >= 0 ? o.weightDecay : (o.kind == "adamw" ? 0.01 : 0.0);
@@ -86,16 +89,17 @@ void addOptimizer(Graph& g, const OptimizerOptions& o, Value* p, Value* grad, Va
     if (o.momentum != 0) ins.push_back(zeros(".momentum_buffer"));
     Node* n = g.addNode(Op::SgdUpdate, ins, o.momentum != 0 ? 2 : 1, p->name + ".sgd");
     n->attrs = {{"momentum", o.momentum}, {"dampening", o.dampening}, {"nesterov", int64_t(o.nesterov)}, {"weight_decay", wd}};
-    g.updates.push_back({p, n->outputs[0]});
+    if (p->kind == ValueKind::Param) g.updates.push_back({p, n->outputs[0]});
     if (o.momentum != 0) g.updates.push_back({ins[4], n->outputs[1]});
-    return;
+    return n->outputs[0];
   }
   Value *m = zeros(".exp_avg"), *v = zeros(".exp_avg_sq");
   Node* n = g.addNode(Op::AdamUpdate, {p, grad, m, v, lr, step}, 3, p->name + "." + o.kind);
   n->attrs = {{"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}, {"weight_decay", wd}, {"decoupled", int64_t(o.kind == "adamw")}};
-  g.updates.push_back({p, n->outputs[0]});
+  if (p->kind == ValueKind::Param) g.updates.push_back({p, n->outputs[0]});
   g.updates.push_back({m, n->outputs[1]});
   g.updates.push_back({v, n->outputs[2]});
+  return n->outputs[0];
 }
 
 } // namespace
@@ -112,9 +116,10 @@ Error checkTrainingOptions(const TrainingOptions& opts) {
   if (opts.precision != "f32" && opts.precision != "bf16") return makeError("unknown precision '" + opts.precision + "' (expected f32 or bf16)");
   if (opts.attention != "fused" && opts.attention != "decomposed")
     return makeError("unknown --attention '" + opts.attention + "' (expected fused or decomposed)");
-  if (opts.dataParallel == "zero1") return makeError("--data-parallel zero1 is not built yet (allreduce is)");
-  if (opts.dataParallel != "none" && opts.dataParallel != "allreduce")
-    return makeError("unknown --data-parallel '" + opts.dataParallel + "' (expected none or allreduce)");
+  if (opts.dataParallel != "none" && opts.dataParallel != "allreduce" && opts.dataParallel != "zero1")
+    return makeError("unknown --data-parallel '" + opts.dataParallel + "' (expected none, allreduce or zero1)");
+  if ((opts.dataParallel == "zero1") != (opts.ranks > 0))
+    return makeError("--ranks N (the ranks the optimizer state is sharded over) goes with --data-parallel zero1, and only with it");
   if (!(opts.bucketMb > 0)) return makeError("--bucket-mb must be positive");
   try {
     std::regex r(opts.freeze);
@@ -171,8 +176,20 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
     if (Error e = widenSums(g)) return e;
   if (opts.dataParallel == "allreduce") // before clipping: the norm is the global one
     if (Error e = insertAllReduce(g, *loss, pairs, opts.bucketMb)) return e;
-  if (opts.optimizer.clipGradNorm > 0) clipByGlobalNorm(g, pairs, opts.optimizer.clipGradNorm);
-  for (auto& [p, grad] : pairs) addOptimizer(g, opts.optimizer, p, grad, lr, nextStep);
+  std::vector<Zero1Bucket> shards;
+  if (opts.dataParallel == "zero1") { // the optimizer updates this rank's shard of each bucket
+    auto b = insertZero1(g, *loss, pairs, opts.bucketMb, opts.ranks);
+    if (!b) return b.takeError();
+    shards = std::move(*b);
+    pairs.clear();
+    for (const Zero1Bucket& z : shards) pairs.push_back({z.paramShard, z.gradShard});
+  }
+  if (opts.optimizer.clipGradNorm > 0) clipByGlobalNorm(g, pairs, opts.optimizer.clipGradNorm, !shards.empty());
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    Value* updated = addOptimizer(g, opts.optimizer, pairs[i].first, pairs[i].second, lr, nextStep);
+    if (!shards.empty())
+      if (Error e = gatherZero1(g, shards[i], updated)) return e;
+  }
   g.outputs = {*loss};
   if (Error e = inferShapes(g)) return e;
   g.removeDeadNodes();

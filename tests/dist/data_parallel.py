@@ -1,10 +1,12 @@
 # Data-parallel training on the CPU through MPI (OpenMPI's mpirun), against
 # one process: the MLP and the small GPT of torch_equivalence.py, exported
 # twice from the same weights (the whole batch, and half of it), compiled
-# without and with --data-parallel. Two ranks, each on its half of every
-# batch, must give the per-step losses and final parameters of one rank on
-# the whole batch (within 1e-5 relative: per step for the losses, in norm per
-# tensor for the parameters and optimizer state). Then the failures: ranks running
+# without and with --data-parallel (allreduce, and zero1 over 2 ranks). Two
+# ranks, each on its half of every batch, must give the per-step losses and
+# final parameters of one rank on the whole batch (within 1e-5 relative: per
+# step for the losses, in norm per tensor for the parameters and, for
+# allreduce, the optimizer state). ZeRO-1 resumed from its checkpoint (the
+# sharded state gathered) must continue exactly. Then the failures: ranks running
 # different libraries are refused with both hashes named, and a rank that
 # exits mid-run makes the other fail within its --comm-timeout instead of
 # hanging. Usage: /usr/bin/python3 data_parallel.py SGC WORKDIR SGC_INCLUDE_DIR
@@ -58,15 +60,21 @@ def relative(a, b):
     return float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-30))
 
 
-def compare(sgc, work, name, paths, data, opt, flags):
+MODES = {"allreduce": ["--data-parallel", "allreduce", "--bucket-mb", "0.002"],
+         "zero1": ["--data-parallel", "zero1", "--ranks", "2", "--bucket-mb", "0.002"]}
+
+
+def compare(sgc, work, name, paths, data, opt, flags, mode):
     """One rank on the whole batch against two on halves; returns (loss rel, param rel, buckets)."""
-    one, two = (os.path.join(work, f"{name}_{opt}_{w}.so") for w in ("one", "two"))
-    for so, onnx, extra in ((one, paths["whole"], []), (two, paths["half"], ["--data-parallel", "allreduce", "--bucket-mb", "0.002"])):
+    one, two = os.path.join(work, f"{name}_{opt}_one.so"), os.path.join(work, f"{name}_{opt}_{mode}.so")
+    for so, onnx, extra in ((one, paths["whole"], []), (two, paths["half"], MODES[mode])):
+        if so == one and os.path.exists(one):
+            continue
         proc = run([sgc, "compile", onnx, "-o", so, "--target", "cpu"] + flags + extra)
         if proc.returncode:
             sys.exit(f"FAIL: sgc compile {os.path.basename(so)}: {proc.stderr}")
-    ir = run([sgc, "compile", paths["half"], "--emit=ir", "--train", "--data-parallel", "allreduce", "--bucket-mb", "0.002"] + flags).stdout
-    buckets = ir.count("= AllReduce(") - 1  # less the loss's
+    ir = run([sgc, "compile", paths["half"], "--emit=ir", "--train"] + MODES[mode] + flags).stdout
+    buckets = ir.count("= AllReduce(") - 1 if mode == "allreduce" else ir.count("= ReduceScatter(")
     ref = run([sgc, "train", one, "--data", data, "--steps", str(STEPS), "--threads", "1", "--save", one + ".ckpt"])
     got = run(MPIRUN + ["-np", "2", sgc, "train", two, "--data", data, "--steps", str(STEPS), "--threads", "1", "--save", two + ".ckpt"])
     if ref.returncode or got.returncode:
@@ -76,14 +84,34 @@ def compare(sgc, work, name, paths, data, opt, flags):
         sys.exit(f"FAIL: {name} {opt}: expected {STEPS} losses from rank 0 alone, got {len(a)} (and {len(b)} from one rank)")
     loss_rel = float(np.max(np.abs(a - b) / np.abs(b)))
     p1, p2 = st.read(one + ".ckpt"), st.read(two + ".ckpt")
-    if set(p1) != set(p2):
-        sys.exit(f"FAIL: {name} {opt}: the checkpoints hold different tensors")
-    param_rel = max(relative(p2[k].astype(np.float64), p1[k].astype(np.float64)) for k in p1 if k != "sgc.step")
+    # ZeRO-1's optimizer state is per bucket (flat, gathered from the ranks): compare the parameters.
+    params = [k for k in p1 if k != "sgc.step" and not k.endswith((".exp_avg", ".exp_avg_sq", ".momentum_buffer"))]
+    keys = [k for k in p1 if k != "sgc.step"] if mode == "allreduce" else params
+    if any(k not in p2 for k in keys):
+        sys.exit(f"FAIL: {name} {opt} {mode}: the checkpoints hold different tensors: {sorted(set(p1) ^ set(p2))}")
+    param_rel = max(relative(p2[k].astype(np.float64), p1[k].astype(np.float64)) for k in keys)
     return loss_rel, param_rel, buckets
 
 
+def check_zero1_resume(sgc, work, data):
+    """Three ZeRO-1 steps, a checkpoint (the sharded state gathered), three more from it: the six steps
+    of one run."""
+    so = os.path.join(work, "mlp_adamw-clip_zero1.so")
+    base = MPIRUN + ["-np", "2", sgc, "train", so, "--data", data, "--threads", "1"]
+    whole = run(base + ["--steps", "6"])
+    first = run(base + ["--steps", "3", "--save", so + ".half.ckpt"])
+    rest = run(base + ["--steps", "3", "--load", so + ".half.ckpt"])
+    if whole.returncode or first.returncode or rest.returncode:
+        sys.exit(f"FAIL: zero1 resume: {whole.stderr}{first.stderr}{rest.stderr}")
+    got, want = losses(first) + losses(rest), losses(whole)
+    if got != want:
+        sys.exit(f"FAIL: zero1 resumed from its checkpoint: {got} against {want}")
+    state = {k: v.shape for k, v in st.read(so + ".half.ckpt").items() if "zero1" in k}
+    return state
+
+
 def check_hash_mismatch(sgc, work, data):
-    a, b = (os.path.join(work, f"mlp_{o}_two.so") for o in OPTIMIZERS)
+    a, b = (os.path.join(work, f"mlp_{o}_allreduce.so") for o in OPTIMIZERS)
     proc = run(MPIRUN + ["-np", "1", sgc, "train", a, "--data", data, "--steps", "1", ":", "-np", "1", sgc, "train", b, "--data", data,
                          "--steps", "1"], timeout=120)
     said = proc.stderr
@@ -97,7 +125,7 @@ def check_fault(sgc, work, data, include):
     proc = run(["cc", "-I", include, os.path.join(here, "fault_rank.c"), "-o", host, "-ldl"])
     if proc.returncode:
         sys.exit(f"FAIL: building fault_rank.c: {proc.stderr}")
-    so = os.path.join(work, "mlp_adamw-clip_two.so")
+    so = os.path.join(work, "mlp_adamw-clip_allreduce.so")
     start = time.monotonic()
     # mpirun would otherwise end the whole job when a rank exits with an error: the point here is
     # what the surviving rank's step returns.
@@ -116,19 +144,22 @@ def main():
         print("SKIP: no mpirun (install openmpi-bin)")
         return
     os.makedirs(work, exist_ok=True)
-    print(f"{'model':6} {'optimizer':14} {'buckets':>7} {'loss rel':>10} {'param rel':>10}")
+    print(f"{'model':6} {'optimizer':14} {'mode':10} {'buckets':>7} {'loss rel':>10} {'param rel':>10}")
     worst = 0.0
     for name, cls in (("mlp", te.MLP), ("gpt", te.GPT)):
         paths, data = export(name, cls, work)
         for opt, flags in OPTIMIZERS.items():
-            loss_rel, param_rel, buckets = compare(sgc, work, name, paths, data, opt, flags)
-            print(f"{name:6} {opt:14} {buckets:7d} {loss_rel:10.2e} {param_rel:10.2e}")
-            if buckets < 2:
-                sys.exit(f"FAIL: {name} {opt}: expected several gradient buckets, got {buckets}")
-            worst = max(worst, loss_rel, param_rel)
+            for mode in MODES:
+                loss_rel, param_rel, buckets = compare(sgc, work, name, paths, data, opt, flags, mode)
+                print(f"{name:6} {opt:14} {mode:10} {buckets:7d} {loss_rel:10.2e} {param_rel:10.2e}")
+                if buckets < 2:
+                    sys.exit(f"FAIL: {name} {opt} {mode}: expected several gradient buckets, got {buckets}")
+                worst = max(worst, loss_rel, param_rel)
     if worst > RTOL:
         sys.exit(f"FAIL: two ranks differ from one by {worst:.2e} (limit {RTOL})")
     data = os.path.join(work, "mlp_data.safetensors")
+    state = check_zero1_resume(sgc, work, data)
+    print(f"zero1: 3 + 3 steps through a checkpoint = 6 steps; its sharded state, gathered: {state}")
     refused = check_hash_mismatch(sgc, work, data)
     print(f"different libraries refused: {refused}")
     said, took = check_fault(sgc, work, data, include)

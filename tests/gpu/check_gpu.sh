@@ -18,8 +18,8 @@ if [ -z "${SGC_NCCL:-}" ] && [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
   export SGC_NCCL
 fi
 status=0
-for m in sample mlp cnn gpt gptw gptw_fused gptw_dp mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_dp_bf16; do
-  comm=; case $m in *_dp*) comm=nccl ;; esac # data-parallel builds: NCCL (one rank) on the GPU
+for m in sample mlp cnn gpt gptw gptw_fused gptw_dp gptw_z1 mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_dp_bf16; do
+  comm=; case $m in *_dp*|*_z1*) comm=nccl ;; esac # data-parallel builds: NCCL (one rank) on the GPU
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cpu > $m.cpu.out 2> $m.cpu.err
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cuda:0 $comm > $m.gpu.out 2> $m.gpu.err
   python3 - $m <<'PY' || status=1
@@ -35,5 +35,31 @@ print(f"{m}: 12 steps, max relative loss difference GPU vs CPU {worst:.2e}")
 sys.exit(0 if worst <= (2e-2 if m.endswith("bf16") else 1e-4) else 1)
 PY
 done
+# Two GPUs: two NCCL ranks, each on half of every batch, against one GPU on whole batches.
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off
+  python3 -u train_ctypes.py gptw_clip.so gptw_data.safetensors 12 cuda:0 > gptw_clip.gpu.out 2> gptw_clip.gpu.err
+  for m in dp z1; do
+    rm -f nccl.$m.id
+    for r in 0 1; do
+      python3 -u train_ctypes.py gptw_half_$m.so gptw_data.safetensors 12 cuda:$r nccl:$r:2:nccl.$m.id > $m.2gpu.$r.out 2> $m.2gpu.$r.err &
+    done
+    wait
+    python3 - $m <<'PY' || status=1
+import json, sys
+m = sys.argv[1]
+one = [json.loads(l)["loss"] for l in open("gptw.gpu.out" if m == "dp" else "gptw_clip.gpu.out")]
+two = [json.loads(l)["loss"] for l in open(m + ".2gpu.0.out")]
+if len(two) != 12:
+    print(f"gptw_half_{m} on 2 GPUs FAILED:", open(m + ".2gpu.0.err").read()[-300:], open(m + ".2gpu.1.err").read()[-300:])
+    sys.exit(1)
+worst = max(abs(a - b) / abs(b) for a, b in zip(two, one))
+print(f"gptw_half_{m} on 2 GPUs (NCCL, half batches): 12 steps, max relative loss difference against 1 GPU {worst:.2e}")
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
+  done
+else
+  echo "SKIP: two NCCL ranks need two GPUs"
+fi
 [ $status = 0 ] && echo "gpu check: passed" || echo "gpu check: FAILED"
 exit $status

@@ -1,7 +1,8 @@
 # A small GPT whose rows (model width 64, sequence 64, vocabulary 128) are
 # multiples of a GPU warp, so that the GPU runs the warp-per-row forms of
 # softmax, layer normalization and their gradients (codegen/kir/LowerGpu.cpp)
-# while the CPU runs the generic kernels: check_gpu.sh compares the two.
+# while the CPU runs the generic kernels: check_gpu.sh compares the two. Also
+# exported taking half of each batch (gptw_half.onnx), for two GPU ranks.
 # Usage: /usr/bin/python3 export_warp_model.py SOURCE_DIR OUT_DIR
 import os, sys, warnings
 import torch
@@ -19,3 +20,6 @@ idx, tgt = torch.randint(0, 128, (12, 4, 64), generator=g), torch.randint(0, 128
 torch.onnx.export(model, (idx[0], tgt[0]), os.path.join(out, "gptw.onnx"), input_names=["idx", "tgt"], output_names=["loss"],
                   opset_version=17, do_constant_folding=False)
 st.write(os.path.join(out, "gptw_data.safetensors"), {"idx": idx, "tgt": tgt})
+# The same model taking half of each batch: one rank's share when two train it data-parallel.
+torch.onnx.export(model, (idx[0][:2], tgt[0][:2]), os.path.join(out, "gptw_half.onnx"), input_names=["idx", "tgt"],
+                  output_names=["loss"], opset_version=17, do_constant_folding=False)

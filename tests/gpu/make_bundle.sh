@@ -24,9 +24,16 @@ cp "$out/gptw_data.safetensors" "$out/gptw_bf16_data.safetensors"
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_fused_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16 --attention fused
 cp "$out/gptw_data.safetensors" "$out/gptw_fused_data.safetensors"
 cp "$out/gptw_data.safetensors" "$out/gptw_fused_bf16_data.safetensors"
-# Data-parallel builds: their all-reduces (several buckets) through NCCL on the GPU.
+# Data-parallel builds: their collectives (several buckets) through NCCL on the GPU; ZeRO-1 with
+# clipping (its norm summed over the ranks' shards).
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_dp.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --data-parallel allreduce --bucket-mb 0.05
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_dp_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16 --data-parallel allreduce --bucket-mb 0.05
+"$sgc" compile "$out/gptw.onnx" -o "$out/gptw_z1.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --data-parallel zero1 --ranks 1 --bucket-mb 0.05 --clip-grad-norm 1
+"$sgc" compile "$out/gptw.onnx" -o "$out/gptw_clip.so" --optimizer adamw --lr 1e-2 --target sm_90 --clip-grad-norm 1
+# For two GPUs: each rank on half of every batch.
+"$sgc" compile "$out/gptw_half.onnx" -o "$out/gptw_half_dp.so" --optimizer adamw --lr 1e-2 --target sm_90 --data-parallel allreduce --bucket-mb 0.05
+"$sgc" compile "$out/gptw_half.onnx" -o "$out/gptw_half_z1.so" --optimizer adamw --lr 1e-2 --target sm_90 --data-parallel zero1 --ranks 2 --bucket-mb 0.05 --clip-grad-norm 1
 cp "$out/gptw_data.safetensors" "$out/gptw_dp_data.safetensors"
+cp "$out/gptw_data.safetensors" "$out/gptw_z1_data.safetensors"
 cp "$out/gptw_data.safetensors" "$out/gptw_dp_bf16_data.safetensors"
 cp "$src/tests/gpu/check_gpu.sh" "$src/samples/train_ctypes.py" "$out/"

@@ -120,7 +120,9 @@ SGC_API sgc_status sgc_eval_step(sgc_session* session, double* loss);
 SGC_API sgc_status sgc_get_tensor(const sgc_session* session, const char* name, DLTensor* out);
 /** Overwrites a parameter or state tensor. */
 SGC_API sgc_status sgc_set_tensor(sgc_session* session, const char* name, const DLTensor* tensor);
-/** Writes parameters and optimizer state as safetensors (temporary file, then rename). */
+/** Writes parameters and optimizer state as safetensors (temporary file, then rename). With a
+ * communicator every rank calls it and rank 0 writes; optimizer state sharded by
+ * --data-parallel zero1 is gathered from all ranks (and sgc_load gives each rank its part). */
 SGC_API sgc_status sgc_save(const sgc_session* session, const char* path);
 /** Loads a checkpoint: every parameter, and optionally optimizer state (state it lacks keeps its
  * values). Names, dtypes and shapes are checked before anything changes. A library compiled with

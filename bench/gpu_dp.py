@@ -1,0 +1,114 @@
+# The cost of data parallelism's machinery on one GPU (the device side;
+# bench/gpu_build.sh made the .so files). GPT-2 small as gpt.so (no data
+# parallelism) and as gpt_dp.so (--data-parallel allreduce), the latter both
+# without a communicator (its collectives skipped: only the memory plan
+# differs) and as one NCCL rank (the all-reduces, their stream and events,
+# inside the CUDA graph). Same weights, same batch; ms/step is the median of
+# 20 after 3 warm-up steps (bench/gpu_train.py's sgc side).
+#
+# Then an estimate of the communication a step on N GPUs would expose: the
+# per-launch GPU times of the NCCL run (SGC_PROFILE), the buckets' bytes and
+# places (from the program the .so carries), and a ring all-reduce moving
+# 2(N-1)/N of each bucket at an assumed bus bandwidth, one bucket after
+# another on the communication stream, each starting when the compute stream
+# reaches it and holding up the first launch that reads it.
+# Usage: python3 bench/gpu_dp.py bench/out
+import json, os, subprocess, sys
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gpu_models as gm
+import gpu_train as gt
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "pyutil"))
+import st
+
+BUS_GBPS = (400, 100)  # assumed all-reduce bus bandwidths: NVLink-class, and a slower network
+WORLDS = (2, 8)
+
+
+def program(so):
+    """The program description a .so carries (runtime/Program.h)."""
+    raw = open(so, "rb").read()
+    return json.JSONDecoder().raw_decode(raw[raw.index(b'{"abi"'):].decode("latin-1"))[0]
+
+
+def exposed_ms(prog, launch_ms, world, bus_gbps):
+    """Extra milliseconds a step would take on `world` GPUs: the step replayed with each bucket's
+    all-reduce on a serial communication stream and each bucket's first reader waiting for it."""
+    tensors = prog["tensors"]
+    buckets = []  # (launch index, seconds, tensor ids)
+    for i, l in enumerate(prog["launches"]):
+        c = l.get("collective")
+        if c:
+            size = sum(tensors[t]["bytes"] for t in c["tensors"])
+            buckets.append((i, size * 2 * (world - 1) / world / (bus_gbps * 1e9) * 1e3, set(c["tensors"])))
+    def touched(l):
+        ids = set(l["args"]) | set(l.get("epilogue", {}).get("args", []))
+        ids |= {l["gemm"][k] for k in ("a", "b", "y")} if "gemm" in l else set()
+        for c in l.get("gpu", []):
+            ids |= set(c["args"])
+        return ids
+    reads = [touched(l) for l in prog["launches"]]
+    t = comm_free = 0.0
+    done = {}  # bucket launch -> when its all-reduce ends
+    pending = []
+    for i, ms in enumerate(launch_ms):
+        for b in list(pending):
+            if reads[i] & b[2]:
+                t = max(t, done[b[0]])
+                pending.remove(b)
+        for b in buckets:
+            if b[0] == i:
+                comm_free = max(comm_free, t) + b[1]
+                done[i] = comm_free
+                pending.append(b)
+        t += ms
+    for b in pending:
+        t = max(t, done[b[0]])
+    return t - sum(launch_ms), [b[1] for b in buckets], [sum(tensors[x]["bytes"] for x in b[2]) for b in buckets]
+
+
+def run_side(so, wfile, comm, env):
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "gpu_train.py"), "--sgc", so, wfile, "gpt", comm], capture_output=True,
+                          text=True, env=env)
+    lines = proc.stdout.splitlines()
+    return json.loads(lines[0]) if proc.returncode == 0 and lines else {"error": proc.stderr[-1500:]}
+
+
+def main():
+    out_dir = sys.argv[1]
+    env = gt.library_env()
+    wfile = os.path.join(out_dir, "gpt_init.safetensors")
+    st.write(wfile, {k: v.clone() for k, v in gm.make("gpt").state_dict().items()})
+    gpt, dp = os.path.join(out_dir, "gpt.so"), os.path.join(out_dir, "gpt_dp.so")
+    rows = [("gpt.so (no data parallelism)", gpt, "none"), ("gpt_dp.so, no communicator", dp, "none"), ("gpt_dp.so, NCCL world 1", dp, "nccl")]
+    res = {"gpu": torch.cuda.get_device_name()}
+    print(f"{'GPT-2 small, bf16, batch 16 x 1024':34} {'ms/step':>9} {'peak GiB':>9}  first losses")
+    for label, so, comm in rows:
+        r = res[label] = run_side(so, wfile, comm, env)
+        if "ms" not in r:
+            print(f"{label:34} FAILED: {r['error']}")
+            continue
+        print(f"{label:34} {r['ms']:9.2f} {r['peak_GiB']:9.2f}  {' '.join(f'{l:.5f}' for l in r['losses'])}")
+    base, nccl = res[rows[0][0]], res[rows[2][0]]
+    if "ms" in base and "ms" in nccl:
+        print(f"cost of the machinery at world size 1: {nccl['ms'] / base['ms']:.3f}x ({nccl['ms'] - base['ms']:+.2f} ms/step)")
+    prof = os.path.join(os.environ.get("OUT", "."), "gpt_dp_profile.tsv")
+    subprocess.run([sys.executable, os.path.join(HERE, "gpu_train.py"), "--sgc", dp, wfile, "gpt", "nccl"], capture_output=True,
+                   env=dict(env, SGC_PROFILE=prof))
+    if os.path.exists(prof):
+        launch_ms = [float(l.split("\t")[3]) for l in open(prof).read().splitlines()[1:] if not l.startswith("step")]
+        prog = program(dp)
+        print(f"estimated exposed communication per step (profile: {sum(launch_ms):.1f} ms of kernels):")
+        for world in WORLDS:
+            for bus in BUS_GBPS:
+                extra, times, sizes = exposed_ms(prog, launch_ms, world, bus)
+                res[f"exposed_ms_{world}gpus_{bus}GBps"] = extra
+                print(f"  {world} GPUs at {bus} GB/s bus bandwidth: {extra:6.2f} ms exposed of {sum(times):6.2f} ms of all-reduce "
+                      f"({len(sizes)} collectives, {sum(sizes) / 2**20:.0f} MiB; the largest {max(sizes) / 2**20:.0f} MiB)")
+    json.dump(res, open(os.path.join(os.environ.get("OUT", "."), "gpu_dp.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
