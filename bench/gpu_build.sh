@@ -30,5 +30,6 @@ flags="--optimizer adamw --lr 1e-4 --weight-decay 0.01 --precision bf16 --weight
 "$sgc" compile "$out/gpt.onnx" -o "$out/gpt.so" --dim B=16 $flags 2> "$out/gpt.stats"
 # The cost of data parallelism's machinery (bench/gpu_dp.py): GPT-2 small with its all-reduces.
 "$sgc" compile "$out/gpt.onnx" -o "$out/gpt_dp.so" --dim B=16 $flags --data-parallel allreduce 2> "$out/gpt_dp.stats"
+"$sgc" compile "$out/gpt.onnx" -o "$out/gpt_z1.so" --dim B=16 $flags --data-parallel zero1 --ranks 1 2> "$out/gpt_z1.stats"
 rm -f "$out"/*.onnx.data
 ls -l "$out"/*.so

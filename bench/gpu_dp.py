@@ -11,7 +11,10 @@
 # places (from the program the .so carries), and a ring all-reduce moving
 # 2(N-1)/N of each bucket at an assumed bus bandwidth, one bucket after
 # another on the communication stream, each starting when the compute stream
-# reaches it and holding up the first launch that reads it.
+# reaches it and holding up the first launch that reads it. And, from a
+# profiled step of GPT-2 small under ZeRO-1 at world size 1 (gpt_z1.so, whose
+# reduce-scatters and all-gathers copy), how much of the communication
+# stream's time ran beside compute kernels, with a Chrome trace of that step.
 # Usage: python3 bench/gpu_dp.py bench/out
 import json, os, subprocess, sys
 import torch
@@ -69,6 +72,36 @@ def exposed_ms(prog, launch_ms, world, bus_gbps):
     return t - sum(launch_ms), [b[1] for b in buckets], [sum(tensors[x]["bytes"] for x in b[2]) for b in buckets]
 
 
+def overlap(so, wfile, env, res):
+    """Where the collectives ran against the compute stream in one profiled step of `so` (no graph):
+    how much of their time compute kernels ran too; a Chrome trace of the step ($OUT/gpt_z1_trace.json)."""
+    prof = os.path.join(os.environ.get("OUT", "."), "gpt_z1_profile.tsv")
+    subprocess.run([sys.executable, os.path.join(HERE, "gpu_train.py"), "--sgc", so, wfile, "gpt", "nccl"], capture_output=True,
+                   env=dict(env, SGC_PROFILE=prof))
+    if not os.path.exists(prof):
+        print("ZeRO-1 profile: none written")
+        return
+    rows = [l.split("\t") for l in open(prof).read().splitlines()[1:] if not l.startswith("step")]
+    spans = [(float(r[4]), float(r[4]) + float(r[3]), r[5], r[1]) for r in rows if float(r[3]) > 0]
+    compute = sorted((a, b) for a, b, s, _ in spans if s == "compute")
+    comm = [(a, b) for a, b, s, _ in spans if s == "communication"]
+    covered = 0.0
+    for a, b in comm:  # the part of [a, b) during which some compute kernel ran
+        t = a
+        for c0, c1 in compute:
+            if c1 <= t or c0 >= b:
+                continue
+            covered += min(c1, b) - max(c0, t)
+            t = max(t, min(c1, b))
+    total = sum(b - a for a, b in comm)
+    res["zero1_comm_ms"], res["zero1_comm_overlapped_ms"] = total, covered
+    print(f"ZeRO-1, NCCL world 1, one profiled step: {len(comm)} collectives on the communication stream, {total:.3f} ms, "
+          f"{covered:.3f} ms of it ({100 * covered / max(total, 1e-9):.0f}%) while compute kernels ran")
+    trace = [{"name": n, "ph": "X", "ts": a * 1e3, "dur": (b - a) * 1e3, "pid": 0, "tid": 1 if s == "compute" else 2}
+             for a, b, s, n in spans]
+    json.dump({"traceEvents": trace}, open(os.path.join(os.environ.get("OUT", "."), "gpt_z1_trace.json"), "w"))
+
+
 def run_side(so, wfile, comm, env):
     proc = subprocess.run([sys.executable, os.path.join(HERE, "gpu_train.py"), "--sgc", so, wfile, "gpt", comm], capture_output=True,
                           text=True, env=env)
@@ -81,24 +114,31 @@ def main():
     env = gt.library_env()
     wfile = os.path.join(out_dir, "gpt_init.safetensors")
     st.write(wfile, {k: v.clone() for k, v in gm.make("gpt").state_dict().items()})
-    gpt, dp = os.path.join(out_dir, "gpt.so"), os.path.join(out_dir, "gpt_dp.so")
-    rows = [("gpt.so (no data parallelism)", gpt, "none"), ("gpt_dp.so, no communicator", dp, "none"), ("gpt_dp.so, NCCL world 1", dp, "nccl")]
+    gpt, dp, z1 = (os.path.join(out_dir, f) for f in ("gpt.so", "gpt_dp.so", "gpt_z1.so"))
+    rows = [("gpt.so (no data parallelism)", gpt, "none"), ("gpt_dp.so, no communicator", dp, "none"), ("gpt_dp.so, NCCL world 1", dp, "nccl"),
+            ("gpt_z1.so (ZeRO-1), NCCL world 1", z1, "nccl")]
     res = {"gpu": torch.cuda.get_device_name()}
     print(f"{'GPT-2 small, bf16, batch 16 x 1024':34} {'ms/step':>9} {'peak GiB':>9}  first losses")
     for label, so, comm in rows:
+        if not os.path.exists(so):
+            print(f"{label:34} (not carried here)")
+            continue
         r = res[label] = run_side(so, wfile, comm, env)
         if "ms" not in r:
             print(f"{label:34} FAILED: {r['error']}")
             continue
         print(f"{label:34} {r['ms']:9.2f} {r['peak_GiB']:9.2f}  {' '.join(f'{l:.5f}' for l in r['losses'])}")
-    base, nccl = res[rows[0][0]], res[rows[2][0]]
-    if "ms" in base and "ms" in nccl:
-        print(f"cost of the machinery at world size 1: {nccl['ms'] / base['ms']:.3f}x ({nccl['ms'] - base['ms']:+.2f} ms/step)")
+    none, nccl = res.get(rows[1][0], {}), res.get(rows[2][0], {})
+    if "ms" in none and "ms" in nccl:
+        print(f"cost of the machinery at world size 1: {nccl['ms'] / none['ms']:.3f}x ({nccl['ms'] - none['ms']:+.2f} ms/step)")
+    if os.path.exists(z1):
+        overlap(z1, wfile, env, res)
     prof = os.path.join(os.environ.get("OUT", "."), "gpt_dp_profile.tsv")
     subprocess.run([sys.executable, os.path.join(HERE, "gpu_train.py"), "--sgc", dp, wfile, "gpt", "nccl"], capture_output=True,
                    env=dict(env, SGC_PROFILE=prof))
     if os.path.exists(prof):
-        launch_ms = [float(l.split("\t")[3]) for l in open(prof).read().splitlines()[1:] if not l.startswith("step")]
+        rows_ = [l.split("\t") for l in open(prof).read().splitlines()[1:] if not l.startswith("step")]
+        launch_ms = [0.0 if len(r) > 5 and r[5] == "communication" else float(r[3]) for r in rows_]  # the compute stream's
         prog = program(dp)
         print(f"estimated exposed communication per step (profile: {sum(launch_ms):.1f} ms of kernels):")
         for world in WORLDS:

@@ -124,9 +124,13 @@ FAMILIES = [("GEMM (cuBLASLt, with epilogues)", lambda ops, kind: kind == "cubla
 
 def profile_summary(path):
     """Milliseconds per step by kernel family, and the gaps between launches."""
-    fam, step, n = {}, 0.0, 0
+    fam, step, n, comm = {}, 0.0, 0, 0.0
     for line in open(path).read().splitlines()[1:]:
-        _, ops, kind, ms = line.split("\t")
+        parts = line.split("\t")
+        _, ops, kind, ms = parts[:4]
+        if len(parts) > 5 and parts[5] == "communication":  # overlaps the compute stream: not in the step's sum
+            comm += float(ms)
+            continue
         if kind == "step":
             step = float(ms)
             continue
@@ -134,6 +138,8 @@ def profile_summary(path):
         fam[name] = fam.get(name, 0.0) + float(ms)
         n += 1
     fam["launch gaps (step - kernels)"] = step - sum(fam.values())
+    if comm:
+        fam["(communication stream, concurrent)"] = comm
     return {"step_ms": step, "launches": n, "families_ms": fam}
 
 

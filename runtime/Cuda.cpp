@@ -229,10 +229,10 @@ bool CudaDevice::endCapture(std::string& error) {
   return check(api_->cuGraphInstantiate(&graphExec_, graph_, 0), "cuGraphInstantiate", error);
 }
 
-bool CudaDevice::recordEvent(size_t slot, std::string& error) {
+bool CudaDevice::recordEvent(size_t slot, std::string& error, bool onCommStream) {
   if (slot >= events_.size()) events_.resize(slot + 1, nullptr);
   if (!events_[slot] && !check(api_->cuEventCreate(&events_[slot], 0), "cuEventCreate", error)) return false;
-  return check(api_->cuEventRecord(events_[slot], stream_), "cuEventRecord", error);
+  return check(api_->cuEventRecord(events_[slot], onCommStream ? commStream_ : stream_), "cuEventRecord", error);
 }
 
 float CudaDevice::elapsedMs(size_t from, size_t to) {

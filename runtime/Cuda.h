@@ -63,7 +63,7 @@ public:
   /// A device buffer of at least `bytes` beside the arena (kept for later calls; never during a step), 0 on error.
   uint64_t scratch(uint64_t bytes, std::string& error);
   /// Profiling: records event `slot` on the stream; after a synchronize, the milliseconds between two.
-  bool recordEvent(size_t slot, std::string& error);
+  bool recordEvent(size_t slot, std::string& error, bool onCommStream = false);
   float elapsedMs(size_t from, size_t to);
   const std::string& description() const { return description_; }
 

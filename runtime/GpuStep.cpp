@@ -44,19 +44,23 @@ void GpuStep::setCommunicator(Communicator* comm) {
   waits_ = collectiveWaits(prog_, address_);
 }
 
+bool GpuStep::onCommStream(const Collective& c) const { return comm_ && c.op != "shard"; }
+
 bool GpuStep::collective(size_t i, const Collective& c, std::string& error) {
-  int handle = 0;
-  if (c.op == "allreduce")
-    return !comm_ || (gpu_.commFork(error) && comm_->start(spans_[i], c.average, handle, error) && gpu_.commDone(i, error));
-  int in = c.tensors[0], out = c.tensors[1];
+  bool comm = onCommStream(c), profiling = !profile_.empty();
+  if (!comm_ && c.op == "allreduce") return true; // one rank: nothing to do
+  if (comm && !gpu_.commFork(error)) return false;
+  if (profiling && !gpu_.recordEvent(2 * i, error, comm)) return false;
+  int in = c.tensors[0], out = c.tensors.back(), handle = 0;
   uint64_t bytes = prog_.tensors[out].bytes;
-  if (c.op == "shard") return gpu_.copy(address_[out], address_[in] + (uint64_t)(comm_ ? comm_->rank() : 0) * bytes, bytes, error);
-  if (!comm_) return gpu_.copy(address_[out], address_[in], bytes, error); // one rank: the shard is the whole
   auto span = [&](int id) { return Span{address_[id], prog_.tensors[id].bytes / stDTypeSize(prog_.tensors[id].dtype), prog_.tensors[id].dtype}; };
-  if (!gpu_.commFork(error)) return false;
-  bool started = c.op == "reduce_scatter" ? comm_->startReduceScatter(span(in), span(out), c.average, handle, error)
-                                          : comm_->startAllGather(span(in), span(out), handle, error);
-  return started && gpu_.commDone(i, error);
+  bool ok = c.op == "allreduce"        ? comm_->start(spans_[i], c.average, handle, error)
+            : c.op == "shard"          ? gpu_.copy(address_[out], address_[in] + (uint64_t)(comm_ ? comm_->rank() : 0) * bytes, bytes, error)
+            : !comm_                   ? gpu_.copy(address_[out], address_[in], bytes, error) // one rank: the shard is the whole
+            : c.op == "reduce_scatter" ? comm_->startReduceScatter(span(in), span(out), c.average, handle, error)
+                                       : comm_->startAllGather(span(in), span(out), handle, error);
+  if (!ok || (profiling && !gpu_.recordEvent(2 * i + 1, error, comm))) return false;
+  return !comm || gpu_.commDone(i, error);
 }
 
 bool GpuStep::launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error) {
@@ -78,9 +82,11 @@ bool GpuStep::enqueue(bool train, std::string& error) {
       if (!gpu_.waitComm(c, error)) return false;
     }
     if (!train && !l.forward) continue;
-    if (l.collective && !collective(i, *l.collective, error)) return false;
-    started[i] = started[i] || (l.collective && comm_ && l.collective->op != "shard");
-    if (l.kernel < 0) continue; // only a collective (a no-op on one rank without a communicator)
+    if (l.collective) { // a launch is a collective or kernels, never both
+      if (!collective(i, *l.collective, error)) return false;
+      started[i] = onCommStream(*l.collective);
+      continue;
+    }
     if (profiling && !gpu_.recordEvent(2 * i, error)) return false;
     if (l.gpu) {
       for (const KernelCall& c : *l.gpu)
@@ -102,7 +108,11 @@ bool GpuStep::enqueue(bool train, std::string& error) {
   if (profiling && train) {
     if (!gpu_.recordEvent(2 * n + 1, error) || !gpu_.synchronize(error)) return false;
     profileMs_.resize(n + 1, 0.0);
-    for (size_t i = 0; i < n; ++i) profileMs_[i] += gpu_.elapsedMs(2 * i, 2 * i + 1);
+    profileStartMs_.resize(n, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      profileMs_[i] += gpu_.elapsedMs(2 * i, 2 * i + 1);
+      profileStartMs_[i] = gpu_.elapsedMs(2 * n, 2 * i); // this step's: where each launch ran
+    }
     profileMs_[n] += gpu_.elapsedMs(2 * n, 2 * n + 1);
     ++profileSteps_;
   }
@@ -138,14 +148,15 @@ std::string GpuStep::description() const {
 void GpuStep::writeProfile() const {
   FILE* f = std::fopen(profile_.c_str(), "w");
   if (!f) return;
-  std::fprintf(f, "launch\tops\tkind\tms_per_step\n");
+  std::fprintf(f, "launch\tops\tkind\tms_per_step\tstart_ms\tstream\n");
   double steps = std::max(1, profileSteps_);
   for (size_t i = 0; i + 1 < profileMs_.size(); ++i) {
     const Launch& l = prog_.launches[i];
-    const char* kind = gemmPlans_[i] >= 0 ? "cublaslt" : l.gpu ? "gpu-form" : "kernel";
-    std::fprintf(f, "%zu\t%s\t%s\t%.6f\n", i, l.label.c_str(), kind, profileMs_[i] / steps);
+    const char* kind = l.collective ? "collective" : gemmPlans_[i] >= 0 ? "cublaslt" : l.gpu ? "gpu-form" : "kernel";
+    const char* stream = l.collective && onCommStream(*l.collective) ? "communication" : "compute";
+    std::fprintf(f, "%zu\t%s\t%s\t%.6f\t%.6f\t%s\n", i, l.label.c_str(), kind, profileMs_[i] / steps, profileStartMs_[i], stream);
   }
-  if (!profileMs_.empty()) std::fprintf(f, "step\t-\tstep\t%.6f\n", profileMs_.back() / steps);
+  if (!profileMs_.empty()) std::fprintf(f, "step\t-\tstep\t%.6f\t0\tcompute\n", profileMs_.back() / steps);
   std::fclose(f);
 }
 

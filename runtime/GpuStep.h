@@ -6,7 +6,8 @@
 // it is enqueued (it warms up the kernels and cuBLASLt); the second is
 // captured as a CUDA graph, which every later one replays.
 // Environment: SGC_CUDA_GRAPHS=0 (never capture), SGC_PROFILE=FILE (no graph;
-// each launch's GPU time, written when the stepper is destroyed).
+// each launch's GPU time, and where in the last step it started and on which
+// stream, tab-separated, written when the stepper is destroyed).
 #pragma once
 #include "runtime/Comm.h"
 #include "runtime/Cuda.h"
@@ -36,6 +37,7 @@ private:
   /// Launch i's collective: on the communication stream through the communicator, else (one rank,
   /// or a shard) a copy on the compute stream.
   bool collective(size_t i, const Collective& c, std::string& error);
+  bool onCommStream(const Collective& c) const;
   bool launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error);
   void writeProfile() const;
 
@@ -47,6 +49,7 @@ private:
   int trainSteps_ = 0;         ///< training steps run before the capture
   std::string profile_;        ///< SGC_PROFILE
   std::vector<double> profileMs_; ///< per launch, then the whole step
+  std::vector<double> profileStartMs_; ///< per launch: its start in the last profiled step
   int profileSteps_ = 0;
   std::vector<uint64_t> args_;
   Communicator* comm_ = nullptr;
