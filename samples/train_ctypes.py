@@ -1,9 +1,10 @@
 # Trains a model compiled by sgc from Python through ctypes (no other
 # dependency): load the .so, create a session, feed the bundled sample's
 # batches, print the loss of each step.
-# Usage: python3 samples/train_ctypes.py train.so samples/mlp_train_data.safetensors STEPS [DEVICE [nccl[:R:N:IDFILE]]]
+# Usage: python3 samples/train_ctypes.py train.so samples/mlp_train_data.safetensors STEPS [DEVICE [nccl[:R:N:IDFILE[:MS]]]]
 # (DEVICE: cpu, the default, or cuda:N; nccl: the library's collectives through NCCL, as rank 0 of 1,
-# or as rank R of N, each rank on its 1/N of every batch, rank 0 writing the NCCL id to IDFILE)
+# or as rank R of N, each rank on its 1/N of every batch, rank 0 writing the NCCL id to IDFILE;
+# MS: the communicator's time-out in milliseconds)
 import ctypes, json, os, struct, sys, time
 
 
@@ -43,12 +44,14 @@ def main():
     if len(sys.argv) > 5 and sys.argv[5].startswith("nccl"):
         spec = sys.argv[5].split(":")
         options.communicator = b"nccl"
-        if len(spec) == 4:
+        if len(spec) >= 4:
             options.rank, options.world_size = int(spec[1]), int(spec[2])
+        if len(spec) == 5:
+            options.timeout_ms = int(spec[4])
         if options.rank == 0:
             if lib.sgc_nccl_unique_id(options.nccl_id):
                 sys.exit("sgc_nccl_unique_id: " + lib.sgc_last_error().decode())
-            if len(spec) == 4:
+            if len(spec) >= 4:
                 open(spec[3] + ".tmp", "wb").write(bytes(options.nccl_id))
                 os.rename(spec[3] + ".tmp", spec[3])
         else:

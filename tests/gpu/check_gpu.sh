@@ -35,6 +35,16 @@ print(f"{m}: 12 steps, max relative loss difference GPU vs CPU {worst:.2e}")
 sys.exit(0 if worst <= (2e-2 if m.endswith("bf16") else 1e-4) else 1)
 PY
 done
+# A peer that never comes: rank 0 of 2 alone must fail within its 5 s time-out, not hang.
+start=$(date +%s)
+timeout 120 python3 -u train_ctypes.py gptw_dp.so gptw_data.safetensors 1 cuda:0 nccl:0:2:nccl.lonely.id:5000 > lonely.out 2> lonely.err
+took=$(( $(date +%s) - start ))
+if grep -q "within 5000 ms" lonely.err && [ "$took" -lt 60 ]; then
+  echo "NCCL rank 0 of 2 without its peer: failed after ${took} s: $(tail -1 lonely.err)"
+else
+  echo "NCCL rank 0 of 2 without its peer FAILED (after ${took} s): $(tail -3 lonely.err)"
+  status=1
+fi
 # Two GPUs: two NCCL ranks, each on half of every batch, against one GPU on whole batches.
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off
