@@ -2,6 +2,7 @@
  * message, leaves outputs untouched, and never aborts the host.
  * Usage: abi_misuse MODEL.so (a compiled samples/mlp_train.onnx) */
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   FN(sgc_status, sgc_tensor_count, (const sgc_session*, sgc_tensor_kind, int32_t*));
   FN(sgc_status, sgc_model_hash, (const sgc_session*, const char**));
   FN(sgc_status, sgc_memory_plan_bytes, (const sgc_session*, uint64_t*));
+  FN(sgc_status, sgc_rank, (const sgc_session*, int32_t*, int32_t*));
 
   sgc_session* s = (sgc_session*)0x1; /* must stay untouched on error */
   EXPECT(sgc_session_create(NULL, &s) == SGC_ERROR_INVALID_ARGUMENT && s == (sgc_session*)0x1);
@@ -49,6 +51,27 @@ int main(int argc, char** argv) {
   gpu.device = "tpu";
   EXPECT(sgc_session_create(&gpu, &s) == SGC_ERROR_DEVICE);
   sgc_session_destroy(NULL); /* accepted */
+  /* Data parallelism: bad communicators, ranks and time-outs are refused before anything starts. */
+  sgc_session_options dp = SGC_SESSION_OPTIONS_INIT;
+  dp.communicator = "gloo";
+  EXPECT(sgc_session_create(&dp, &s) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "gloo"));
+  dp.communicator = "nccl";
+  dp.rank = 2, dp.world_size = 2;
+  EXPECT(sgc_session_create(&dp, &s) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "rank 2 of world size 2"));
+  dp.rank = 0;
+  EXPECT(sgc_session_create(&dp, &s) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "GPU sessions"));
+  dp.communicator = "mpi", dp.timeout_ms = -1;
+  EXPECT(sgc_session_create(&dp, &s) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "timeout_ms"));
+  EXPECT(s == (sgc_session*)0x1);
+  /* A host built before the data-parallel fields passes the older, smaller struct: accepted. */
+  sgc_session_options old = SGC_SESSION_OPTIONS_INIT;
+  old.struct_size = (uint32_t)offsetof(sgc_session_options, communicator);
+  EXPECT(sgc_session_create(&old, &s) == SGC_OK);
+  int32_t rank = -1, world = -1;
+  EXPECT(sgc_rank(s, &rank, &world) == SGC_OK && rank == 0 && world == 1);
+  EXPECT(sgc_rank(s, NULL, &world) == SGC_ERROR_INVALID_ARGUMENT);
+  sgc_session_destroy(s);
+  s = (sgc_session*)0x1;
 
   sgc_session_options o = SGC_SESSION_OPTIONS_INIT;
   EXPECT(sgc_session_create(&o, &s) == SGC_OK);
