@@ -4,7 +4,10 @@
 #                          build/gpu-bundle and the benchmark's models into bench/out
 #   scripts/gpu.sh run     on the GPU machine (the device tool), from the project
 #                          root, with build/gpu-bundle and bench/out/*.so carried:
-#                          the GPU tests, then the benchmark against PyTorch
+#                          the GPU tests, then the benchmark against PyTorch and
+#                          the data-parallel one (each skips what was not carried;
+#                          one device call carries 64 MiB: the bundle, mlp.so and
+#                          gpt.so, or gpt_dp.so and gpt_z1.so)
 set -eu
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -19,8 +22,9 @@ build)
   ;;
 run)
   status=0
-  (cd build/gpu-bundle && sh check_gpu.sh .) || status=1
-  python3 bench/gpu_train.py bench/out || status=1
+  [ ! -d build/gpu-bundle ] || (cd build/gpu-bundle && sh check_gpu.sh .) || status=1
+  [ ! -f bench/out/gpt.so ] || python3 bench/gpu_train.py bench/out || status=1
+  [ ! -f bench/out/gpt_dp.so ] || python3 bench/gpu_dp.py bench/out || status=1
   exit $status
   ;;
 *)
