@@ -274,7 +274,7 @@ sgc_status connect(sgc_session* s, const sgc_session_options& o, int timeoutMs) 
                                                ": every rank must run the same compiled program (model and options)");
   if (comm.size() > 1 && !s->prog.collectives)
     return fail(SGC_ERROR_INVALID_ARGUMENT, "the library has no collectives, so " + std::to_string(comm.size()) +
-                                                " ranks would train apart: compile it with --data-parallel allreduce");
+                                                " ranks would train apart: compile it with --data-parallel allreduce (or zero1)");
   if (s->gpu) {
     s->gpuStep->setCommunicator(s->comm.get());
     return SGC_OK;

@@ -120,6 +120,21 @@ def check_hash_mismatch(sgc, work, data):
     return said.strip().splitlines()[0]
 
 
+def check_refusals(sgc, work, data):
+    """Two ranks of a library without collectives, and data whose batches are not twice the model's:
+    clear errors, no training."""
+    one, two = os.path.join(work, "mlp_adamw-clip_one.so"), os.path.join(work, "mlp_adamw-clip_allreduce.so")
+    halves = os.path.join(work, "mlp_half_data.safetensors")  # batches of one rank's size
+    st.write(halves, {k: v[:, :v.shape[1] // 2] for k, v in st.read(data).items()})
+    said = []
+    for so, d, expect in ((one, data, "has no collectives"), (two, halves, "need 2 times its leading dim")):
+        proc = run(MPIRUN + ["-np", "2", sgc, "train", so, "--data", d, "--steps", "1"], timeout=120)
+        if proc.returncode == 0 or expect not in proc.stderr or losses(proc):
+            sys.exit(f"FAIL: expected '{expect}':\n{proc.stdout}{proc.stderr}")
+        said.append(proc.stderr.strip().splitlines()[0])
+    return said
+
+
 def check_fault(sgc, work, data, include):
     host = os.path.join(work, "fault_rank")
     proc = run(["cc", "-I", include, os.path.join(here, "fault_rank.c"), "-o", host, "-ldl"])
@@ -160,6 +175,8 @@ def main():
     data = os.path.join(work, "mlp_data.safetensors")
     state = check_zero1_resume(sgc, work, data)
     print(f"zero1: 3 + 3 steps through a checkpoint = 6 steps; its sharded state, gathered: {state}")
+    for line in check_refusals(sgc, work, data):
+        print(f"refused: {line}")
     refused = check_hash_mismatch(sgc, work, data)
     print(f"different libraries refused: {refused}")
     said, took = check_fault(sgc, work, data, include)
