@@ -30,6 +30,7 @@ struct MpiApi {
   int (*finalize)();
   int (*commRank)(Handle, int*);
   int (*commSize)(Handle, int*);
+  int (*commDup)(Handle, Handle*);
   int (*setErrhandler)(Handle, Handle);
   int (*iallreduce)(const void*, void*, int, Handle, Handle, Handle, Handle*);
   int (*iallgather)(const void*, int, Handle, void*, int, Handle, Handle, Handle*);
@@ -49,7 +50,7 @@ struct MpiApi {
     return resolveAll(lib,
                       {{"MPI_Initialized", (void**)&initialized}, {"MPI_Finalized", (void**)&finalized},
                        {"MPI_Init_thread", (void**)&initThread}, {"MPI_Finalize", (void**)&finalize}, {"MPI_Comm_rank", (void**)&commRank},
-                       {"MPI_Comm_size", (void**)&commSize}, {"MPI_Comm_set_errhandler", (void**)&setErrhandler},
+                       {"MPI_Comm_size", (void**)&commSize}, {"MPI_Comm_dup", (void**)&commDup}, {"MPI_Comm_set_errhandler", (void**)&setErrhandler},
                        {"MPI_Iallreduce", (void**)&iallreduce}, {"MPI_Iallgather", (void**)&iallgather},
                        {"MPI_Ireduce_scatter_block", (void**)&ireduceScatterBlock}, {"MPI_Test", (void**)&test},
                        {"MPI_Error_string", (void**)&errorString}, {"ompi_mpi_comm_world", &world}, {"ompi_mpi_float", &floatType},
@@ -83,9 +84,12 @@ public:
       if (!initializedHere) std::atexit(finalizeAtExit);
       initializedHere = true;
     }
-    if (int rc = api_.setErrhandler(api_.world, api_.errorsReturn)) return fail(message("MPI_Comm_set_errhandler", rc), error);
-    if (int rc = api_.commRank(api_.world, &rank_)) return fail(message("MPI_Comm_rank", rc), error);
-    if (int rc = api_.commSize(api_.world, &size_)) return fail(message("MPI_Comm_size", rc), error);
+    // A communicator of our own (the host's MPI_COMM_WORLD keeps its error handler and its traffic),
+    // whose errors return instead of aborting the process.
+    if (int rc = api_.commDup(api_.world, &comm_)) return fail(message("MPI_Comm_dup", rc), error);
+    if (int rc = api_.setErrhandler(comm_, api_.errorsReturn)) return fail(message("MPI_Comm_set_errhandler", rc), error);
+    if (int rc = api_.commRank(comm_, &rank_)) return fail(message("MPI_Comm_rank", rc), error);
+    if (int rc = api_.commSize(comm_, &size_)) return fail(message("MPI_Comm_size", rc), error);
     return true;
   }
 
@@ -99,7 +103,7 @@ public:
       for (uint64_t at = 0; at < s.count; at += chunk) {
         Handle request = nullptr;
         int count = (int)std::min(chunk, s.count - at);
-        if (int rc = api_.iallreduce(kInPlace, (void*)(s.address + at * size), count, type, api_.sum, api_.world, &request))
+        if (int rc = api_.iallreduce(kInPlace, (void*)(s.address + at * size), count, type, api_.sum, comm_, &request))
           return breakWith(message("MPI_Iallreduce", rc), error);
         p.requests.push_back(request);
       }
@@ -112,7 +116,7 @@ public:
   bool startReduceScatter(const Span& in, const Span& out, bool average, int& handle, std::string& error) override {
     Handle type = typeOf(out, error), request = nullptr;
     if (!type) return false;
-    if (int rc = api_.ireduceScatterBlock((void*)in.address, (void*)out.address, (int)out.count, type, api_.sum, api_.world, &request))
+    if (int rc = api_.ireduceScatterBlock((void*)in.address, (void*)out.address, (int)out.count, type, api_.sum, comm_, &request))
       return breakWith(message("MPI_Ireduce_scatter_block", rc), error);
     return track(Pending{{request}, average ? std::vector<Span>{out} : std::vector<Span>{}, average}, handle);
   }
@@ -120,7 +124,7 @@ public:
   bool startAllGather(const Span& in, const Span& out, int& handle, std::string& error) override {
     Handle type = typeOf(in, error), request = nullptr;
     if (!type) return false;
-    if (int rc = api_.iallgather((void*)in.address, (int)in.count, type, (void*)out.address, (int)in.count, type, api_.world, &request))
+    if (int rc = api_.iallgather((void*)in.address, (int)in.count, type, (void*)out.address, (int)in.count, type, comm_, &request))
       return breakWith(message("MPI_Iallgather", rc), error);
     return track(Pending{{request}, {}, false}, handle);
   }
@@ -144,7 +148,7 @@ public:
     if (!broken_.empty()) return fail(broken_, error);
     std::string gathered(mine.size() * (size_t)size_, '\0');
     std::vector<Handle> request(1);
-    if (int rc = api_.iallgather(mine.data(), (int)mine.size(), api_.charType, gathered.data(), (int)mine.size(), api_.charType, api_.world,
+    if (int rc = api_.iallgather(mine.data(), (int)mine.size(), api_.charType, gathered.data(), (int)mine.size(), api_.charType, comm_,
                                  &request[0]))
       return breakWith(message("MPI_Iallgather", rc), error);
     if (!waitAll(request, "gathering the ranks' program hashes", error)) return false;
@@ -214,6 +218,7 @@ private:
   }
 
   const MpiApi& api_;
+  Handle comm_ = nullptr; ///< a duplicate of MPI_COMM_WORLD (not freed: freeing is collective, and a peer may be gone)
   int timeoutMs_;
   int next_ = 0;
   std::map<int, Pending> pending_;
