@@ -30,7 +30,7 @@ struct MpiApi {
   int (*finalize)();
   int (*commRank)(Handle, int*);
   int (*commSize)(Handle, int*);
-  int (*commDup)(Handle, Handle*);
+  int (*commIdup)(Handle, Handle*, Handle*);
   int (*setErrhandler)(Handle, Handle);
   int (*iallreduce)(const void*, void*, int, Handle, Handle, Handle, Handle*);
   int (*iallgather)(const void*, int, Handle, void*, int, Handle, Handle, Handle*);
@@ -50,7 +50,7 @@ struct MpiApi {
     return resolveAll(lib,
                       {{"MPI_Initialized", (void**)&initialized}, {"MPI_Finalized", (void**)&finalized},
                        {"MPI_Init_thread", (void**)&initThread}, {"MPI_Finalize", (void**)&finalize}, {"MPI_Comm_rank", (void**)&commRank},
-                       {"MPI_Comm_size", (void**)&commSize}, {"MPI_Comm_dup", (void**)&commDup}, {"MPI_Comm_set_errhandler", (void**)&setErrhandler},
+                       {"MPI_Comm_size", (void**)&commSize}, {"MPI_Comm_idup", (void**)&commIdup}, {"MPI_Comm_set_errhandler", (void**)&setErrhandler},
                        {"MPI_Iallreduce", (void**)&iallreduce}, {"MPI_Iallgather", (void**)&iallgather},
                        {"MPI_Ireduce_scatter_block", (void**)&ireduceScatterBlock}, {"MPI_Test", (void**)&test},
                        {"MPI_Error_string", (void**)&errorString}, {"ompi_mpi_comm_world", &world}, {"ompi_mpi_float", &floatType},
@@ -84,9 +84,12 @@ public:
       if (!initializedHere) std::atexit(finalizeAtExit);
       initializedHere = true;
     }
-    // A communicator of our own (the host's MPI_COMM_WORLD keeps its error handler and its traffic),
-    // whose errors return instead of aborting the process.
-    if (int rc = api_.commDup(api_.world, &comm_)) return fail(message("MPI_Comm_dup", rc), error);
+    // A communicator of our own (the host's MPI_COMM_WORLD keeps its error handler and traffic),
+    // whose errors return instead of aborting the process; duplicated without blocking, so a
+    // missing peer times out.
+    std::vector<Handle> request(1);
+    if (int rc = api_.commIdup(api_.world, &comm_, &request[0])) return fail(message("MPI_Comm_idup", rc), error);
+    if (!waitAll(request, "joining the other ranks", error)) return false;
     if (int rc = api_.setErrhandler(comm_, api_.errorsReturn)) return fail(message("MPI_Comm_set_errhandler", rc), error);
     if (int rc = api_.commRank(comm_, &rank_)) return fail(message("MPI_Comm_rank", rc), error);
     if (int rc = api_.commSize(comm_, &size_)) return fail(message("MPI_Comm_size", rc), error);
