@@ -67,17 +67,7 @@ public:
     Config config;
     Result r = api_.initRankConfig(&comm_, size, id, rank, &config);
     if (r != kSuccess && r != kInProgress) return breakWith("ncclCommInitRankConfig", r, error);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs_);
-    while (true) { // non-blocking creation: done when the async state leaves ncclInProgress
-      Result state = kSuccess;
-      api_.getAsyncError(comm_, &state);
-      if (state == kSuccess) return true;
-      if (state != kInProgress) return breakWith("creating the NCCL communicator", state, error);
-      if (std::chrono::steady_clock::now() > deadline)
-        return breakWith("creating the NCCL communicator did not finish within " + std::to_string(timeoutMs_) + " ms: a peer rank is missing",
-                         error);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    return settle("creating the NCCL communicator", kInProgress, error, ": a peer rank is missing");
   }
 
   bool start(const std::vector<Span>& spans, bool average, int& handle, std::string& error) override {
@@ -89,9 +79,8 @@ public:
     }
     Result end = api_.groupEnd();
     if (r != kSuccess && r != kInProgress) return breakWith("ncclAllReduce", r, error);
-    if (end != kSuccess && end != kInProgress) return breakWith("ncclGroupEnd", end, error);
     handle = 0;
-    return true;
+    return settle("ncclGroupEnd", end, error);
   }
 
   bool startReduceScatter(const Span& in, const Span& out, bool average, int& handle, std::string& error) override {
@@ -99,14 +88,14 @@ public:
     Result r = api_.reduceScatter((const void*)in.address, (void*)out.address, out.count, typeOf(out), average ? kAvg : kSum, comm_,
                                   gpu_.commStream());
     handle = 0;
-    return r == kSuccess || r == kInProgress || breakWith("ncclReduceScatter", r, error);
+    return settle("ncclReduceScatter", r, error);
   }
 
   bool startAllGather(const Span& in, const Span& out, int& handle, std::string& error) override {
     if (failed()) return fail(broken_, error);
     Result r = api_.allGather((const void*)in.address, (void*)out.address, in.count, typeOf(in), comm_, gpu_.commStream());
     handle = 0;
-    return r == kSuccess || r == kInProgress || breakWith("ncclAllGather", r, error);
+    return settle("ncclAllGather", r, error);
   }
 
   /// The collectives are ordered on the GPU (GpuStep's events); the host waits in idle().
@@ -116,7 +105,7 @@ public:
     uint64_t len = mine.size(), scratch = gpu_.scratch(len * (uint64_t)size_, error);
     if (!scratch || !gpu_.toDevice(scratch + (uint64_t)rank_ * len, mine.data(), len, error) || !gpu_.commFork(error)) return false;
     Result r = api_.allGather((const void*)(scratch + (uint64_t)rank_ * len), (void*)scratch, len, kUint8, comm_, gpu_.commStream());
-    if (r != kSuccess && r != kInProgress) return breakWith("ncclAllGather", r, error);
+    if (!settle("ncclAllGather", r, error)) return false;
     std::string gathered(len * (size_t)size_, '\0');
     if (!gpu_.commDone(0, error) || !gpu_.waitComm(0, error) || !idle(error) || !gpu_.toHost(gathered.data(), scratch, gathered.size(), error)) return false;
     all.clear();
@@ -137,6 +126,20 @@ public:
   }
 
 private:
+  /// A non-blocking call's result: when in progress, polls the communicator's state (a call may be
+  /// issued only once the previous one has left ncclInProgress) until done, failed or timed out.
+  bool settle(const std::string& what, Result r, std::string& error, const char* missing = ": a peer rank stopped answering") {
+    if (r != kSuccess && r != kInProgress) return breakWith(what.c_str(), r, error);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs_);
+    for (Result state = r; state == kInProgress;) {
+      api_.getAsyncError(comm_, &state);
+      if (state != kSuccess && state != kInProgress) return breakWith(what.c_str(), state, error);
+      if (state == kInProgress && std::chrono::steady_clock::now() > deadline)
+        return breakWith(what + " did not finish within " + std::to_string(timeoutMs_) + " ms" + missing, error);
+      if (state == kInProgress) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return true;
+  }
   static int typeOf(const Span& s) { return s.dtype == "F32" ? kFloat32 : s.dtype == "F64" ? kFloat64 : kBfloat16; }
   static bool fail(const std::string& msg, std::string& error) {
     error = msg;

@@ -25,7 +25,8 @@ bool parseTensors(const nlohmann::json& j, Program& p, std::string& error) {
   for (const auto& t : j.at("tensors")) {
     TensorDesc d{t.at("name"), kindOf(t.at("kind")), t.at("region"), t.at("offset"), t.at("bytes"), t.at("dtype"), t.at("shape"),
                  t.value("shards", int64_t(1))};
-    if (d.shards < 1 || (d.shards > 1 && d.kind != TensorKind::State)) return fail(error, "tensor " + d.name + " has a bad shard count");
+    if (d.shards < 1 || (d.shards > 1 && (d.kind != TensorKind::State || d.shape.size() != 1)))
+      return fail(error, "tensor " + d.name + " has a bad shard count (only flat state is sharded)");
     if (d.region < 0 || d.region >= kNumRegions) return fail(error, "tensor " + d.name + " has no valid region");
     if (d.offset > p.regions[d.region] || d.bytes > p.regions[d.region] - d.offset) return fail(error, "tensor " + d.name + " leaves its region");
     if (d.offset % kTensorAlignment) return fail(error, "tensor " + d.name + " is not " + std::to_string(kTensorAlignment) + "-byte aligned");
