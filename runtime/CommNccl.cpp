@@ -29,6 +29,7 @@ struct NcclApi {
   Result (*groupStart)();
   Result (*groupEnd)();
   Result (*getAsyncError)(void*, Result*);
+  Result (*finalize)(void*);
   Result (*abort)(void*);
   Result (*destroy)(void*);
   const char* (*errorString)(Result);
@@ -46,7 +47,7 @@ struct NcclApi {
                        {"ncclAllReduce", (void**)&allReduce}, {"ncclAllGather", (void**)&allGather},
                        {"ncclReduceScatter", (void**)&reduceScatter}, {"ncclGroupStart", (void**)&groupStart},
                        {"ncclGroupEnd", (void**)&groupEnd}, {"ncclCommGetAsyncError", (void**)&getAsyncError},
-                       {"ncclCommAbort", (void**)&abort}, {"ncclCommDestroy", (void**)&destroy},
+                       {"ncclCommFinalize", (void**)&finalize}, {"ncclCommAbort", (void**)&abort}, {"ncclCommDestroy", (void**)&destroy},
                        {"ncclGetErrorString", (void**)&errorString}},
                       "libnccl.so.2 (NCCL 2.18 or newer is needed)", error);
   }
@@ -57,8 +58,11 @@ public:
   NcclCommunicator(const NcclApi& api, CudaDevice& gpu, int timeoutMs) : api_(api), gpu_(gpu), timeoutMs_(timeoutMs) {}
   ~NcclCommunicator() override {
     if (!comm_) return;
-    if (failed()) api_.abort(comm_);
-    else api_.destroy(comm_);
+    // Finalizing is collective and, non-blocking, runs on after the call: settle it (bounded) before
+    // the communicator and then the device go; a failed or timed-out one is aborted instead.
+    std::string ignored;
+    if (!failed() && settle("ncclCommFinalize", api_.finalize(comm_), ignored)) api_.destroy(comm_);
+    else api_.abort(comm_);
   }
 
   bool init(int rank, int size, const NcclId& id, std::string& error) {

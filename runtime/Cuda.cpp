@@ -173,10 +173,7 @@ std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal, const std::vector<GpuB
 
 CudaDevice::~CudaDevice() {
   if (!api_) return;
-  if (stream_) api_->cuStreamSynchronize(stream_);
-  if (graphExec_) api_->cuGraphExecDestroy(graphExec_);
-  if (graph_) api_->cuGraphDestroy(graph_);
-  if (commStream_) api_->cuStreamSynchronize(commStream_);
+  dropGraph();
   for (void* e : events_)
     if (e) api_->cuEventDestroy(e);
   for (void* e : joinEvents_)
@@ -291,6 +288,14 @@ uint64_t CudaDevice::scratch(uint64_t bytes, std::string& error) {
   if (!check(api_->cuMemAlloc(&p, std::max<uint64_t>(bytes, 256)), "cuMemAlloc", error)) return 0;
   scratchBytes_ = std::max<uint64_t>(bytes, 256);
   return scratch_ = p;
+}
+
+void CudaDevice::dropGraph() {
+  if (stream_) api_->cuStreamSynchronize(stream_);
+  if (commStream_) api_->cuStreamSynchronize(commStream_);
+  if (graphExec_) api_->cuGraphExecDestroy(graphExec_);
+  if (graph_) api_->cuGraphDestroy(graph_);
+  graphExec_ = graph_ = nullptr;
 }
 
 bool CudaDevice::replay(std::string& error) { return check(api_->cuGraphLaunch(graphExec_, stream_), "cuGraphLaunch", error); }

@@ -49,6 +49,9 @@ public:
   bool endCapture(std::string& error);
   bool captured() const { return graphExec_ != nullptr; }
   bool replay(std::string& error);
+  /// Waits for the device and destroys the captured graph (before what it references goes: NCCL
+  /// keeps a communicator whose work a graph holds until that graph is destroyed).
+  void dropGraph();
   bool synchronize(std::string& error);
   /// Data parallelism: a second stream, of higher priority, for the collectives. commFork makes it
   /// wait for what the compute stream has enqueued; commDone(slot) marks what it has enqueued so far

@@ -91,7 +91,12 @@ struct sgc_session {
   double lr = 1e-3;
   bool paramsLoaded = true; ///< false until sgc_load for --weights none
 
-  ~sgc_session() { std::free(arena); }
+  ~sgc_session() {
+    if (gpu) gpu->dropGraph(); // the graph goes before the communicator whose work it holds
+    comm.reset();
+    mpi.reset();
+    std::free(arena);
+  }
   uint8_t* data(int id) { return base[prog.tensors[id].region] + prog.tensors[id].offset; }
   const uint8_t* data(int id) const { return base[prog.tensors[id].region] + prog.tensors[id].offset; }
   uint64_t devData(int id) const { return devBase[prog.tensors[id].region] + prog.tensors[id].offset; }

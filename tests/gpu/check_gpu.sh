@@ -52,9 +52,12 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   for m in dp z1; do
     rm -f nccl.$m.id
     for r in 0 1; do
-      python3 -u train_ctypes.py gptw_half_$m.so gptw_data.safetensors 12 cuda:$r nccl:$r:2:nccl.$m.id > $m.2gpu.$r.out 2> $m.2gpu.$r.err &
+      timeout 300 python3 -u train_ctypes.py gptw_half_$m.so gptw_data.safetensors 12 cuda:$r nccl:$r:2:nccl.$m.id:60000 \
+        > $m.2gpu.$r.out 2> $m.2gpu.$r.err &
     done
+    start=$(date +%s)
     wait
+    echo "gptw_half_$m: two ranks ran and exited in $(( $(date +%s) - start )) s"
     python3 - $m <<'PY' || status=1
 import json, sys
 m = sys.argv[1]
