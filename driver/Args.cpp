@@ -16,7 +16,9 @@ void printHelp(const CommandSpec& spec) {
   printf("\noptions:\n");
   for (const auto& o : spec.options) {
     std::string flag = (o.name.size() == 1 ? "-" : "--") + o.name + (o.valueName.empty() ? "" : " " + o.valueName);
-    printf("  %-28s %s\n", flag.c_str(), o.help.c_str());
+    std::string help; // continuation lines under the first one's text
+    for (char c : o.help) help += c == '\n' ? std::string("\n") + std::string(31, ' ') : std::string(1, c);
+    printf("  %-28s %s\n", flag.c_str(), help.c_str());
   }
   printf("  %-28s %s\n", "--help", "show this help");
 }
