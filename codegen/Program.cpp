@@ -235,17 +235,18 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     }
     std::string label; // the group's ops, for profiles: "MatMul+Add+Gelu"
     for (const ir::Node* n : group) label += (label.empty() ? "" : "+") + std::string(ir::opName(n->op));
-    if (group[0]->op == ir::Op::AllReduce) {
-      launches.push_back(collectiveJson(*group[0], tensorId));
-      launches.back()["forward"] = forward.count(group[0]) != 0;
-      launches.back()["label"] = label;
-      ks = copiesNotInPlace(*group[0], p.plan, std::move(ks));
-    }
+    if (group[0]->op == ir::Op::AllReduce) ks = copiesNotInPlace(*group[0], p.plan, std::move(ks));
     for (kir::Kernel& k : ks) {
       launches.push_back(launchJson(k, (int)p.kernels.size(), tensorId, p.bytesPerStep));
       launches.back()["forward"] = forward.count(group.back()) != 0;
       launches.back()["label"] = label;
       p.kernels.push_back(std::move(k));
+    }
+    if (group[0]->op == ir::Op::AllReduce) { // after the copies of results not reduced in place
+      launches.push_back(collectiveJson(*group[0], tensorId));
+      launches.back()["forward"] = forward.count(group[0]) != 0;
+      launches.back()["label"] = label;
+      continue;
     }
     if (absorbed.skipped.count(group[0])) { // the GEMMs reading it transpose its source
       launches.back()["gpu"] = nlohmann::json::array();
