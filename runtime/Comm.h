@@ -7,6 +7,8 @@
 // answering makes the call fail, never hang; after a failure the
 // communicator refuses further work.
 #pragma once
+#include "runtime/Program.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -62,9 +64,12 @@ bool ncclUniqueId(NcclId& id, std::string& error);
 /// Rank `rank` of `size` in the NCCL communicator of `id`, on `gpu` (its communication stream).
 std::unique_ptr<Communicator> openNccl(CudaDevice& gpu, int rank, int size, const NcclId& id, int timeoutMs, std::string& error);
 
-/// The runs of `ids` that lie back to back in memory (gaps below `alignment` bytes allowed) with
-/// one dtype, as spans. `address` and `bytes` give each tensor's place; `dtype` its name.
-std::vector<Span> contiguousSpans(const std::vector<int>& ids, const std::vector<uint64_t>& address,
-                                  const std::vector<uint64_t>& bytes, const std::vector<std::string>& dtype, uint64_t alignment);
+/// Tensor `id` of `p`, at `address`, as one span.
+Span tensorSpan(const Program& p, int id, uint64_t address);
+/// The runs of `ids` (tensors of `p`, each at address[id]) that lie back to back in memory with one
+/// dtype, as spans: gaps below the program's alignment are merged when no other tensor lies in them.
+std::vector<Span> contiguousSpans(const Program& p, const std::vector<int>& ids, const std::vector<uint64_t>& address);
+/// Per launch of `p`: the spans its all-reduce reduces (none for other launches).
+std::vector<std::vector<Span>> allReduceSpans(const Program& p, const std::vector<uint64_t>& address);
 
 } // namespace sgc::rt

@@ -97,23 +97,17 @@ public:
   }
 
   bool start(const std::vector<Span>& spans, bool average, int& handle, std::string& error) override {
-    if (!broken_.empty()) return fail(broken_, error);
     Pending p{{}, spans, average};
-    for (const Span& s : spans) {
-      Handle type = s.dtype == "F32" ? api_.floatType : s.dtype == "F64" ? api_.doubleType : nullptr;
-      if (!type) return fail("MPI all-reduces f32 and f64 tensors, not " + s.dtype, error);
-      uint64_t size = s.dtype == "F32" ? 4 : 8, chunk = uint64_t(1) << 30; // MPI counts are ints
-      for (uint64_t at = 0; at < s.count; at += chunk) {
-        Handle request = nullptr;
-        int count = (int)std::min(chunk, s.count - at);
-        if (int rc = api_.iallreduce(kInPlace, (void*)(s.address + at * size), count, type, api_.sum, comm_, &request))
+    for (const Span& s : spans)
+      for (uint64_t at = 0, chunk = uint64_t(1) << 30; at < s.count; at += chunk) { // MPI counts are ints
+        Span part{s.address + at * (s.dtype == "F64" ? 8 : 4), std::min(chunk, s.count - at), s.dtype};
+        Handle type = typeOf(part, error), request = nullptr;
+        if (!type) return false;
+        if (int rc = api_.iallreduce(kInPlace, (void*)part.address, (int)part.count, type, api_.sum, comm_, &request))
           return breakWith(message("MPI_Iallreduce", rc), error);
         p.requests.push_back(request);
       }
-    }
-    handle = next_++;
-    pending_[handle] = std::move(p);
-    return true;
+    return track(std::move(p), handle);
   }
 
   bool startReduceScatter(const Span& in, const Span& out, bool average, int& handle, std::string& error) override {

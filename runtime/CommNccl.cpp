@@ -35,9 +35,7 @@ struct NcclApi {
   const char* (*errorString)(Result);
 
   bool load(std::string& error) {
-    const char* env = std::getenv("SGC_NCCL");
-    for (std::string name : {std::string(env ? env : ""), std::string("libnccl.so.2"), std::string("/usr/local/cuda/lib64/libnccl.so.2")})
-      if (!name.empty() && (lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+    lib = openFirst("SGC_NCCL", {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2"});
     if (!lib) {
       error = "libnccl.so.2 cannot be loaded (set SGC_NCCL to its path)";
       return false;

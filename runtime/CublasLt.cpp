@@ -30,17 +30,13 @@ struct CublasLt::Api {
                    Handle, const Algo*, void*, size_t, void*);
 
   bool load(std::string& error) {
-    std::vector<std::string> names;
     const char* env = std::getenv("SGC_CUBLASLT");
     if (env && std::string(env) == "none") {
       error = "SGC_CUBLASLT=none";
       return false;
     }
-    if (env) names.push_back(env);
-    for (const char* n : {"libcublasLt.so.13", "libcublasLt.so.12", "/usr/local/cuda/lib64/libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.12"})
-      names.push_back(n);
-    for (const std::string& n : names)
-      if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+    lib = openFirst("SGC_CUBLASLT", {"libcublasLt.so.13", "libcublasLt.so.12", "/usr/local/cuda/lib64/libcublasLt.so.13",
+                                     "/usr/local/cuda/lib64/libcublasLt.so.12"});
     if (!lib) {
       error = "libcublasLt.so.13 cannot be loaded (set SGC_CUBLASLT to its path)";
       return false;

@@ -1,8 +1,6 @@
 // The GPU step (see GpuStep.h).
 #include "runtime/GpuStep.h"
 
-#include "runtime/Safetensors.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -32,15 +30,7 @@ bool GpuStep::prepare(std::string& error) {
 
 void GpuStep::setCommunicator(Communicator* comm) {
   comm_ = comm;
-  std::vector<uint64_t> bytes;
-  std::vector<std::string> dtype;
-  for (const TensorDesc& t : prog_.tensors) {
-    bytes.push_back(t.bytes);
-    dtype.push_back(t.dtype);
-  }
-  spans_.clear();
-  for (const Launch& l : prog_.launches)
-    spans_.push_back(l.collective ? contiguousSpans(l.collective->tensors, address_, bytes, dtype, prog_.alignment) : std::vector<Span>{});
+  spans_ = allReduceSpans(prog_, address_);
   waits_ = collectiveWaits(prog_, address_);
 }
 
@@ -53,7 +43,7 @@ bool GpuStep::collective(size_t i, const Collective& c, std::string& error) {
   if (profiling && !gpu_.recordEvent(2 * i, error, comm)) return false;
   int in = c.tensors[0], out = c.tensors.back(), handle = 0;
   uint64_t bytes = prog_.tensors[out].bytes;
-  auto span = [&](int id) { return Span{address_[id], prog_.tensors[id].bytes / stDTypeSize(prog_.tensors[id].dtype), prog_.tensors[id].dtype}; };
+  auto span = [&](int id) { return tensorSpan(prog_, id, address_[id]); };
   bool ok = c.op == "allreduce"        ? comm_->start(spans_[i], c.average, handle, error)
             : c.op == "shard"          ? gpu_.copy(address_[out], address_[in] + (uint64_t)(comm_ ? comm_->rank() : 0) * bytes, bytes, error)
             : !comm_                   ? gpu_.copy(address_[out], address_[in], bytes, error) // one rank: the shard is the whole

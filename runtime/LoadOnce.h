@@ -3,6 +3,7 @@
 // state (the primary contexts; cuBLASLt's runtime) that does not survive
 // dlclose. `Api` has `bool load(std::string& error)`.
 #pragma once
+#include <cstdlib>
 #include <dlfcn.h>
 #include <initializer_list>
 #include <mutex>
@@ -22,6 +23,16 @@ const Api* loadOnce(std::string& error) {
   }
   if (!api) error = loadError;
   return api;
+}
+
+/// The first of the path in environment variable `env` (when set) and `candidates` that dlopen loads
+/// (RTLD_LOCAL); nullptr when none does.
+inline void* openFirst(const char* env, std::initializer_list<const char*> candidates) {
+  if (const char* path = std::getenv(env))
+    if (void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return lib;
+  for (const char* c : candidates)
+    if (void* lib = dlopen(c, RTLD_NOW | RTLD_LOCAL)) return lib;
+  return nullptr;
 }
 
 /// A function (or object) to find in a dlopened library, and where to keep its address.

@@ -85,7 +85,8 @@ struct sgc_session {
   mutable std::string describedAs;
   std::unique_ptr<Communicator> comm; ///< data parallelism: the gradients' collectives (MPI, or NCCL on a GPU)
   std::unique_ptr<Communicator> mpi;  ///< on a GPU launched by mpirun: what sent the NCCL id
-  std::vector<std::vector<Span>> spans;  ///< per launch: what its collective reduces (CPU)
+  std::vector<uint64_t> address;         ///< CPU: each tensor's address, by id
+  std::vector<std::vector<Span>> spans;  ///< per launch: what its all-reduce reduces (CPU)
   std::vector<std::vector<int>> waits;   ///< per launch: the collectives that must finish before it
   std::string broken;                    ///< why the communicator failed: every later step fails too
   double lr = 1e-3;
@@ -148,12 +149,6 @@ int findTensor(const sgc_session* s, const char* name, std::initializer_list<Ten
   return -1;
 }
 
-/// A tensor's whole bytes as a span.
-Span spanOf(const sgc_session* s, int id, uint64_t address) {
-  const TensorDesc& d = s->prog.tensors[id];
-  return {address, d.bytes / stDTypeSize(d.dtype), d.dtype};
-}
-
 /// Starts launch i's collective (pending[i] names it), or does it here when it is local or there is one rank.
 bool startCollective(sgc_session* s, const Collective& c, size_t i, std::map<int, int>& pending, std::string& error) {
   if (c.op == "allreduce") return !s->comm || s->comm->start(s->spans[i], c.average, pending[(int)i], error);
@@ -168,7 +163,7 @@ bool startCollective(sgc_session* s, const Collective& c, size_t i, std::map<int
     std::memcpy(s->data(out), s->data(in), bytes);
     return true;
   }
-  Span from = spanOf(s, in, (uint64_t)s->data(in)), to = spanOf(s, out, (uint64_t)s->data(out));
+  Span from = tensorSpan(s->prog, in, s->address[in]), to = tensorSpan(s->prog, out, s->address[out]);
   return c.op == "reduce_scatter" ? s->comm->startReduceScatter(from, to, c.average, pending[(int)i], error)
                                   : s->comm->startAllGather(from, to, pending[(int)i], error);
 }
@@ -285,15 +280,7 @@ sgc_status connect(sgc_session* s, const sgc_session_options& o, int timeoutMs) 
     return SGC_OK;
   }
   s->comm = std::move(s->mpi);
-  std::vector<uint64_t> address, bytes;
-  std::vector<std::string> dtype;
-  for (int i = 0; i < (int)s->prog.tensors.size(); ++i) {
-    address.push_back((uint64_t)s->data(i));
-    bytes.push_back(s->prog.tensors[i].bytes);
-    dtype.push_back(s->prog.tensors[i].dtype);
-  }
-  for (const Launch& l : s->prog.launches)
-    s->spans.push_back(l.collective ? contiguousSpans(l.collective->tensors, address, bytes, dtype, s->prog.alignment) : std::vector<Span>{});
+  s->spans = allReduceSpans(s->prog, s->address);
   return SGC_OK;
 }
 
@@ -349,9 +336,8 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
       if (!s->arena) return fail(SGC_ERROR_OUT_OF_MEMORY, "cannot allocate the " + std::to_string(total) + "-byte arena");
       std::memset(s->arena, 0, total);
       for (int r = 0; r < kNumRegions; ++r) s->base[r] = (uint8_t*)s->arena + offsets[r];
-      std::vector<uint64_t> address;
-      for (int i = 0; i < (int)s->prog.tensors.size(); ++i) address.push_back((uint64_t)s->data(i));
-      s->waits = collectiveWaits(s->prog, address);
+      for (int i = 0; i < (int)s->prog.tensors.size(); ++i) s->address.push_back((uint64_t)s->data(i));
+      s->waits = collectiveWaits(s->prog, s->address);
     }
     for (auto& [t, off] : s->prog.weights)
       if (!s->write(t, sgcrt_weights + off, error)) return fail(SGC_ERROR_DEVICE, error);

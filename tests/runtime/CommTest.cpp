@@ -18,9 +18,12 @@ namespace {
 TEST(ContiguousSpans, MergesAcrossPaddingOnly) {
   // Tensors 0..3: f32 at 0 (40 bytes), f32 at 64 (64 bytes), f64 at 128 (16 bytes), f32 at 256 (8 bytes);
   // tensor 4 (f32 at 44) is not there yet.
-  std::vector<uint64_t> address{0, 64, 128, 256, 1024}, bytes{40, 64, 16, 8, 8};
-  std::vector<std::string> dtype{"F32", "F32", "F64", "F32", "F32"};
-  auto spans = rt::contiguousSpans({1, 0, 2, 3}, address, bytes, dtype, 64);
+  rt::Program p;
+  p.alignment = 64;
+  for (auto [dtype, bytes] : std::vector<std::pair<std::string, uint64_t>>{{"F32", 40}, {"F32", 64}, {"F64", 16}, {"F32", 8}, {"F32", 8}})
+    p.tensors.push_back({"t", rt::TensorKind::Result, 5, 0, bytes, dtype, {}});
+  std::vector<uint64_t> address{0, 64, 128, 256, 1024};
+  auto spans = rt::contiguousSpans(p, {1, 0, 2, 3}, address);
   ASSERT_EQ(spans.size(), 3u); // 0+1 through the padding; 2 is f64; 3 lies past a 64-byte gap
   EXPECT_EQ(spans[0].address, 0u);
   EXPECT_EQ(spans[0].count, 32u); // (64 + 64) / 4
@@ -28,7 +31,7 @@ TEST(ContiguousSpans, MergesAcrossPaddingOnly) {
   EXPECT_EQ(spans[2].address, 256u);
   // Now tensor 4 lies in the gap between 0 and 1 and is not reduced: no merging across it.
   address[4] = 44;
-  spans = rt::contiguousSpans({0, 1}, address, bytes, dtype, 64);
+  spans = rt::contiguousSpans(p, {0, 1}, address);
   EXPECT_EQ(spans.size(), 2u);
 }
 
@@ -62,18 +65,14 @@ std::vector<uint64_t> addresses(const rt::Program& p) {
 
 TEST(Collectives, EachBucketIsOneSpanAndIsWaitedForBeforeUse) {
   rt::Program p = compiledWithBuckets(0.001);
-  std::vector<uint64_t> address = addresses(p), bytes;
-  std::vector<std::string> dtype;
-  for (const rt::TensorDesc& t : p.tensors) {
-    bytes.push_back(t.bytes);
-    dtype.push_back(t.dtype);
-  }
+  std::vector<uint64_t> address = addresses(p);
+  auto spans = rt::allReduceSpans(p, address);
   auto waits = rt::collectiveWaits(p, address);
   int collectives = 0, waited = 0;
   for (size_t i = 0; i < p.launches.size(); ++i) {
     if (!p.launches[i].collective) continue;
     ++collectives;
-    EXPECT_EQ(rt::contiguousSpans(p.launches[i].collective->tensors, address, bytes, dtype, p.alignment).size(), 1u)
+    EXPECT_EQ(spans[i].size(), 1u)
         << "collective " << i << " is not one run of bytes";
     for (size_t j = 0; j <= i; ++j)
       for (int w : waits[j]) EXPECT_NE(w, (int)i) << "launch " << j << " waits for a later collective";
