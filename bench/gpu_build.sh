@@ -7,6 +7,9 @@
 # the PyTorch model's initial weights. Then, on the device:
 #   python3 bench/gpu_train.py bench/out
 #   python3 bench/gpu_dp.py bench/out
+#   python3 bench/gpu_scale.py bench/out   (two GPUs or more)
+# Each library is also packed as .so.xz (under 1 MiB; a device call carries
+# 64 MiB): carry those, and the scripts unpack them there.
 # Usage: bench/gpu_build.sh [SGC]   (from the project root)
 set -eu
 sgc=${1:-build/driver/sgc}
@@ -31,5 +34,8 @@ flags="--optimizer adamw --lr 1e-4 --weight-decay 0.01 --precision bf16 --weight
 # The cost of data parallelism's machinery (bench/gpu_dp.py): GPT-2 small with its all-reduces.
 "$sgc" compile "$out/gpt.onnx" -o "$out/gpt_dp.so" --dim B=16 $flags --data-parallel allreduce 2> "$out/gpt_dp.stats"
 "$sgc" compile "$out/gpt.onnx" -o "$out/gpt_z1.so" --dim B=16 $flags --data-parallel zero1 --ranks 1 2> "$out/gpt_z1.stats"
+# Scaling on two GPUs (bench/gpu_scale.py): ZeRO-1 shards for two ranks.
+"$sgc" compile "$out/gpt.onnx" -o "$out/gpt_z1r2.so" --dim B=16 $flags --data-parallel zero1 --ranks 2 2> "$out/gpt_z1r2.stats"
+for so in "$out"/*.so; do xz -1 -T2 -k -f "$so"; done
 rm -f "$out"/*.onnx.data
 ls -l "$out"/*.so

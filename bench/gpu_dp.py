@@ -72,15 +72,9 @@ def exposed_ms(prog, launch_ms, world, bus_gbps):
     return t - sum(launch_ms), [b[1] for b in buckets], [sum(tensors[x]["bytes"] for x in b[2]) for b in buckets]
 
 
-def overlap(so, wfile, env, res):
-    """Where the collectives ran against the compute stream in one profiled step of `so` (no graph):
-    how much of their time compute kernels ran too; a Chrome trace of the step ($OUT/gpt_z1_trace.json)."""
-    prof = os.path.join(os.environ.get("OUT", "."), "gpt_z1_profile.tsv")
-    subprocess.run([sys.executable, os.path.join(HERE, "gpu_train.py"), "--sgc", so, wfile, "gpt", "nccl"], capture_output=True,
-                   env=dict(env, SGC_PROFILE=prof))
-    if not os.path.exists(prof):
-        print("ZeRO-1 profile: none written")
-        return
+def stream_overlap(prof):
+    """An SGC_PROFILE file's last profiled step: each launch's (start ms, end ms, stream, ops), the communication
+    stream's milliseconds, and how many of them some compute kernel ran beside."""
     rows = [l.split("\t") for l in open(prof).read().splitlines()[1:] if not l.startswith("step")]
     spans = [(float(r[4]), float(r[4]) + float(r[3]), r[5], r[1]) for r in rows if float(r[3]) > 0]
     compute = sorted((a, b) for a, b, s, _ in spans if s == "compute")
@@ -93,13 +87,30 @@ def overlap(so, wfile, env, res):
                 continue
             covered += min(c1, b) - max(c0, t)
             t = max(t, min(c1, b))
-    total = sum(b - a for a, b in comm)
-    res["zero1_comm_ms"], res["zero1_comm_overlapped_ms"] = total, covered
-    print(f"ZeRO-1, NCCL world 1, one profiled step: {len(comm)} collectives on the communication stream, {total:.3f} ms, "
-          f"{covered:.3f} ms of it ({100 * covered / max(total, 1e-9):.0f}%) while compute kernels ran")
+    return spans, sum(b - a for a, b in comm), covered
+
+
+def write_trace(spans, path):
+    """The spans as a Chrome trace (chrome://tracing, Perfetto): compute on thread 1, communication on 2."""
     trace = [{"name": n, "ph": "X", "ts": a * 1e3, "dur": (b - a) * 1e3, "pid": 0, "tid": 1 if s == "compute" else 2}
              for a, b, s, n in spans]
-    json.dump({"traceEvents": trace}, open(os.path.join(os.environ.get("OUT", "."), "gpt_z1_trace.json"), "w"))
+    json.dump({"traceEvents": trace}, open(path, "w"))
+
+
+def overlap(so, wfile, env, res):
+    """Where the collectives ran against the compute stream in one profiled step of `so` (no graph):
+    how much of their time compute kernels ran too; a Chrome trace of the step ($OUT/gpt_z1_trace.json)."""
+    prof = os.path.join(os.environ.get("OUT", "."), "gpt_z1_profile.tsv")
+    subprocess.run([sys.executable, os.path.join(HERE, "gpu_train.py"), "--sgc", so, wfile, "gpt", "nccl"], capture_output=True,
+                   env=dict(env, SGC_PROFILE=prof))
+    if not os.path.exists(prof):
+        print("ZeRO-1 profile: none written")
+        return
+    spans, total, covered = stream_overlap(prof)
+    res["zero1_comm_ms"], res["zero1_comm_overlapped_ms"] = total, covered
+    print(f"ZeRO-1, NCCL world 1, one profiled step: {sum(s == 'communication' for _, _, s, _ in spans)} collectives on the "
+          f"communication stream, {total:.3f} ms, {covered:.3f} ms of it ({100 * covered / max(total, 1e-9):.0f}%) while compute kernels ran")
+    write_trace(spans, os.path.join(os.environ.get("OUT", "."), "gpt_z1_trace.json"))
 
 
 def run_side(so, wfile, comm, env):
@@ -114,7 +125,7 @@ def main():
     env = gt.library_env()
     wfile = os.path.join(out_dir, "gpt_init.safetensors")
     st.write(wfile, {k: v.clone() for k, v in gm.make("gpt").state_dict().items()})
-    gpt, dp, z1 = (os.path.join(out_dir, f) for f in ("gpt.so", "gpt_dp.so", "gpt_z1.so"))
+    gpt, dp, z1 = (gt.unpacked(os.path.join(out_dir, f)) for f in ("gpt.so", "gpt_dp.so", "gpt_z1.so"))
     rows = [("gpt.so (no data parallelism)", gpt, "none"), ("gpt_dp.so, no communicator", dp, "none"), ("gpt_dp.so, NCCL world 1", dp, "nccl"),
             ("gpt_z1.so (ZeRO-1), NCCL world 1", z1, "nccl")]
     res = {"gpu": torch.cuda.get_device_name()}

@@ -76,3 +76,12 @@ def batch(name, device="cpu", rows=None):
         return torch.randn(b, MLP_D, generator=g).to(device), torch.randn(b, MLP_D, generator=g).to(device)
     b = rows or GPT_B
     return (torch.randint(0, GPT_V, (b, GPT_T), generator=g).to(device), torch.randint(0, GPT_V, (b, GPT_T), generator=g).to(device))
+
+
+def rank_batch(name, rank, world, device="cpu"):
+    """Rank `rank`'s contiguous 1/world of a batch `world` times the benchmark's (the benchmark's own at world 1):
+    data parallelism at a fixed batch per GPU."""
+    if world == 1:
+        return batch(name, device)
+    rows = GPT_B if name == "gpt" else MLP_B
+    return tuple(t[rank * rows:(rank + 1) * rows].contiguous() for t in batch(name, device, rows * world))

@@ -21,8 +21,10 @@ STEPS, WARM, LOSSES = 20, 3, 3
 
 
 # ---- the sgc side, in its own process (its own CUDA context and memory) ----
-def sgc_side(so, weights, name, comm="none"):
-    """comm: none, or nccl (the library's all-reduces through NCCL, as rank 0 of 1)."""
+def sgc_side(so, weights, name, comm="none", rank=0, world=1, id_file=None, kept=LOSSES):
+    """comm: none, or nccl: the library's collectives through NCCL, as rank `rank` of `world` on cuda:`rank`
+    (rank 0 writes the NCCL id to `id_file`, the others wait for it), on its 1/world of a batch world times the
+    benchmark's. Prints one JSON line: ms/step, the first `kept` losses (the mean over the ranks), memory."""
     lib = ctypes.CDLL(os.path.abspath(so))
     lib.sgc_last_error.restype = ctypes.c_char_p
 
@@ -30,12 +32,24 @@ def sgc_side(so, weights, name, comm="none"):
         if status:
             sys.exit(f"{what}: {lib.sgc_last_error().decode()}")
 
+    torch.cuda.set_device(rank)
     free0, total = torch.cuda.mem_get_info()
     s = ctypes.c_void_p()
-    options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), b"cuda:0", 0, None, 0, 0, 1)
+    device = f"cuda:{rank}".encode()
+    options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), device, 0, None, 120000, rank, world)
     if comm == "nccl":
         options.communicator = b"nccl"
-        check(lib.sgc_nccl_unique_id(options.nccl_id), "sgc_nccl_unique_id")
+        if rank == 0:
+            check(lib.sgc_nccl_unique_id(options.nccl_id), "sgc_nccl_unique_id")
+            if id_file:
+                open(id_file + ".tmp", "wb").write(bytes(options.nccl_id))
+                os.rename(id_file + ".tmp", id_file)
+        else:
+            for _ in range(1200):
+                if os.path.exists(id_file):
+                    break
+                time.sleep(0.1)
+            ctypes.memmove(options.nccl_id, open(id_file, "rb").read(128), 128)
     check(lib.sgc_session_create(ctypes.byref(options), ctypes.byref(s)), "create")
     free1, _ = torch.cuda.mem_get_info()
     # The checkpoint holds the state_dict: keep the parameters this library has (one of two tied names).
@@ -50,11 +64,11 @@ def sgc_side(so, weights, name, comm="none"):
     missing = [n for n in names if n not in full]
     if missing:
         sys.exit(f"{weights}: no {missing}")
-    mine = weights.replace(".safetensors", ".sgc.safetensors")
+    mine = weights.replace(".safetensors", f".sgc{rank}.safetensors")
     st.write(mine, {n: full[n] for n in names})
     check(lib.sgc_load(s, mine.encode()), "sgc_load")
     keep = []
-    for i, t in enumerate(gm.batch(name)):
+    for i, t in enumerate(gm.rank_batch(name, rank, world)):
         n = ctypes.c_char_p()
         lib.sgc_tensor_info(s, 0, i, ctypes.byref(n), None, None, None)
         t = t.contiguous()
@@ -75,7 +89,7 @@ def sgc_side(so, weights, name, comm="none"):
     lib.sgc_device_description(s, ctypes.byref(desc))
     lib.sgc_memory_plan_bytes(s, ctypes.byref(plan))
     t = sorted(times[min(WARM, steps - 1):])
-    print(json.dumps({"ms": t[len(t) // 2], "first_step_ms": times[0], "losses": losses[:LOSSES], "peak_GiB": (free0 - free1) / 2**30,
+    print(json.dumps({"ms": t[len(t) // 2], "first_step_ms": times[0], "losses": losses[:kept], "peak_GiB": (free0 - free1) / 2**30,
                       "plan_GiB": plan.value / 2**30, "device": desc.value.decode()}), flush=True)
     lib.sgc_session_destroy(s)  # writes the profile
 
@@ -143,6 +157,17 @@ def profile_summary(path):
     return {"step_ms": step, "launches": n, "families_ms": fam}
 
 
+def unpacked(so):
+    """`so`, from `so`.xz if only that came (bench/gpu_build.sh packs each library: a device call carries 64 MiB)."""
+    if not os.path.exists(so) and os.path.exists(so + ".xz"):
+        import lzma
+        with lzma.open(so + ".xz") as src, open(so + ".tmp", "wb") as dst:
+            dst.write(src.read())
+        os.chmod(so + ".tmp", 0o755)
+        os.rename(so + ".tmp", so)
+    return so
+
+
 def library_env():
     """The environment for the sgc side: the device image may have cuBLASLt and NCCL only in PyTorch's wheels."""
     env = dict(os.environ)
@@ -166,14 +191,15 @@ def main():
         wfile = os.path.join(out_dir, name + "_init.safetensors")
         st.write(wfile, init)
         r = {}
-        proc = subprocess.run([sys.executable, __file__, "--sgc", os.path.join(out_dir, name + ".so"), wfile, name], capture_output=True, text=True, env=env)
+        so = unpacked(os.path.join(out_dir, name + ".so"))
+        proc = subprocess.run([sys.executable, __file__, "--sgc", so, wfile, name], capture_output=True, text=True, env=env)
         lines = proc.stdout.splitlines()
         r["sgc"] = json.loads(lines[0]) if lines else {"error": proc.stderr[-2000:]}
         if proc.returncode:
             r["sgc"]["exit"] = f"status {proc.returncode}: {proc.stderr[-300:]}"
 
         prof = os.path.join(os.environ.get("OUT", "."), name + "_profile.tsv")
-        proc = subprocess.run([sys.executable, __file__, "--sgc", os.path.join(out_dir, name + ".so"), wfile, name], capture_output=True,
+        proc = subprocess.run([sys.executable, __file__, "--sgc", so, wfile, name], capture_output=True,
                               text=True, env=dict(env, SGC_PROFILE=prof))
         if proc.returncode == 0 and os.path.exists(prof):
             r["sgc_profile"] = profile_summary(prof)

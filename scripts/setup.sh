@@ -9,6 +9,7 @@ packages=(
   libdlpack-dev nlohmann-json3-dev libgtest-dev
   python3-onnx python3-torch python3-numpy
   openmpi-bin libopenmpi-dev
+  xz-utils
 )
 missing=()
 for p in "${packages[@]}"; do
