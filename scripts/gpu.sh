@@ -3,11 +3,12 @@
 #   scripts/gpu.sh build   here: builds sgc, compiles the GPU test bundle into
 #                          build/gpu-bundle and the benchmark's models into bench/out
 #   scripts/gpu.sh run     on the GPU machine (the device tool), from the project
-#                          root, with build/gpu-bundle and bench/out/*.so carried:
-#                          the GPU tests, then the benchmark against PyTorch and
-#                          the data-parallel one (each skips what was not carried;
-#                          one device call carries 64 MiB: the bundle, mlp.so and
-#                          gpt.so, or gpt_dp.so and gpt_z1.so)
+#                          root, with build/gpu-bundle and bench/out/*.so.xz carried
+#                          (one device call carries 64 MiB; the libraries packed
+#                          are under 1 MiB each): the GPU tests, the benchmark
+#                          against PyTorch, the data-parallel one and, with two
+#                          GPUs or more, the scaling one (each skips what was not
+#                          carried)
 set -eu
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -23,8 +24,12 @@ build)
 run)
   status=0
   [ ! -d build/gpu-bundle ] || (cd build/gpu-bundle && sh check_gpu.sh .) || status=1
-  [ ! -f bench/out/gpt.so ] || python3 bench/gpu_train.py bench/out || status=1
-  [ ! -f bench/out/gpt_dp.so ] || python3 bench/gpu_dp.py bench/out || status=1
+  has() { [ -f "bench/out/$1" ] || [ -f "bench/out/$1.xz" ]; }
+  ! has gpt.so || python3 bench/gpu_train.py bench/out || status=1
+  ! has gpt_dp.so || python3 bench/gpu_dp.py bench/out || status=1
+  if has gpt_z1r2.so && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    python3 bench/gpu_scale.py bench/out || status=1
+  fi
   exit $status
   ;;
 *)
