@@ -26,6 +26,54 @@ bool isProduct(const ir::Node& n) {
   return (n.op == ir::Op::Gemm || n.op == ir::Op::MatMul) && n.input(0)->type.rank() >= 2 && n.input(1)->type.rank() >= 2;
 }
 
+using Group = std::vector<const ir::Node*>;
+using Consumers = std::map<const ir::Value*, std::set<const ir::Node*>>;
+
+bool allElementwise(const Group& g) {
+  return std::all_of(g.begin(), g.end(), [](const ir::Node* n) { return kir::isFusibleElementwise(*n); });
+}
+
+/// A row-wise op (kir::isRowOp) takes in the elementwise group right before it when that group
+/// computes one of its operands and nothing else reads the group's values, and the elementwise
+/// group right after it when that group starts from its result: a GPU runs the three as one
+/// kernel (kir::lowerRowGroupGpu), a CPU as the same kernels as before, and the memory plan
+/// sees one step.
+std::vector<Group> mergeRowGroups(std::vector<Group> groups, Consumers& consumers, const std::set<const ir::Value*>& escaping) {
+  std::vector<Group> out;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (groups[i].size() != 1 || !kir::isRowOp(*groups[i][0])) {
+      out.push_back(std::move(groups[i]));
+      continue;
+    }
+    const ir::Node* row = groups[i][0];
+    const ir::Value* y = row->outputs[0];
+    Group merged;
+    if (!out.empty() && allElementwise(out.back())) {
+      const Group& pre = out.back();
+      std::set<const ir::Node*> inside(pre.begin(), pre.end());
+      inside.insert(row);
+      const ir::Value* v = pre.back()->outputs[0];
+      bool operand = std::count(row->inputs.begin(), row->inputs.end(), v) && v->type.shape() == y->type.shape();
+      bool local = std::all_of(pre.begin(), pre.end(), [&](const ir::Node* n) {
+        const ir::Value* r = n->outputs[0];
+        return !escaping.count(r) && std::all_of(consumers[r].begin(), consumers[r].end(), [&](const ir::Node* c) { return inside.count(c); });
+      });
+      if (operand && local) {
+        merged = std::move(out.back());
+        out.pop_back();
+      }
+    }
+    merged.push_back(row);
+    if (i + 1 < groups.size() && allElementwise(groups[i + 1]) && groups[i + 1][0]->outputs[0]->type.shape() == y->type.shape() &&
+        std::count(groups[i + 1][0]->inputs.begin(), groups[i + 1][0]->inputs.end(), y)) {
+      merged.insert(merged.end(), groups[i + 1].begin(), groups[i + 1].end());
+      ++i;
+    }
+    out.push_back(std::move(merged));
+  }
+  return out;
+}
+
 } // namespace
 
 std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
@@ -73,7 +121,7 @@ std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
     groups.emplace_back(run.begin(), run.begin() + best + 1);
     i += best + 1;
   }
-  return groups;
+  return mergeRowGroups(std::move(groups), consumers, escaping);
 }
 
 namespace {
@@ -172,6 +220,29 @@ std::string hexHash(const ir::Graph& g, const std::string& options) {
   return hex;
 }
 
+/// Which nodes read each value, and which values outlive the step (outputs, updates).
+struct Readers {
+  Consumers of;
+  std::set<const ir::Value*> escaping;
+  explicit Readers(const ir::Graph& g) : escaping(g.outputs.begin(), g.outputs.end()) {
+    for (auto& u : g.updates) escaping.insert(u.second);
+    for (const auto& n : g.nodes())
+      for (const ir::Value* v : n->inputs)
+        if (v) of[v].insert(n.get());
+  }
+  /// Whether a node outside `group` reads v, or v outlives the step.
+  bool outside(const ir::Value* v, const Group& group) {
+    return escaping.count(v) || std::any_of(of[v].begin(), of[v].end(), [&](const ir::Node* n) { return !std::count(group.begin(), group.end(), n); });
+  }
+};
+
+/// A group that mergeRowGroups formed, in its parts.
+std::optional<kir::RowGroup> rowGroup(const Group& group, Readers& readers) {
+  auto row = std::find_if(group.begin(), group.end(), [](const ir::Node* n) { return kir::isRowOp(*n); });
+  if (group.size() < 2 || row == group.end()) return std::nullopt;
+  return kir::RowGroup{Group(group.begin(), row), *row, Group(row + 1, group.end()), readers.outside((*row)->outputs[0], group)};
+}
+
 } // namespace
 
 Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr, Weights mode,
@@ -205,6 +276,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     }
   }
   auto forward = forwardNodes(g);
+  Readers readers(g);
   nlohmann::json launches = nlohmann::json::array();
   std::set<const ir::Value*> views; // results that share their input's bytes: nothing to run
   for (const Buffer& b : p.plan.buffers)
@@ -220,7 +292,23 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       continue;
     }
     std::vector<kir::Kernel> ks;
-    if (group.size() > 1 && !kir::isFusibleElementwise(*group[0])) {
+    std::optional<kir::RowGroup> rows = rowGroup(group, readers);
+    size_t rowFirst = 0, rowLaunches = 0; // the row op's own kernels among ks
+    if (rows) { // on a CPU, the prologue, the row op and the epilogue one after another
+      auto chain = [&](const Group& part, const char* suffix) -> Error {
+        if (part.empty()) return Error::success();
+        auto k = kir::lowerElementwise(name + suffix, part);
+        if (!k) return k.takeError();
+        ks.push_back(std::move(*k));
+        return Error::success();
+      };
+      if (Error e = chain(rows->prologue, "_pre")) return e;
+      auto own = kir::lowerNode(name, *rows->row);
+      if (!own) return own.takeError();
+      rowFirst = ks.size(), rowLaunches = own->size();
+      for (kir::Kernel& k : *own) ks.push_back(std::move(k));
+      if (Error e = chain(rows->epilogue, "_post")) return e;
+    } else if (group.size() > 1 && !kir::isFusibleElementwise(*group[0])) {
       auto k = kir::lowerProductGroup(name, group);
       if (!k) return k.takeError();
       ks = std::move(*k);
@@ -252,22 +340,29 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       launches.back()["gpu"] = nlohmann::json::array();
       ++p.absorbedTransposes;
     }
-    // On a GPU some nodes run as other kernels, with more parallelism: the group's first
-    // launch carries them, and its other launches (an empty list) are skipped there.
-    if (group.size() == 1) {
-      auto gpu = kir::lowerForGpu(name + "_gpu", *group[0]);
-      if (!gpu) return gpu.takeError();
-      if (*gpu) {
-        nlohmann::json calls = nlohmann::json::array();
-        int64_t unused = 0;
-        for (kir::Kernel& k : **gpu) {
-          calls.push_back(launchJson(k, (int)p.kernels.size(), tensorId, unused));
-          p.kernels.push_back(std::move(k));
-        }
-        size_t first = launches.size() - ks.size();
-        for (size_t i = first; i < launches.size(); ++i) launches[i]["gpu"] = i == first ? calls : nlohmann::json::array();
-        ++p.gpuForms;
+    // On a GPU some nodes run as other kernels, with more parallelism: the first of the launches
+    // they replace carries them, and the others (an empty list) are skipped there.
+    size_t first = launches.size() - ks.size(), count = ks.size();
+    Expected<std::optional<std::vector<kir::Kernel>>> gpu = std::optional<std::vector<kir::Kernel>>();
+    if (rows) {
+      gpu = kir::lowerRowGroupGpu(name + "_gpu", *rows);
+      if (gpu && !*gpu) { // no fused form: the row op's own, alone
+        gpu = kir::lowerForGpu(name + "_gpu", *rows->row);
+        first += rowFirst, count = rowLaunches;
       }
+    } else if (group.size() == 1) {
+      gpu = kir::lowerForGpu(name + "_gpu", *group[0]);
+    }
+    if (!gpu) return gpu.takeError();
+    if (*gpu) {
+      nlohmann::json calls = nlohmann::json::array();
+      int64_t unused = 0;
+      for (kir::Kernel& k : **gpu) {
+        calls.push_back(launchJson(k, (int)p.kernels.size(), tensorId, unused));
+        p.kernels.push_back(std::move(k));
+      }
+      for (size_t i = first; i < first + count; ++i) launches[i]["gpu"] = i == first ? calls : nlohmann::json::array();
+      ++p.gpuForms;
     }
     // On a GPU a product runs through the GEMM library, then its epilogue kernel.
     if (auto gemm = isProduct(*group[0]) ? kir::gemmShape(group) : std::nullopt) {

@@ -8,9 +8,12 @@
 // adds varies, so the last bits of these results may vary from run to run on
 // a GPU, as with PyTorch's atomic-based CUDA kernels.
 #include "codegen/kir/Builder.h"
+#include "codegen/kir/Lower.h"
 #include "codegen/kir/LowerOps.h"
 
+#include <cassert>
 #include <cmath>
+#include <functional>
 #include <set>
 
 namespace sgc::kir {
@@ -101,25 +104,75 @@ std::optional<std::vector<Kernel>> gatherGradGpu(const std::string& name, const 
   return ks;
 }
 
-/// One warp per row of d elements (d a multiple of 32, rows contiguous): parallel iteration e
-/// is lane e % 32 of row e / 32, and lane l visits elements l, l + 32, ... of its row.
+/// One warp per row of d elements (d a multiple of 32 v, rows contiguous): parallel iteration e
+/// is lane e % 32 of row e / 32, and in step j lane l visits the v neighbouring elements from
+/// (32 j + l) v of its row (with v > 1 they load and store as vectors).
 struct WarpRows {
   B& b;
   int e;
   int64_t d;
+  int v = 1;
   ExprRef row() const { return binary("idiv", loopVar(e), B::i(32)); }
   ExprRef lane() const { return binary("imod", loopVar(e), B::i(32)); }
-  /// Element j-th of this lane's (j a loop variable), as its column in the row.
-  ExprRef col(int j) const { return B::add(lane(), B::mul(loopVar(j), B::i(32))); }
-  ExprRef at(int j) const { return B::add(B::mul(row(), B::i(d)), col(j)); }
-  StmtRef each(int j, std::vector<StmtRef> body) const { return loop(j, d / 32, false, std::move(body)); }
-  /// local = op over the row of `term` (an expression of loop variable j).
+  /// Element u of this lane's step j (j a loop variable), as its column in the row.
+  ExprRef col(int j, int u = 0) const {
+    ExprRef c = B::add(lane(), B::mul(loopVar(j), B::i(32)));
+    return v == 1 ? c : B::add(B::mul(c, B::i(v)), B::i(u));
+  }
+  ExprRef at(int j, int u = 0) const {
+    if (base < 0) return B::add(B::mul(row(), B::i(d)), col(j, u));
+    return B::add(B::add(local(base, Scalar::I64), B::mul(loopVar(j), B::i(32 * v))), B::i(u));
+  }
+  /// The lane's first element, once (the kernel's first statement): every element's index is then
+  /// that local plus constants and the step, which lets LLVM see neighbours and merge their accesses.
+  StmtRef begin() {
+    base = b.newLocal();
+    return let(base, B::add(B::mul(row(), B::i(d)), B::mul(lane(), B::i(v))));
+  }
+  int base = -1;
+  StmtRef each(int j, std::vector<StmtRef> body) const { return loop(j, d / (32 * v), false, std::move(body)); }
+  /// local = op over the row of `term` (an expression of loop variable j; one element a step).
   std::vector<StmtRef> reduce(int localId, const std::string& op, double init, int j, ExprRef term) const {
+    assert(v == 1);
+    return reduce(localId, op, init, j, [&](int) { return term; });
+  }
+  /// The same with term(u) the expression of element u of the step.
+  std::vector<StmtRef> reduce(int localId, const std::string& op, double init, int j, const std::function<ExprRef(int)>& term) const {
     Scalar t = Scalar::F32;
-    return {let(localId, B::c(init, t)), each(j, {set(localId, binary(op, local(localId, t), std::move(term)))}),
-            set(localId, warpReduce(op, local(localId, t)))};
+    std::vector<StmtRef> step;
+    for (int u = 0; u < v; ++u) step.push_back(set(localId, binary(op, local(localId, t), term(u))));
+    return {let(localId, B::c(init, t)), each(j, std::move(step)), set(localId, warpReduce(op, local(localId, t)))};
+  }
+  /// Step j's results: value(u) for every element u, and outputs(u, that value) the (tensor,
+  /// value) pairs to store there; all computed into locals first, then stored tensor by tensor,
+  /// so that no store separates the step's loads nor another tensor's neighbouring stores
+  /// (which then merge into vector loads and stores).
+  using Outputs = std::vector<std::pair<const ir::Value*, ExprRef>>;
+  StmtRef storeEach(int j, const std::function<ExprRef(int)>& value, const std::function<Outputs(int, ExprRef)>& outputs) const {
+    std::vector<StmtRef> step;
+    auto keep = [&](ExprRef e) {
+      int id = b.newLocal();
+      Scalar t = e->type;
+      step.push_back(let(id, std::move(e)));
+      return local(id, t);
+    };
+    std::vector<Outputs> outs;
+    for (int u = 0; u < v; ++u) {
+      outs.push_back(outputs(u, keep(value(u))));
+      for (auto& [tensor, e] : outs.back()) e = keep(e);
+    }
+    for (size_t k = 0; k < outs[0].size(); ++k)
+      for (int u = 0; u < v; ++u) step.push_back(b.st(outs[u][k].first, at(j, u), outs[u][k].second));
+    return each(j, std::move(step));
   }
 };
+
+/// The most neighbouring elements (up to 8) a lane may take per step in rows of d.
+int laneWidth(int64_t d) {
+  int v = 8;
+  while (v > 1 && d % (32 * v)) v /= 2;
+  return v;
+}
 
 bool warpable(int64_t rows, int64_t d, ir::DType t) { return d % 32 == 0 && d >= 32 && rows > 0 && computeType(t) == Scalar::F32; }
 
@@ -129,27 +182,62 @@ Kernel warpKernel(B& b, int e, int64_t rows, std::vector<StmtRef> body) {
   return k;
 }
 
+/// Where a row op's GPU form reads its operands and writes its result: by default loads and
+/// stores; in a row group, the prologue's result is computed where it is read (never stored),
+/// and the epilogue's result is stored with (or, when nothing else reads it, instead of) the
+/// row op's.
+struct RowIo {
+  B& b;
+  const RowGroup* g = nullptr;
+  std::string error; ///< the first chain that failed to lower
+
+  ExprRef ld(const ir::Value* v, ExprRef at) {
+    if (!g || g->prologue.empty() || v != g->prologue.back()->outputs[0]) return b.ld(v, at);
+    return orZero(chainExpression(b, g->prologue, nullptr, nullptr, std::move(at)));
+  }
+  /// What to store for the row op's result y = value at `at`.
+  WarpRows::Outputs outputs(const ir::Value* y, ExprRef at, ExprRef value) {
+    if (!g || g->epilogue.empty()) return {{y, value}};
+    WarpRows::Outputs out;
+    if (g->storeResult) out.push_back({y, value});
+    out.push_back({g->epilogue.back()->outputs[0], orZero(chainExpression(b, g->epilogue, y, value, std::move(at)))});
+    return out;
+  }
+  ExprRef orZero(Expected<ExprRef> e) {
+    if (e) return *e;
+    std::string msg = errorText(e.takeError());
+    if (error.empty()) error = msg;
+    return B::c(0, Scalar::F32);
+  }
+};
+
 /// Softmax / LogSoftmax over the last axis, a warp per row.
-std::optional<std::vector<Kernel>> softmaxGpu(const std::string& name, const ir::Node& n) {
+std::optional<std::vector<Kernel>> softmaxGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
   const ir::Value *x = n.input(0), *y = n.outputs[0];
   int64_t rank = x->type.rank(), axis = n.getInt("axis", -1);
   if (axis < 0) axis += rank;
   int64_t d = x->type.dims[rank - 1].value, rows = x->type.staticNumel().value() / std::max<int64_t>(d, 1);
   if (axis != rank - 1 || !warpable(rows, d, x->type.dtype)) return std::nullopt;
   B b(name);
+  RowIo io{b, g, {}};
   int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar(), mx = b.newLocal(), sum = b.newLocal();
-  WarpRows w{b, e, d};
+  WarpRows w{b, e, d, laneWidth(d)};
   Scalar t = Scalar::F32;
-  auto body = w.reduce(mx, "max", -INFINITY, j1, b.ld(x, w.at(j1)));
-  for (auto& st : w.reduce(sum, "add", 0, j2, unary("exp", B::sub(b.ld(x, w.at(j2)), local(mx, t))))) body.push_back(st);
-  ExprRef shifted = B::sub(b.ld(x, w.at(j3)), local(mx, t));
-  ExprRef out = n.op == ir::Op::LogSoftmax ? B::sub(shifted, unary("log", local(sum, t))) : B::div(unary("exp", shifted), local(sum, t));
-  body.push_back(w.each(j3, {b.st(y, w.at(j3), out)}));
+  auto xAt = [&](int j, int u) { return io.ld(x, w.at(j, u)); };
+  std::vector<StmtRef> body{w.begin()};
+  for (auto& st : w.reduce(mx, "max", -INFINITY, j1, [&](int u) { return xAt(j1, u); })) body.push_back(st);
+  for (auto& st : w.reduce(sum, "add", 0, j2, [&](int u) { return unary("exp", B::sub(xAt(j2, u), local(mx, t))); })) body.push_back(st);
+  auto out = [&](int u) {
+    ExprRef shifted = B::sub(xAt(j3, u), local(mx, t));
+    return n.op == ir::Op::LogSoftmax ? B::sub(shifted, unary("log", local(sum, t))) : B::div(unary("exp", shifted), local(sum, t));
+  };
+  body.push_back(w.storeEach(j3, out, [&](int u, ExprRef v) { return io.outputs(y, w.at(j3, u), v); }));
+  error = io.error;
   return std::vector<Kernel>{warpKernel(b, e, rows, std::move(body))};
 }
 
 /// SoftmaxGrad over the last axis: dx = y (dy - sum(dy y)), or for log-softmax dy - exp(y) sum(dy).
-std::optional<std::vector<Kernel>> softmaxGradGpu(const std::string& name, const ir::Node& n) {
+std::optional<std::vector<Kernel>> softmaxGradGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
   const ir::Value *y = n.input(0), *dy = n.input(1), *dx = n.outputs[0];
   int64_t rank = y->type.rank(), axis = n.getInt("axis", -1);
   if (axis < 0) axis += rank;
@@ -157,14 +245,19 @@ std::optional<std::vector<Kernel>> softmaxGradGpu(const std::string& name, const
   if (axis != rank - 1 || !warpable(rows, d, y->type.dtype)) return std::nullopt;
   bool log = n.getInt("log", 0);
   B b(name);
+  RowIo io{b, g, {}};
   int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), s = b.newLocal();
-  WarpRows w{b, e, d};
+  WarpRows w{b, e, d, laneWidth(d)};
   Scalar t = Scalar::F32;
-  ExprRef term = log ? b.ld(dy, w.at(j1)) : B::mul(b.ld(dy, w.at(j1)), b.ld(y, w.at(j1)));
-  auto body = w.reduce(s, "add", 0, j1, term);
-  ExprRef g = b.ld(dy, w.at(j2)), yk = b.ld(y, w.at(j2));
-  ExprRef out = log ? B::sub(g, B::mul(unary("exp", yk), local(s, t))) : B::mul(yk, B::sub(g, local(s, t)));
-  body.push_back(w.each(j2, {b.st(dx, w.at(j2), out)}));
+  auto term = [&](int u) { return log ? io.ld(dy, w.at(j1, u)) : B::mul(io.ld(dy, w.at(j1, u)), io.ld(y, w.at(j1, u))); };
+  std::vector<StmtRef> body{w.begin()};
+  for (auto& st : w.reduce(s, "add", 0, j1, term)) body.push_back(st);
+  auto out = [&](int u) {
+    ExprRef gk = io.ld(dy, w.at(j2, u)), yk = io.ld(y, w.at(j2, u));
+    return log ? B::sub(gk, B::mul(unary("exp", yk), local(s, t))) : B::mul(yk, B::sub(gk, local(s, t)));
+  };
+  body.push_back(w.storeEach(j2, out, [&](int u, ExprRef v) { return io.outputs(dx, w.at(j2, u), v); }));
+  error = io.error;
   return std::vector<Kernel>{warpKernel(b, e, rows, std::move(body))};
 }
 
@@ -296,8 +389,7 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
   switch (n.op) {
   case Op::SumTo: case Op::ReduceSum: case Op::ReduceMean: return reduceGpu(name, n);
   case Op::GatherGrad: return gatherGradGpu(name, n);
-  case Op::Softmax: case Op::LogSoftmax: return softmaxGpu(name, n);
-  case Op::SoftmaxGrad: return softmaxGradGpu(name, n);
+  case Op::Softmax: case Op::LogSoftmax: case Op::SoftmaxGrad: return lowerRowGroupGpu(name, RowGroup{{}, &n, {}, true});
   case Op::LayerNormalization: return layerNormGpu(name, n);
   case Op::LayerNormGrad: return layerNormGradGpu(name, n);
   case Op::SceLossGrad: return sceGpu(name, n);
@@ -312,6 +404,16 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
   }
   default: return std::optional<std::vector<Kernel>>();
   }
+}
+
+bool isRowOp(const ir::Node& n) { return n.op == ir::Op::Softmax || n.op == ir::Op::LogSoftmax || n.op == ir::Op::SoftmaxGrad; }
+
+Expected<std::optional<std::vector<Kernel>>> lowerRowGroupGpu(const std::string& name, const RowGroup& g) {
+  std::string error;
+  const RowGroup* fused = g.prologue.empty() && g.epilogue.empty() ? nullptr : &g;
+  auto ks = g.row->op == ir::Op::SoftmaxGrad ? softmaxGradGpu(name, *g.row, fused, error) : softmaxGpu(name, *g.row, fused, error);
+  if (!error.empty()) return makeError(error);
+  return ks;
 }
 
 } // namespace sgc::kir

@@ -47,6 +47,23 @@ Expected<std::optional<Kernel>> lowerProductEpilogue(const std::string& name, co
 /// generic kernels suit a GPU too.
 Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name, const ir::Node& n);
 
+/// A row-wise op with the elementwise nodes fused around it on a GPU: `prologue` computes one
+/// of its operands (nothing else reads the prologue's values); `epilogue` applies to its result;
+/// `storeResult`: nodes outside the group read the row op's result too.
+struct RowGroup {
+  std::vector<const ir::Node*> prologue;
+  const ir::Node* row;
+  std::vector<const ir::Node*> epilogue;
+  bool storeResult;
+};
+
+/// Whether `n` is a row-wise op that takes a prologue and an epilogue (softmax, its gradient).
+bool isRowOp(const ir::Node& n);
+
+/// The GPU form of a row group: one kernel, a warp per row; none when the row op has no such
+/// form (rows not a multiple of 32 long, another axis).
+Expected<std::optional<std::vector<Kernel>>> lowerRowGroupGpu(const std::string& name, const RowGroup& g);
+
 /// Whether a kernel runs as one serial call (its body is not a parallel loop).
 inline bool isSerial(const Kernel& k) { return !(k.body->kind == StmtKind::Loop && k.body->parallel); }
 

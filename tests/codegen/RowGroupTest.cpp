@@ -1,0 +1,103 @@
+// Row-wise ops with the elementwise groups around them (codegen::kernelSchedule,
+// kir::lowerRowGroupGpu): which groups merge, what the GPU form reads and
+// writes, and that the CPU runs the same kernels as without the merge.
+#include "codegen/Program.h"
+#include "codegen/kir/LowerOps.h"
+#include "ir/Text.h"
+#include "ir/passes/InferShapes.h"
+
+#include <gtest/gtest.h>
+
+using namespace sgc;
+
+namespace {
+
+std::unique_ptr<ir::Graph> parsed(const std::string& text) {
+  auto g = ir::parse(text, "rows");
+  EXPECT_TRUE(!!g) << errorText(g.takeError());
+  EXPECT_FALSE(ir::inferShapes(**g, false));
+  return std::move(*g);
+}
+
+std::vector<std::string> labels(const std::vector<std::vector<const ir::Node*>>& schedule) {
+  std::vector<std::string> out;
+  for (const auto& group : schedule) {
+    std::string l;
+    for (const ir::Node* n : group) l += (l.empty() ? "" : "+") + std::string(ir::opName(n->op));
+    out.push_back(l);
+  }
+  return out;
+}
+
+/// Attention's scores: bf16 product, scaled and masked in f32, softmax, cast back for the next product.
+std::string attention(const std::string& extraOutput) {
+  return R"(graph @g {
+    input %q : bf16[2, 64, 32]
+    input %k : bf16[2, 32, 64]
+    input %mask : bool[1, 64, 64]
+    input %v : bf16[2, 64, 32]
+    const %scale : f32[] = dense<"0x0000003e">
+    const %ninf : f32[] = dense<"0x000080ff">
+    %s : ?[*] = MatMul(%q, %k)
+    %f : ?[*] = Cast(%s) {to = "f32"}
+    %m : ?[*] = Mul(%f, %scale)
+    %w : ?[*] = Where(%mask, %m, %ninf)
+    %p : ?[*] = Softmax(%w) {axis = -1}
+    %pb : ?[*] = Cast(%p) {to = "bf16"}
+    %y : ?[*] = MatMul(%pb, %v)
+    output %y
+)" + extraOutput + "}";
+}
+
+} // namespace
+
+TEST(RowGroups, SoftmaxTakesItsScaleMaskAndCast) {
+  auto g = parsed(attention(""));
+  auto schedule = codegen::kernelSchedule(*g);
+  EXPECT_EQ(labels(schedule), (std::vector<std::string>{"MatMul", "Cast+Mul+Where+Softmax+Cast", "MatMul"}));
+  const auto& group = schedule[1];
+  kir::RowGroup rows{{group.begin(), group.begin() + 3}, group[3], {group.begin() + 4, group.end()}, false};
+  auto gpu = kir::lowerRowGroupGpu("k", rows);
+  ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
+  ASSERT_TRUE(gpu->has_value());
+  ASSERT_EQ((*gpu)->size(), 1u);
+  // It reads the bf16 scores and the mask (and the two scalars) and writes only the bf16 probabilities:
+  // neither the masked f32 scores nor the f32 probabilities are stored.
+  std::vector<std::string> written, read;
+  for (const kir::BufferArg& b : (**gpu)[0].buffers) (b.written ? written : read).push_back(b.name);
+  EXPECT_EQ(written, (std::vector<std::string>{"pb"}));
+  EXPECT_EQ(read.size(), 4u);
+  EXPECT_TRUE(std::count(read.begin(), read.end(), "s") && std::count(read.begin(), read.end(), "mask"));
+  rows.storeResult = true; // others read the probabilities too (a gradient): stored as well
+  auto both = kir::lowerRowGroupGpu("k", rows);
+  ASSERT_TRUE(!!both && both->has_value());
+  written.clear();
+  for (const kir::BufferArg& b : (**both)[0].buffers)
+    if (b.written) written.push_back(b.name);
+  EXPECT_EQ(written, (std::vector<std::string>{"p", "pb"}));
+}
+
+TEST(RowGroups, APrologueReadElsewhereStaysItsOwnKernel) {
+  // %w is an output too: it must be stored, so the softmax does not take its group.
+  auto g = parsed(attention("    output %w\n"));
+  EXPECT_EQ(labels(codegen::kernelSchedule(*g)), (std::vector<std::string>{"MatMul", "Cast+Mul+Where", "Softmax+Cast", "MatMul"}));
+}
+
+TEST(RowGroups, TheMemoryPlanSeesOneStep) {
+  // The scores and the probabilities are live at the same step: their bytes never overlap, so the
+  // GPU kernel may read the one while it writes the other.
+  auto g = parsed(attention(""));
+  auto schedule = codegen::kernelSchedule(*g);
+  auto plan = codegen::planMemory(*g, schedule, 64);
+  ASSERT_TRUE(!!plan) << errorText(plan.takeError());
+  const codegen::Buffer *s = nullptr, *pb = nullptr;
+  for (const auto& b : plan->buffers) {
+    if (b.value->name == "s") s = &b;
+    if (b.value->name == "pb") pb = &b;
+  }
+  ASSERT_TRUE(s && pb);
+  EXPECT_EQ(s->last, 1);
+  EXPECT_EQ(pb->first, 1);
+  EXPECT_EQ(s->region, pb->region);
+  EXPECT_TRUE(s->offset + s->bytes <= pb->offset || pb->offset + pb->bytes <= s->offset);
+}
