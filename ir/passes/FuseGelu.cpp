@@ -30,13 +30,45 @@ struct Matcher {
     return nullptr;
   }
 
-  /// x when `v` is 1 + erf(x / sqrt(2)) read once.
+  /// x when `v` is x * x * x (in either grouping) or Pow(x, 3), read once.
+  Value* cube(const Value* v) {
+    if (Node* p = only(v, Op::Pow)) return isScalar(p->inputs[1], 3) ? p->inputs[0] : nullptr;
+    Node* m = only(v, Op::Mul);
+    if (!m) return nullptr;
+    for (auto [x, sq] : {std::pair{m->inputs[0], m->inputs[1]}, std::pair{m->inputs[1], m->inputs[0]}})
+      if (Node* s = only(sq, Op::Mul); s && s->inputs[0] == x && s->inputs[1] == x) return x;
+    return nullptr;
+  }
+
+  /// x when `v` is sqrt(2 / pi) * (x + 0.044715 * x^3) read once (factors in either order).
+  Value* tanhArgument(const Value* v) {
+    Node* m = only(v, Op::Mul);
+    if (!m) return nullptr;
+    for (auto [k, sum] : {std::pair{m->inputs[0], m->inputs[1]}, std::pair{m->inputs[1], m->inputs[0]}}) {
+      Node* a = isScalar(k, std::sqrt(2 / M_PI)) ? only(sum, Op::Add) : nullptr;
+      for (int i = 0; a && i < 2; ++i) {
+        Value* x = a->inputs[i];
+        Node* c = only(a->inputs[1 - i], Op::Mul);
+        for (int j = 0; c && j < 2; ++j)
+          if (isScalar(c->inputs[j], 0.044715) && cube(c->inputs[1 - j]) == x) return x;
+      }
+    }
+    return nullptr;
+  }
+
+  bool tanh = false; ///< whether the last form matched is the tanh approximation
+
+  /// x when `v` is 1 + erf(x / sqrt(2)) or 1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)), read once.
   Value* onePlusErf(const Value* v) {
     Node* a = only(v, Op::Add);
     if (!a) return nullptr;
     int e = isScalar(a->inputs[0], 1) ? 1 : isScalar(a->inputs[1], 1) ? 0 : -1;
-    Node* erf = e < 0 ? nullptr : only(a->inputs[e], Op::Erf);
-    return erf ? scaledInput(erf->inputs[0]) : nullptr;
+    if (e < 0) return nullptr;
+    if (Node* erf = only(a->inputs[e], Op::Erf))
+      if (Value* x = scaledInput(erf->inputs[0])) return tanh = false, x;
+    if (Node* th = only(a->inputs[e], Op::Tanh))
+      if (Value* x = tanhArgument(th->inputs[0])) return tanh = true, x;
+    return nullptr;
   }
 
   /// For p * q: x when {p, q} is {x, 1 + erf(x / sqrt(2))}.
@@ -71,6 +103,7 @@ Error fuseGelu(Graph& g, int* count) {
     Value* x = n.op == Op::Mul ? m.match(n) : nullptr;
     if (!x || x->type != n.outputs[0]->type) return std::nullopt;
     Node* gelu = g.addNode(Op::Gelu, {x}, 1, n.name + ".gelu", {g.uniqueName(n.outputs[0]->name + ".gelu")});
+    if (m.tanh) gelu->attrs["approximate"] = std::string("tanh");
     g.replaceAllUses(n.outputs[0], gelu->outputs[0]);
     return std::vector<Node*>{gelu};
   };

@@ -58,3 +58,43 @@ TEST(FuseGelu, FormsBecomeOneNodeWithTheSameResult) {
     for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-15) << i;
   }
 }
+
+TEST(FuseGelu, TanhFormsBecomeOneTanhGelu) {
+  const char* consts = " const %one : f64[] = dense<\"0x000000000000f03f\">\n const %half : f64[] = dense<\"0x000000000000e03f\">\n"
+                       " const %beta : f64[] = dense<\"0x5136d4334588e93f\">\n const %kappa : f64[] = dense<\"0xf701486de2e4a63f\">\n"
+                       " const %three : f64[] = dense<\"0x0000000000000840\">\n const %kappa2 : f64[] = dense<\"0x9a9999999999a93f\">\n";
+  const char* tail = " %t : ?[*] = Tanh(%in)\n %a : ?[*] = Add(%one, %t)\n";
+  for (const Form& f :
+       {Form{"torch-1.13-export", " %sq : ?[*] = Mul(%x, %x)\n %cu : ?[*] = Mul(%x, %sq)\n %kc : ?[*] = Mul(%kappa, %cu)\n"
+                                  " %s : ?[*] = Add(%x, %kc)\n %in : ?[*] = Mul(%beta, %s)\n", 1},
+        Form{"pow", " %cu : ?[*] = Pow(%x, %three)\n %kc : ?[*] = Mul(%cu, %kappa)\n %s : ?[*] = Add(%kc, %x)\n"
+                    " %in : ?[*] = Mul(%s, %beta)\n", 1},
+        Form{"otherKappa", " %cu : ?[*] = Pow(%x, %three)\n %kc : ?[*] = Mul(%cu, %kappa2)\n %s : ?[*] = Add(%kc, %x)\n"
+                           " %in : ?[*] = Mul(%s, %beta)\n", 0}}) {
+    for (bool halfFirst : {false, true}) {
+      SCOPED_TRACE(std::string(f.name) + (halfFirst ? ", (0.5 * x) * (1 + tanh)" : ", 0.5 * (x * (1 + tanh))"));
+      std::string out = halfFirst ? " %h : ?[*] = Mul(%half, %x)\n %y : ?[*] = Mul(%h, %a)\n" : " %m : ?[*] = Mul(%x, %a)\n %y : ?[*] = Mul(%half, %m)\n";
+      auto g = parse(std::string("graph @g { input %x : f64[3, 7]\n") + consts + f.body + tail + out + " output %y }", f.name);
+      ASSERT_TRUE(!!g) << errorText(g.takeError());
+      ASSERT_FALSE(inferShapes(**g, false));
+      Tensor x(DType::F64, {3, 7});
+      for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, -3 + 0.29 * (double)i);
+      auto before = run(**g, {{"x", x}});
+      ASSERT_TRUE(!!before) << errorText(before.takeError());
+      int fused = -1;
+      ASSERT_FALSE(fuseGelu(**g, &fused));
+      EXPECT_EQ(fused, f.fused);
+      int gelus = 0, tanhs = 0;
+      for (const auto& n : (*g)->nodes()) {
+        gelus += n->op == Op::Gelu && n->getString("approximate", "none") == "tanh";
+        tanhs += n->op == Op::Tanh;
+      }
+      EXPECT_EQ(gelus, f.fused);
+      EXPECT_EQ(tanhs, 1 - f.fused);
+      auto after = run(**g, {{"x", x}});
+      ASSERT_TRUE(!!after) << errorText(after.takeError());
+      const Tensor &want = before->at("y"), &got = after->at((*g)->outputs[0]->name);
+      for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-15) << i;
+    }
+  }
+}
