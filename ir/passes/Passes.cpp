@@ -5,6 +5,7 @@
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/FuseGelu.h"
 #include "ir/passes/InferShapes.h"
+#include "ir/passes/NarrowMoves.h"
 #include "ir/passes/WidenSums.h"
 #include "ir/training/TrainingStep.h"
 
@@ -21,6 +22,7 @@ Error runDeadCodeElimination(Graph& g) {
 Error runFuseAttention(Graph& g) { return fuseAttention(g); }
 Error runFuseGelu(Graph& g) { return fuseGelu(g); }
 Error runWidenSums(Graph& g) { return widenSums(g); }
+Error runNarrowMoves(Graph& g) { return narrowMoves(g); }
 
 /// The training step with default options (SGD; the single scalar output is the loss).
 Error runTrainingStep(Graph& g) { return buildTrainingStep(g, TrainingOptions{}); }

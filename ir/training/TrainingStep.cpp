@@ -6,6 +6,7 @@
 #include "ir/passes/Autocast.h"
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/FuseGelu.h"
+#include "ir/passes/NarrowMoves.h"
 #include "ir/passes/WidenSums.h"
 #include "ir/passes/DataParallel.h"
 #include "ir/passes/InferShapes.h"
@@ -172,8 +173,10 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   for (Value* p : trainable)
     if ((*grads)[p]) pairs.push_back({p, (*grads)[p]});
   if (pairs.empty()) return makeError("the loss '" + (*loss)->name + "' does not depend on any trainable parameter");
-  if (opts.precision == "bf16")
+  if (opts.precision == "bf16") {
     if (Error e = widenSums(g)) return e;
+    if (Error e = narrowMoves(g)) return e;
+  }
   if (opts.dataParallel == "allreduce") // before clipping: the norm is the global one
     if (Error e = insertAllReduce(g, *loss, pairs, opts.bucketMb)) return e;
   std::vector<Zero1Bucket> shards;

@@ -23,6 +23,33 @@ struct Form {
   int fused;
 };
 
+/// Runs fuse-gelu on the graph `text` (input %x : f64[3, 7], output %y): `fused` GELUs of
+/// `approximate` become Gelu nodes, no `written` node (Erf, Tanh) of theirs is left, and the
+/// interpreter's result is the same.
+void expectFused(const std::string& text, const char* name, int fused, const char* approximate, Op written) {
+  auto g = parse(text, name);
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(inferShapes(**g, false));
+  Tensor x(DType::F64, {3, 7});
+  for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, -3 + 0.29 * (double)i);
+  auto before = run(**g, {{"x", x}});
+  ASSERT_TRUE(!!before) << errorText(before.takeError());
+  int count = -1;
+  ASSERT_FALSE(fuseGelu(**g, &count));
+  EXPECT_EQ(count, fused);
+  int gelus = 0, left = 0;
+  for (const auto& n : (*g)->nodes()) {
+    gelus += n->op == Op::Gelu && n->getString("approximate", "none") == approximate;
+    left += n->op == written;
+  }
+  EXPECT_EQ(gelus, fused);
+  EXPECT_EQ(left, 1 - fused); // the written-out form is gone
+  auto after = run(**g, {{"x", x}});
+  ASSERT_TRUE(!!after) << errorText(after.takeError());
+  const Tensor &want = before->at("y"), &got = after->at((*g)->outputs[0]->name);
+  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-15) << i;
+}
+
 } // namespace
 
 TEST(FuseGelu, FormsBecomeOneNodeWithTheSameResult) {
@@ -35,27 +62,7 @@ TEST(FuseGelu, FormsBecomeOneNodeWithTheSameResult) {
                         Form{"erfReadElsewhere", " %d : ?[*] = Div(%x, %r2)\n %e : ?[*] = Erf(%d)\n %a : ?[*] = Add(%e, %one)\n"
                                                  " %m : ?[*] = Mul(%x, %a)\n %y0 : ?[*] = Mul(%m, %half)\n %y : ?[*] = Add(%y0, %e)\n", 0}}) {
     SCOPED_TRACE(f.name);
-    auto g = parse(std::string("graph @g { input %x : f64[3, 7]\n") + kConsts + f.body + " output %y }", f.name);
-    ASSERT_TRUE(!!g) << errorText(g.takeError());
-    ASSERT_FALSE(inferShapes(**g, false));
-    Tensor x(DType::F64, {3, 7});
-    for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, -3 + 0.29 * (double)i);
-    auto before = run(**g, {{"x", x}});
-    ASSERT_TRUE(!!before) << errorText(before.takeError());
-    int fused = -1;
-    ASSERT_FALSE(fuseGelu(**g, &fused));
-    EXPECT_EQ(fused, f.fused);
-    int gelus = 0, erfs = 0;
-    for (const auto& n : (*g)->nodes()) {
-      gelus += n->op == Op::Gelu;
-      erfs += n->op == Op::Erf;
-    }
-    EXPECT_EQ(gelus, f.fused);
-    EXPECT_EQ(erfs, 1 - f.fused); // the written-out form is gone
-    auto after = run(**g, {{"x", x}});
-    ASSERT_TRUE(!!after) << errorText(after.takeError());
-    const Tensor &want = before->at("y"), &got = after->at((*g)->outputs[0]->name);
-    for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-15) << i;
+    expectFused(std::string("graph @g { input %x : f64[3, 7]\n") + kConsts + f.body + " output %y }", f.name, f.fused, "none", Op::Erf);
   }
 }
 
@@ -74,27 +81,8 @@ TEST(FuseGelu, TanhFormsBecomeOneTanhGelu) {
     for (bool halfFirst : {false, true}) {
       SCOPED_TRACE(std::string(f.name) + (halfFirst ? ", (0.5 * x) * (1 + tanh)" : ", 0.5 * (x * (1 + tanh))"));
       std::string out = halfFirst ? " %h : ?[*] = Mul(%half, %x)\n %y : ?[*] = Mul(%h, %a)\n" : " %m : ?[*] = Mul(%x, %a)\n %y : ?[*] = Mul(%half, %m)\n";
-      auto g = parse(std::string("graph @g { input %x : f64[3, 7]\n") + consts + f.body + tail + out + " output %y }", f.name);
-      ASSERT_TRUE(!!g) << errorText(g.takeError());
-      ASSERT_FALSE(inferShapes(**g, false));
-      Tensor x(DType::F64, {3, 7});
-      for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, -3 + 0.29 * (double)i);
-      auto before = run(**g, {{"x", x}});
-      ASSERT_TRUE(!!before) << errorText(before.takeError());
-      int fused = -1;
-      ASSERT_FALSE(fuseGelu(**g, &fused));
-      EXPECT_EQ(fused, f.fused);
-      int gelus = 0, tanhs = 0;
-      for (const auto& n : (*g)->nodes()) {
-        gelus += n->op == Op::Gelu && n->getString("approximate", "none") == "tanh";
-        tanhs += n->op == Op::Tanh;
-      }
-      EXPECT_EQ(gelus, f.fused);
-      EXPECT_EQ(tanhs, 1 - f.fused);
-      auto after = run(**g, {{"x", x}});
-      ASSERT_TRUE(!!after) << errorText(after.takeError());
-      const Tensor &want = before->at("y"), &got = after->at((*g)->outputs[0]->name);
-      for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-15) << i;
+      expectFused(std::string("graph @g { input %x : f64[3, 7]\n") + consts + f.body + tail + out + " output %y }", f.name, f.fused,
+                  "tanh", Op::Tanh);
     }
   }
 }

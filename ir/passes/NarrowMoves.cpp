@@ -1,0 +1,82 @@
+// The narrow-moves pass (see NarrowMoves.h).
+#include "ir/passes/NarrowMoves.h"
+
+#include "ir/passes/Rewrite.h"
+
+#include <map>
+
+namespace sgc::ir {
+namespace {
+
+bool isMove(Op op) {
+  switch (op) {
+  case Op::Transpose: case Op::Reshape: case Op::Flatten: case Op::Squeeze: case Op::Unsqueeze: case Op::Identity:
+  case Op::Split: case Op::Slice: case Op::Concat:
+    return true;
+  default: return false;
+  }
+}
+
+/// The data inputs of a move (Concat: all; the others: the first; the rest are shapes and axes).
+size_t dataInputs(const Node& n) { return n.op == Op::Concat ? n.inputs.size() : 1; }
+
+struct Narrower {
+  Graph& g;
+  std::map<const Node*, Node*> copies; ///< wide moves and their narrow copies
+  std::vector<Node*> made;             ///< the copies made for the current rewrite
+
+  /// The narrow value holding exactly the bits of wide `v` (of type `t`), or null.
+  Value* narrow(Value* v, DType t) {
+    Node* p = v->producer;
+    if (!p) return nullptr;
+    if (p->op == Op::Cast && p->inputs[0]->type.dtype == t && v->type.dtype == DType::F32) return p->inputs[0];
+    if (!isMove(p->op)) return nullptr;
+    Node* copy = copies.count(p) ? copies[p] : nullptr;
+    if (!copy) {
+      std::vector<Value*> ins = p->inputs;
+      for (size_t i = 0; i < dataInputs(*p); ++i)
+        if (!ins[i] || !(ins[i] = narrow(ins[i], t))) return nullptr;
+      std::vector<std::string> names;
+      for (const Value* o : p->outputs) names.push_back(g.uniqueName(o->name + ".narrow"));
+      copy = g.addNode(p->op, ins, (int)p->outputs.size(), p->name + ".narrow", names);
+      copy->attrs = p->attrs;
+      for (size_t k = 0; k < p->outputs.size(); ++k) {
+        copy->outputs[k]->type = p->outputs[k]->type;
+        copy->outputs[k]->type.dtype = t;
+      }
+      copies[p] = copy;
+      made.push_back(copy);
+    }
+    for (size_t k = 0; k < p->outputs.size(); ++k)
+      if (p->outputs[k] == v) return copy->outputs[k];
+    return nullptr;
+  }
+};
+
+} // namespace
+
+Error narrowMoves(Graph& g, int* count) {
+  Narrower nw{g, {}, {}};
+  int narrowed = 0;
+  auto rewrite = [&](Node& n) -> std::optional<std::vector<Node*>> {
+    if (n.op != Op::Cast || n.inputs[0]->type.dtype != DType::F32) return std::nullopt;
+    DType t = n.outputs[0]->type.dtype;
+    if (t != DType::BF16 && t != DType::F16) return std::nullopt;
+    const Node* p = n.inputs[0]->producer;
+    if (!p || !isMove(p->op)) return std::nullopt; // a cast right after a cast is left to others
+    nw.made.clear();
+    Value* v = nw.narrow(n.inputs[0], t);
+    if (!v) { // what was made on the way stays (placed), for later casts that reach the same moves
+      std::vector<Node*> partial = std::move(nw.made);
+      return partial.empty() ? std::nullopt : std::optional<std::vector<Node*>>(std::move(partial));
+    }
+    g.replaceAllUses(n.outputs[0], v);
+    ++narrowed;
+    return std::move(nw.made);
+  };
+  if (Error e = rewriteInOrder(g, rewrite, false)) return e;
+  if (count) *count = narrowed;
+  return Error::success();
+}
+
+} // namespace sgc::ir

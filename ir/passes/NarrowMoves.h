@@ -1,0 +1,27 @@
+// Pass narrow-moves: data that is widened only to be moved and narrowed again
+// moves narrow:
+//
+//   Cast<bf16>(Transpose(Reshape(Cast<f32>(x))))  ->  Transpose(Reshape(x))
+//
+// for x of a narrow type (bf16, f16) and any chain of data-movement ops
+// (Transpose, Reshape, Flatten, Squeeze, Unsqueeze, Identity, Split, Slice,
+// Concat of values that all narrow). Autocast (--precision bf16) makes these
+// chains around every product: a bf16 result is cast to f32, split into
+// attention heads and transposed, then cast back to bf16 for the next
+// product; the backward pass mirrors them. Widening is exact and moving data
+// is exact, so the narrow chain gives the same bits with half the bytes moved
+// and without the two casts.
+//
+// Requires: inferred shapes. Ensures: results are bit for bit the same; the
+// wide chains are left unread, for dead-code elimination (values not read
+// yet, such as gradients before the optimizer is added, stay).
+#pragma once
+#include "ir/Error.h"
+#include "ir/Graph.h"
+
+namespace sgc::ir {
+
+/// Returns the number of casts made unnecessary through `count`.
+Error narrowMoves(Graph& g, int* count = nullptr);
+
+} // namespace sgc::ir

@@ -1,0 +1,93 @@
+// The narrow-moves pass: bf16 data widened to f32 only to be moved (split,
+// reshaped, transposed, concatenated) and cast back to bf16 moves as bf16,
+// with bit-identical results on the interpreter; chains with arithmetic in
+// them stay as they are.
+#include "ir/Text.h"
+#include "ir/interp/Interpreter.h"
+#include "ir/passes/InferShapes.h"
+#include "ir/passes/NarrowMoves.h"
+
+#include <cstring>
+#include <gtest/gtest.h>
+
+using namespace sgc;
+using namespace sgc::ir;
+
+namespace {
+
+struct Case {
+  const char* name;
+  const char* body; ///< computes %y (bf16) from %x : bf16[2, 4, 6]
+  int narrowed, castsLeft;
+};
+
+int count(const Graph& g, Op op) {
+  int n = 0;
+  for (const auto& node : g.nodes()) n += node->op == op;
+  return n;
+}
+
+} // namespace
+
+TEST(NarrowMoves, MovesBetweenCastsRunNarrowWithTheSameBits) {
+  for (const Case& c :
+       {Case{"transpose", " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %t : ?[*] = Transpose(%w) {perm = [0, 2, 1]}\n"
+                          " %y : ?[*] = Cast(%t) {to = \"bf16\"}\n", 1, 0},
+        Case{"arithmeticInBetween", " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %m : ?[*] = Mul(%w, %w)\n"
+                                    " %t : ?[*] = Transpose(%m) {perm = [0, 2, 1]}\n %y : ?[*] = Cast(%t) {to = \"bf16\"}\n", 0, 2},
+        Case{"wideAlsoRead", " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %t : ?[*] = Transpose(%w) {perm = [0, 2, 1]}\n"
+                             " %y : ?[*] = Cast(%t) {to = \"bf16\"}\n %z : ?[*] = Neg(%t)\n output %z\n", 1, 1}}) {
+    SCOPED_TRACE(c.name);
+    auto g = parse(std::string("graph @g { input %x : bf16[2, 4, 6]\n") + c.body + " output %y }", c.name);
+    ASSERT_TRUE(!!g) << errorText(g.takeError());
+    ASSERT_FALSE(inferShapes(**g, false));
+    Tensor x(DType::BF16, {2, 4, 6});
+    for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, -3 + 0.37 * (double)i);
+    auto before = run(**g, {{"x", x}});
+    ASSERT_TRUE(!!before) << errorText(before.takeError());
+    int narrowed = -1;
+    ASSERT_FALSE(narrowMoves(**g, &narrowed));
+    (*g)->removeDeadNodes();
+    EXPECT_EQ(narrowed, c.narrowed);
+    EXPECT_EQ(count(**g, Op::Cast), c.castsLeft);
+    auto after = run(**g, {{"x", x}});
+    ASSERT_TRUE(!!after) << errorText(after.takeError());
+    const Tensor &want = before->at("y"), &got = after->at((*g)->outputs.back()->name);
+    ASSERT_EQ(got.dtype, DType::BF16);
+    ASSERT_EQ(got.bytes.size(), want.bytes.size());
+    EXPECT_EQ(0, std::memcmp(got.bytes.data(), want.bytes.data(), want.bytes.size()));
+  }
+}
+
+TEST(NarrowMoves, SplitReshapeAndConcatNarrowTogether) {
+  // Both halves of a split, one reshaped through a transpose, meet again in a Concat: all narrow.
+  auto g = parse(R"(graph @g {
+    input %x : bf16[2, 4, 6]
+    const %split : i64[2] = dense<"0x03000000000000000300000000000000">
+    const %shape : i64[3] = dense<"0x020000000000000003000000000000000400000000000000">
+    %w : ?[*] = Cast(%x) {to = "f32"}
+    %a : ?[*], %b : ?[*] = Split(%w, %split) {axis = 2}
+    %t : ?[*] = Transpose(%b) {perm = [0, 2, 1]}
+    %r : ?[*] = Reshape(%t, %shape)
+    %ta : ?[*] = Transpose(%a) {perm = [0, 2, 1]}
+    %c : ?[*] = Concat(%r, %ta) {axis = 1}
+    %y : ?[*] = Cast(%c) {to = "bf16"}
+    output %y })", "concat");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(inferShapes(**g, false));
+  Tensor x(DType::BF16, {2, 4, 6});
+  for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, 1.5 - 0.11 * (double)i);
+  auto before = run(**g, {{"x", x}});
+  ASSERT_TRUE(!!before) << errorText(before.takeError());
+  int narrowed = -1;
+  ASSERT_FALSE(narrowMoves(**g, &narrowed));
+  (*g)->removeDeadNodes();
+  EXPECT_EQ(narrowed, 1);
+  EXPECT_EQ(count(**g, Op::Cast), 0);
+  EXPECT_EQ(count(**g, Op::Split), 1); // the wide chain is gone
+  auto after = run(**g, {{"x", x}});
+  ASSERT_TRUE(!!after) << errorText(after.takeError());
+  const Tensor &want = before->at("y"), &got = after->at((*g)->outputs.back()->name);
+  ASSERT_EQ(got.bytes.size(), want.bytes.size());
+  EXPECT_EQ(0, std::memcmp(got.bytes.data(), want.bytes.data(), want.bytes.size()));
+}
