@@ -17,7 +17,8 @@ bool isMove(Op op) {
   }
 }
 
-/// The data inputs of a move (Concat: all; the others: the first; the rest are shapes and axes).
+/// The inputs that narrow with a move (Concat: all; SceLossGrad: the scores; the others: the
+/// first; the rest are shapes, axes, labels).
 size_t dataInputs(const Node& n) { return n.op == Op::Concat ? n.inputs.size() : 1; }
 
 struct Narrower {
@@ -30,7 +31,11 @@ struct Narrower {
     Node* p = v->producer;
     if (!p) return nullptr;
     if (p->op == Op::Cast && p->inputs[0]->type.dtype == t && v->type.dtype == DType::F32) return p->inputs[0];
-    if (!isMove(p->op)) return nullptr;
+    if (p->op == Op::Cast && p->inputs[0]->type.dtype == DType::F32 && v->type.dtype == DType::F32) return narrow(p->inputs[0], t);
+    // The loss gradient computes in f32 from its scores and rounds once where it stores: from
+    // narrow scores it stores the narrow gradient, the same bits as narrowing its f32 one.
+    bool lossGrad = p->op == Op::SceLossGrad && v == p->outputs[0];
+    if (!isMove(p->op) && !lossGrad) return nullptr;
     Node* copy = copies.count(p) ? copies[p] : nullptr;
     if (!copy) {
       std::vector<Value*> ins = p->inputs;
@@ -62,8 +67,7 @@ Error narrowMoves(Graph& g, int* count) {
     if (n.op != Op::Cast || n.inputs[0]->type.dtype != DType::F32) return std::nullopt;
     DType t = n.outputs[0]->type.dtype;
     if (t != DType::BF16 && t != DType::F16) return std::nullopt;
-    const Node* p = n.inputs[0]->producer;
-    if (!p || !isMove(p->op)) return std::nullopt; // a cast right after a cast is left to others
+    if (!n.inputs[0]->producer) return std::nullopt;
     nw.made.clear();
     Value* v = nw.narrow(n.inputs[0], t);
     if (!v) { // what was made on the way stays (placed), for later casts that reach the same moves

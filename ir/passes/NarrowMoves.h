@@ -5,7 +5,11 @@
 //
 // for x of a narrow type (bf16, f16) and any chain of data-movement ops
 // (Transpose, Reshape, Flatten, Squeeze, Unsqueeze, Identity, Split, Slice,
-// Concat of values that all narrow). Autocast (--precision bf16) makes these
+// Concat of values that all narrow, casts to f32 of f32 values). The loss
+// gradient SceLossGrad counts as one too: it computes in f32 and rounds once
+// where it stores, so from the narrow scores it stores the narrow gradient
+// (the bits of narrowing its f32 one; the wide scores stay for the forward
+// loss, and the wide gradient is gone). Autocast (--precision bf16) makes these
 // chains around every product: a bf16 result is cast to f32, split into
 // attention heads and transposed, then cast back to bf16 for the next
 // product; the backward pass mirrors them. Widening is exact and moving data

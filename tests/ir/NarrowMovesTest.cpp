@@ -91,3 +91,46 @@ TEST(NarrowMoves, SplitReshapeAndConcatNarrowTogether) {
   ASSERT_EQ(got.bytes.size(), want.bytes.size());
   EXPECT_EQ(0, std::memcmp(got.bytes.data(), want.bytes.data(), want.bytes.size()));
 }
+
+TEST(NarrowMoves, TheLossGradientStoresNarrowFromNarrowScores) {
+  // Autocast's logits: bf16 cast to f32, cast to f32 again by the model (.float()), the loss's
+  // gradient narrowed for the head's product. The gradient then reads the bf16 logits and
+  // stores bf16; the f32 logits stay for the forward loss.
+  auto g = parse(R"(graph @g {
+    input %x : bf16[4, 6]
+    input %labels : i64[4]
+    input %seed : f32[]
+    %w : ?[*] = Cast(%x) {to = "f32"}
+    %w2 : ?[*] = Cast(%w) {to = "f32"}
+    %loss : ?[*] = SoftmaxCrossEntropyLoss(%w2, %labels) {reduction = "mean"}
+    %d : ?[*] = SceLossGrad(%w2, %labels, %seed) {reduction = "mean"}
+    %y : ?[*] = Cast(%d) {to = "bf16"}
+    output %loss
+    output %y })", "loss");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(inferShapes(**g, false));
+  Tensor x(DType::BF16, {4, 6}), labels(DType::I64, {4}), seed(DType::F32, {});
+  for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, 2.5 - 0.37 * (double)i);
+  for (int64_t i = 0; i < 4; ++i) labels.setF(i, (double)((i * 5) % 6));
+  seed.setF(0, 1);
+  std::map<std::string, Tensor> inputs{{"x", x}, {"labels", labels}, {"seed", seed}};
+  auto before = run(**g, inputs);
+  ASSERT_TRUE(!!before) << errorText(before.takeError());
+  int narrowed = -1;
+  ASSERT_FALSE(narrowMoves(**g, &narrowed));
+  (*g)->removeDeadNodes();
+  EXPECT_EQ(narrowed, 1);
+  int grads = 0;
+  for (const auto& n : (*g)->nodes())
+    if (n->op == Op::SceLossGrad) {
+      ++grads;
+      EXPECT_EQ(n->inputs[0]->type.dtype, DType::BF16);
+      EXPECT_EQ(n->outputs[0]->type.dtype, DType::BF16);
+    }
+  EXPECT_EQ(grads, 1); // the f32 one is gone
+  auto after = run(**g, inputs);
+  ASSERT_TRUE(!!after) << errorText(after.takeError());
+  const Tensor &want = before->at("y"), &got = after->at((*g)->outputs.back()->name);
+  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_EQ(got.getF(i), want.getF(i)) << i;
+  EXPECT_EQ(after->at((*g)->outputs[0]->name).getF(0), before->at("loss").getF(0));
+}
