@@ -351,17 +351,18 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
   B b(name);
   int e = b.newLoopVar(), jq = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar();
   int wsum = b.newLocal(), mx = b.newLocal(), sum = b.newLocal(), wt = b.newLocal();
-  WarpRows rows{b, e, C};
+  WarpRows rows{b, e, C, laneWidth(C)};
   auto tgt = [&](ExprRef pos) { return cast(b.ld(target, std::move(pos)), Scalar::I64); };
   auto weight = [&](ExprRef cls) { return lossWeight(b, n, w, C, std::move(cls)); };
-  std::vector<StmtRef> body;
+  std::vector<StmtRef> body{rows.begin()};
   if (red == "mean") { // the weights of all positions, each lane a 32nd of them
     body.push_back(let(wsum, B::c(0, t)));
     body.push_back(loop(jq, P / 32, false, {set(wsum, B::add(local(wsum, t), weight(tgt(B::add(rows.lane(), B::mul(loopVar(jq), B::i(32)))))))}));
     body.push_back(set(wsum, warpReduce("add", local(wsum, t))));
   }
-  for (auto& st : rows.reduce(mx, "max", -INFINITY, j1, b.ld(x, rows.at(j1)))) body.push_back(st);
-  for (auto& st : rows.reduce(sum, "add", 0, j2, unary("exp", B::sub(b.ld(x, rows.at(j2)), local(mx, t))))) body.push_back(st);
+  for (auto& st : rows.reduce(mx, "max", -INFINITY, j1, [&](int u) { return b.ld(x, rows.at(j1, u)); })) body.push_back(st);
+  for (auto& st : rows.reduce(sum, "add", 0, j2, [&](int u) { return unary("exp", B::sub(b.ld(x, rows.at(j2, u)), local(mx, t))); }))
+    body.push_back(st);
   ExprRef tp = tgt(rows.row());
   body.push_back(let(wt, weight(tp)));
   auto logProb = [&](ExprRef at) { return B::sub(B::sub(b.ld(x, std::move(at)), local(mx, t)), unary("log", local(sum, t))); };
@@ -370,13 +371,17 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
     ExprRef loss = unary("neg", B::mul(local(wt, t), logProb(B::add(B::mul(rows.row(), B::i(C)), B::clamp(tp, C)))));
     if (red == "mean") loss = B::div(loss, local(wsum, t));
     body.push_back(b.atomic(n.outputs[0], B::i(0), select(binary("eq", rows.lane(), B::i(0)), loss, B::c(0, t))));
-    if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(rows.each(j3, {b.st(n.outputs[1], rows.at(j3), logProb(rows.at(j3)))}));
+    if (n.outputs.size() > 1 && n.outputs[1])
+      body.push_back(rows.storeEach(j3, [&](int u) { return logProb(rows.at(j3, u)); },
+                                    [&](int, ExprRef v) { return WarpRows::Outputs{{n.outputs[1], v}}; }));
     ks.push_back(zeroKernel(name + "_zero", n.outputs[0]));
   } else {
     ExprRef up = red == "none" ? b.ld(dl, rows.row()) : red == "sum" ? b.ld(dl, B::i(0)) : B::div(b.ld(dl, B::i(0)), local(wsum, t));
-    ExprRef isT = cast(binary("eq", rows.col(j3), tp), t);
-    ExprRef g = B::mul(B::sub(unary("exp", logProb(rows.at(j3))), isT), B::mul(local(wt, t), up));
-    body.push_back(rows.each(j3, {b.st(n.outputs[0], rows.at(j3), g)}));
+    auto g = [&](int u) {
+      ExprRef isT = cast(binary("eq", rows.col(j3, u), tp), t);
+      return B::mul(B::sub(unary("exp", logProb(rows.at(j3, u))), isT), B::mul(local(wt, t), up));
+    };
+    body.push_back(rows.storeEach(j3, g, [&](int, ExprRef v) { return WarpRows::Outputs{{n.outputs[0], v}}; }));
   }
   ks.push_back(warpKernel(b, e, P, std::move(body)));
   return ks;
