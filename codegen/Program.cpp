@@ -29,6 +29,22 @@ bool isProduct(const ir::Node& n) {
 using Group = std::vector<const ir::Node*>;
 using Consumers = std::map<const ir::Value*, std::set<const ir::Node*>>;
 
+/// Which nodes read each value, and which values outlive the step (outputs, updates).
+struct Readers {
+  Consumers of;
+  std::set<const ir::Value*> escaping;
+  explicit Readers(const ir::Graph& g) : escaping(g.outputs.begin(), g.outputs.end()) {
+    for (auto& u : g.updates) escaping.insert(u.second);
+    for (const auto& n : g.nodes())
+      for (const ir::Value* v : n->inputs)
+        if (v) of[v].insert(n.get());
+  }
+  /// Whether a node outside `group` reads v, or v outlives the step.
+  bool outside(const ir::Value* v, const Group& group) {
+    return escaping.count(v) || std::any_of(of[v].begin(), of[v].end(), [&](const ir::Node* n) { return !std::count(group.begin(), group.end(), n); });
+  }
+};
+
 bool allElementwise(const Group& g) {
   return std::all_of(g.begin(), g.end(), [](const ir::Node* n) { return kir::isFusibleElementwise(*n); });
 }
@@ -38,7 +54,7 @@ bool allElementwise(const Group& g) {
 /// group right after it when that group starts from its result: a GPU runs the three as one
 /// kernel (kir::lowerRowGroupGpu), a CPU as the same kernels as before, and the memory plan
 /// sees one step.
-std::vector<Group> mergeRowGroups(std::vector<Group> groups, Consumers& consumers, const std::set<const ir::Value*>& escaping) {
+std::vector<Group> mergeRowGroups(std::vector<Group> groups, Readers& readers) {
   std::vector<Group> out;
   for (size_t i = 0; i < groups.size(); ++i) {
     if (groups[i].size() != 1 || !kir::isRowOp(*groups[i][0])) {
@@ -50,14 +66,11 @@ std::vector<Group> mergeRowGroups(std::vector<Group> groups, Consumers& consumer
     Group merged;
     if (!out.empty() && allElementwise(out.back())) {
       const Group& pre = out.back();
-      std::set<const ir::Node*> inside(pre.begin(), pre.end());
-      inside.insert(row);
       const ir::Value* v = pre.back()->outputs[0];
       bool operand = std::count(row->inputs.begin(), row->inputs.end(), v) && v->type.shape() == y->type.shape();
-      bool local = std::all_of(pre.begin(), pre.end(), [&](const ir::Node* n) {
-        const ir::Value* r = n->outputs[0];
-        return !escaping.count(r) && std::all_of(consumers[r].begin(), consumers[r].end(), [&](const ir::Node* c) { return inside.count(c); });
-      });
+      Group inside(pre);
+      inside.push_back(row);
+      bool local = std::none_of(pre.begin(), pre.end(), [&](const ir::Node* n) { return readers.outside(n->outputs[0], inside); });
       if (operand && local) {
         merged = std::move(out.back());
         out.pop_back();
@@ -77,12 +90,8 @@ std::vector<Group> mergeRowGroups(std::vector<Group> groups, Consumers& consumer
 } // namespace
 
 std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
-  std::map<const ir::Value*, std::set<const ir::Node*>> consumers;
-  std::set<const ir::Value*> escaping(g.outputs.begin(), g.outputs.end()); // must be materialized
-  for (auto& u : g.updates) escaping.insert(u.second);
-  for (const auto& n : g.nodes())
-    for (const ir::Value* v : n->inputs)
-      if (v) consumers[v].insert(n.get());
+  Readers readers(g);
+  auto& [consumers, escaping] = readers; // escaping values must be materialized
   std::vector<const ir::Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
   std::vector<std::vector<const ir::Node*>> groups;
@@ -121,7 +130,7 @@ std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
     groups.emplace_back(run.begin(), run.begin() + best + 1);
     i += best + 1;
   }
-  return mergeRowGroups(std::move(groups), consumers, escaping);
+  return mergeRowGroups(std::move(groups), readers);
 }
 
 namespace {
@@ -219,22 +228,6 @@ std::string hexHash(const ir::Graph& g, const std::string& options) {
   }
   return hex;
 }
-
-/// Which nodes read each value, and which values outlive the step (outputs, updates).
-struct Readers {
-  Consumers of;
-  std::set<const ir::Value*> escaping;
-  explicit Readers(const ir::Graph& g) : escaping(g.outputs.begin(), g.outputs.end()) {
-    for (auto& u : g.updates) escaping.insert(u.second);
-    for (const auto& n : g.nodes())
-      for (const ir::Value* v : n->inputs)
-        if (v) of[v].insert(n.get());
-  }
-  /// Whether a node outside `group` reads v, or v outlives the step.
-  bool outside(const ir::Value* v, const Group& group) {
-    return escaping.count(v) || std::any_of(of[v].begin(), of[v].end(), [&](const ir::Node* n) { return !std::count(group.begin(), group.end(), n); });
-  }
-};
 
 /// A group that mergeRowGroups formed, in its parts.
 std::optional<kir::RowGroup> rowGroup(const Group& group, Readers& readers) {
