@@ -112,6 +112,7 @@ struct WarpRows {
   int e;
   int64_t d;
   int v = 1;
+  int base = -1; ///< the local holding the lane's first element (begin), if any
   ExprRef row() const { return binary("idiv", loopVar(e), B::i(32)); }
   ExprRef lane() const { return binary("imod", loopVar(e), B::i(32)); }
   /// Element u of this lane's step j (j a loop variable), as its column in the row.
@@ -129,7 +130,6 @@ struct WarpRows {
     base = b.newLocal();
     return let(base, B::add(B::mul(row(), B::i(d)), B::mul(lane(), B::i(v))));
   }
-  int base = -1;
   StmtRef each(int j, std::vector<StmtRef> body) const { return loop(j, d / (32 * v), false, std::move(body)); }
   /// local = op over the row of `term` (an expression of loop variable j; one element a step).
   std::vector<StmtRef> reduce(int localId, const std::string& op, double init, int j, ExprRef term) const {
