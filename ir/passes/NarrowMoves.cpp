@@ -23,8 +23,8 @@ size_t dataInputs(const Node& n) { return n.op == Op::Concat ? n.inputs.size() :
 
 struct Narrower {
   Graph& g;
-  std::map<const Node*, Node*> copies; ///< wide moves and their narrow copies
-  std::vector<Node*> made;             ///< the copies made for the current rewrite
+  std::map<std::pair<const Node*, DType>, Node*> copies; ///< wide moves and their narrow copies, by type
+  std::vector<Node*> made; ///< the copies made for the current rewrite
 
   /// The narrow value holding exactly the bits of wide `v` (of type `t`), or null.
   Value* narrow(Value* v, DType t) {
@@ -36,7 +36,7 @@ struct Narrower {
     // narrow scores it stores the narrow gradient, the same bits as narrowing its f32 one.
     bool lossGrad = p->op == Op::SceLossGrad && v == p->outputs[0];
     if (!isMove(p->op) && !lossGrad) return nullptr;
-    Node* copy = copies.count(p) ? copies[p] : nullptr;
+    Node*& copy = copies[{p, t}];
     if (!copy) {
       std::vector<Value*> ins = p->inputs;
       for (size_t i = 0; i < dataInputs(*p); ++i)
@@ -49,7 +49,6 @@ struct Narrower {
         copy->outputs[k]->type = p->outputs[k]->type;
         copy->outputs[k]->type.dtype = t;
       }
-      copies[p] = copy;
       made.push_back(copy);
     }
     for (size_t k = 0; k < p->outputs.size(); ++k)
