@@ -75,15 +75,7 @@ def torch_rank(mode, rank, world, port):
     r = {"losses": losses}
     if mode != "ref":
         torch.cuda.reset_peak_memory_stats()
-        for _ in range(gt.WARM):
-            step()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(gt.STEPS):
-            s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
-            s.record(); step(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
-        ts.sort()
-        r.update(ms=ts[len(ts) // 2], peak_GiB=torch.cuda.max_memory_allocated() / 2**30)
+        r.update(ms=gt.time_steps(step), peak_GiB=torch.cuda.max_memory_allocated() / 2**30)
     print(json.dumps(r), flush=True)
     if distributed:
         dist.destroy_process_group()

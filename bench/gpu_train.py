@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "samples"))
 import gpu_models as gm
-from train_ctypes import DLDataType, DLDevice, DLTensor, Options  # the C ABI's structs
+from train_ctypes import DLDataType, DLDevice, DLTensor, Options, share_nccl_id  # the C ABI's structs
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "pyutil"))
 import st  # the project's safetensors reader and writer
 
@@ -39,17 +39,7 @@ def sgc_side(so, weights, name, comm="none", rank=0, world=1, id_file=None, kept
     options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), device, 0, None, 120000, rank, world)
     if comm == "nccl":
         options.communicator = b"nccl"
-        if rank == 0:
-            check(lib.sgc_nccl_unique_id(options.nccl_id), "sgc_nccl_unique_id")
-            if id_file:
-                open(id_file + ".tmp", "wb").write(bytes(options.nccl_id))
-                os.rename(id_file + ".tmp", id_file)
-        else:
-            for _ in range(1200):
-                if os.path.exists(id_file):
-                    break
-                time.sleep(0.1)
-            ctypes.memmove(options.nccl_id, open(id_file, "rb").read(128), 128)
+        share_nccl_id(lib, options, id_file, wait_s=120)
     check(lib.sgc_session_create(ctypes.byref(options), ctypes.byref(s)), "create")
     free1, _ = torch.cuda.mem_get_info()
     # The checkpoint holds the state_dict: keep the parameters this library has (one of two tied names).
@@ -95,6 +85,18 @@ def sgc_side(so, weights, name, comm="none", rank=0, world=1, id_file=None, kept
 
 
 # ---- the PyTorch side, as ../shared/bench/torch_peers.py measures it ----
+def time_steps(step):
+    """The median GPU time of `step` in ms over STEPS runs after WARM warm-up runs (CUDA events)."""
+    for _ in range(WARM): step()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(STEPS):
+        s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
+        s.record(); step(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
 def torch_side(name, mode, init):
     model = gm.make(name).cuda()
     model.load_state_dict(init)
@@ -112,14 +114,7 @@ def torch_side(name, mode, init):
     losses = [step().item() for _ in range(LOSSES)]
     first_s = time.time() - t0
     torch.cuda.reset_peak_memory_stats()
-    for _ in range(WARM): step()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(STEPS):
-        s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
-        s.record(); step(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
-    ts.sort()
-    r = {"ms": ts[len(ts) // 2], "peak_GiB": torch.cuda.max_memory_allocated() / 2**30, "losses": losses, "first_steps_s": first_s}
+    r = {"ms": time_steps(step), "peak_GiB": torch.cuda.max_memory_allocated() / 2**30, "losses": losses, "first_steps_s": first_s}
     del model, opt, fwd
     torch.cuda.empty_cache()
     return r

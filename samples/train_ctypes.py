@@ -35,6 +35,24 @@ def read_safetensors(path):
     return {k: (v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in header.items()}
 
 
+def share_nccl_id(lib, options, id_file, wait_s=None):
+    """Rank 0 makes the NCCL id and writes it to `id_file` (if any); the other ranks wait for that
+    file (at most `wait_s` seconds, if given) and read it into their options."""
+    if options.rank == 0:
+        if lib.sgc_nccl_unique_id(options.nccl_id):
+            sys.exit("sgc_nccl_unique_id: " + lib.sgc_last_error().decode())
+        if id_file:
+            open(id_file + ".tmp", "wb").write(bytes(options.nccl_id))
+            os.rename(id_file + ".tmp", id_file)
+        return
+    deadline = None if wait_s is None else time.time() + wait_s
+    while not os.path.exists(id_file):
+        if deadline is not None and time.time() > deadline:
+            sys.exit(f"rank {options.rank}: no NCCL id in {id_file} after {wait_s} s")
+        time.sleep(0.01)
+    ctypes.memmove(options.nccl_id, open(id_file, "rb").read(128), 128)
+
+
 def main():
     lib = ctypes.CDLL(os.path.abspath(sys.argv[1]))  # a path: never a search of the library path
     lib.sgc_last_error.restype = ctypes.c_char_p
@@ -48,16 +66,7 @@ def main():
             options.rank, options.world_size = int(spec[1]), int(spec[2])
         if len(spec) == 5:
             options.timeout_ms = int(spec[4])
-        if options.rank == 0:
-            if lib.sgc_nccl_unique_id(options.nccl_id):
-                sys.exit("sgc_nccl_unique_id: " + lib.sgc_last_error().decode())
-            if len(spec) >= 4:
-                open(spec[3] + ".tmp", "wb").write(bytes(options.nccl_id))
-                os.rename(spec[3] + ".tmp", spec[3])
-        else:
-            while not os.path.exists(spec[3]):
-                time.sleep(0.01)
-            ctypes.memmove(options.nccl_id, open(spec[3], "rb").read(128), 128)
+        share_nccl_id(lib, options, spec[3] if len(spec) >= 4 else None)
     if lib.sgc_session_create(ctypes.byref(options), ctypes.byref(session)):
         sys.exit("sgc_session_create: " + lib.sgc_last_error().decode())
     data = read_safetensors(sys.argv[2])
