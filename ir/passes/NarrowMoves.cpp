@@ -66,7 +66,6 @@ Error narrowMoves(Graph& g, int* count) {
     if (n.op != Op::Cast || n.inputs[0]->type.dtype != DType::F32) return std::nullopt;
     DType t = n.outputs[0]->type.dtype;
     if (t != DType::BF16 && t != DType::F16) return std::nullopt;
-    if (!n.inputs[0]->producer) return std::nullopt;
     nw.made.clear();
     Value* v = nw.narrow(n.inputs[0], t);
     if (!v) { // what was made on the way stays (placed), for later casts that reach the same moves
