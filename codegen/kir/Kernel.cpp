@@ -52,15 +52,23 @@ ExprRef cast(ExprRef a, Scalar t) {
   return make({ExprKind::Cast, t, 0, 0, 0, "", {std::move(a)}});
 }
 
-ExprRef warpReduce(const std::string& op, ExprRef a) {
+ExprRef warpReduce(const std::string& op, ExprRef a, int lanes) {
+  assert(lanes >= 2 && lanes <= 32 && (lanes & (lanes - 1)) == 0 && "a warp reduction spans 2, 4, ..., 32 lanes");
   Scalar t = a->type;
-  return make({ExprKind::WarpReduce, t, 0, 0, 0, op, {std::move(a)}});
+  return make({ExprKind::WarpReduce, t, 0, lanes, 0, op, {std::move(a)}});
 }
 
-StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body) {
+namespace {
+StmtRef stmtOf(StmtKind kind, int id, int64_t extent, bool parallel, ExprRef index, ExprRef value, std::vector<StmtRef> body) {
   auto s = std::make_shared<Stmt>();
-  *s = {StmtKind::Loop, var, extent, parallel, nullptr, nullptr, std::move(body)};
+  s->kind = kind, s->id = id, s->extent = extent, s->parallel = parallel;
+  s->index = std::move(index), s->value = std::move(value), s->body = std::move(body);
   return s;
+}
+} // namespace
+
+StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body) {
+  return stmtOf(StmtKind::Loop, var, extent, parallel, nullptr, nullptr, std::move(body));
 }
 
 StmtRef loopUpTo(int var, int64_t extent, ExprRef bound, std::vector<StmtRef> body) {
@@ -70,9 +78,7 @@ StmtRef loopUpTo(int var, int64_t extent, ExprRef bound, std::vector<StmtRef> bo
 }
 
 StmtRef store(int buffer, ExprRef index, ExprRef value) {
-  auto s = std::make_shared<Stmt>();
-  *s = {StmtKind::Store, buffer, 0, false, std::move(index), std::move(value), {}};
-  return s;
+  return stmtOf(StmtKind::Store, buffer, 0, false, std::move(index), std::move(value), {});
 }
 
 StmtRef atomicAdd(int buffer, ExprRef index, ExprRef value) {
@@ -82,20 +88,24 @@ StmtRef atomicAdd(int buffer, ExprRef index, ExprRef value) {
 }
 
 StmtRef let(int id, ExprRef value) {
-  auto s = std::make_shared<Stmt>();
-  *s = {StmtKind::Let, id, 0, false, nullptr, std::move(value), {}};
-  return s;
+  return stmtOf(StmtKind::Let, id, 0, false, nullptr, std::move(value), {});
 }
 
 StmtRef set(int id, ExprRef value) {
-  auto s = std::make_shared<Stmt>();
-  *s = {StmtKind::Set, id, 0, false, nullptr, std::move(value), {}};
-  return s;
+  return stmtOf(StmtKind::Set, id, 0, false, nullptr, std::move(value), {});
 }
 
 StmtRef block(std::vector<StmtRef> body) {
+  return stmtOf(StmtKind::Block, 0, 0, false, nullptr, nullptr, std::move(body));
+}
+
+StmtRef mmaBf16(std::vector<int> acc, std::vector<ExprRef> a, std::vector<ExprRef> b) {
+  assert(acc.size() == 4 && a.size() == 8 && b.size() == 4 && "mma.m16n8k16 takes 4 accumulators, 8 + 4 operands");
   auto s = std::make_shared<Stmt>();
-  *s = {StmtKind::Block, 0, 0, false, nullptr, nullptr, std::move(body)};
+  s->kind = StmtKind::Mma;
+  s->operands = std::move(a);
+  s->operands.insert(s->operands.end(), b.begin(), b.end());
+  s->acc = std::move(acc);
   return s;
 }
 
@@ -115,7 +125,8 @@ std::string exprText(const Expr& e) {
   case ExprKind::Binary: return e.op + "(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ")";
   case ExprKind::Select: return "select(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ", " + exprText(*e.args[2]) + ")";
   case ExprKind::Cast: return std::string(scalarName(e.type)) + "(" + exprText(*e.args[0]) + ")";
-  case ExprKind::WarpReduce: return "warp_" + e.op + "(" + exprText(*e.args[0]) + ")";
+  case ExprKind::WarpReduce:
+    return "warp_" + e.op + (e.bits == 32 ? "" : std::to_string(e.bits)) + "(" + exprText(*e.args[0]) + ")";
   }
   return "?";
 }
@@ -135,6 +146,13 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
   case StmtKind::AtomicAdd: out += pad + "b" + std::to_string(s.id) + "[" + exprText(*s.index) + "] += " + exprText(*s.value) + " (atomic)\n"; return;
   case StmtKind::Let: out += pad + "let t" + std::to_string(s.id) + " = " + exprText(*s.value) + "\n"; return;
   case StmtKind::Set: out += pad + "t" + std::to_string(s.id) + " = " + exprText(*s.value) + "\n"; return;
+  case StmtKind::Mma: {
+    std::string acc, a, b;
+    for (size_t i = 0; i < 4; ++i) acc += (i ? ", t" : "t") + std::to_string(s.acc[i]);
+    for (size_t i = 0; i < 12; ++i) (i < 8 ? a : b) += (i % 8 ? ", " : "") + exprText(*s.operands[i]);
+    out += pad + "(" + acc + ") += mma_bf16([" + a + "], [" + b + "])\n";
+    return;
+  }
   }
 }
 

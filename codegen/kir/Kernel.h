@@ -50,14 +50,15 @@ ExprRef binary(const std::string& op, ExprRef a, ExprRef b);
 ExprRef select(ExprRef cond, ExprRef a, ExprRef b);
 /// "add" or "max" of an f32 over the 32 lanes of a GPU warp (32 consecutive parallel iterations,
 /// aligned): every lane gets the result. Only in gpuOnly kernels whose parallel extent is a
-/// multiple of 32, so that whole warps run every iteration together.
-ExprRef warpReduce(const std::string& op, ExprRef a);
+/// multiple of 32, so that whole warps run every iteration together. With `lanes` (a power of
+/// two below 32), over each aligned group of that many lanes instead.
+ExprRef warpReduce(const std::string& op, ExprRef a, int lanes = 32);
 ExprRef cast(ExprRef a, Scalar t);
 
 struct Stmt;
 using StmtRef = std::shared_ptr<Stmt>;
 
-enum class StmtKind : uint8_t { Loop, Store, AtomicAdd, Let, Set, Block };
+enum class StmtKind : uint8_t { Loop, Store, AtomicAdd, Let, Set, Block, Mma };
 
 struct Stmt {
   StmtKind kind;
@@ -67,6 +68,8 @@ struct Stmt {
   ExprRef index, value;        ///< Store: buffer[index] = value; AtomicAdd: += value; Let/Set: local = value;
                                ///< Loop (serial): when set, an i64 bound: iterations [0, min(extent, value))
   std::vector<StmtRef> body;   ///< Loop, Block
+  std::vector<ExprRef> operands; ///< Mma: a0..a7, b0..b3
+  std::vector<int> acc;          ///< Mma: the four f32 locals c0..c3, updated in place
 };
 
 StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body);
@@ -80,6 +83,15 @@ StmtRef atomicAdd(int buffer, ExprRef index, ExprRef value);
 StmtRef let(int local, ExprRef value);
 StmtRef set(int local, ExprRef value);
 StmtRef block(std::vector<StmtRef> body);
+/// One warp-wide tensor-core product D = A B + C of a 16x16 A by a 16x8 B (PTX
+/// mma.m16n8k16.row.col, bf16 operands, f32 accumulation), C and D the f32 locals `acc`. Each
+/// lane (parallel iteration mod 32; g = lane / 4, t = lane % 4) gives its part of the operands,
+/// rounded to bf16 (a bf16 load is passed on as it is):
+///   a[0..7]: A[g][2t], A[g][2t+1], A[g+8][2t], A[g+8][2t+1], and the same at columns +8;
+///   b[0..3]: B[2t][g], B[2t+1][g], B[2t+8][g], B[2t+9][g];
+///   acc[0..3]: C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1].
+/// Only in gpuOnly kernels, under the same whole-warp rule as warpReduce.
+StmtRef mmaBf16(std::vector<int> acc, std::vector<ExprRef> a, std::vector<ExprRef> b);
 
 struct BufferArg {
   std::string name;

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <mutex>
 
 namespace sgc::codegen {
@@ -159,8 +160,7 @@ private:
     b_.SetInsertPoint(body);
     if (width == 1) {
       loopVars_[s.id] = iv;
-      for (const auto& st : s.body)
-        if (Error e = stmt(*st)) return e;
+      if (Error e = stmts(s.body)) return e;
     } else if (Error e = unrolledStores(s, iv, width)) {
       return e;
     }
@@ -204,10 +204,7 @@ private:
       }
       return loop(s, b_.getInt64(0), end, b_.getInt64(1));
     }
-    case StmtKind::Block:
-      for (const auto& st : s.body)
-        if (Error e = stmt(*st)) return e;
-      return Error::success();
+    case StmtKind::Block: return stmts(s.body);
     case StmtKind::Let:
     case StmtKind::Set: {
       auto v = expr(*s.value);
@@ -231,8 +228,90 @@ private:
                          llvm::AtomicOrdering::Monotonic);
       return Error::success();
     }
+    case StmtKind::Mma: return stmts({std::make_shared<Stmt>(s)});
     }
     return fail("unknown statement");
+  }
+
+  /// A bf16 operand's 16 bits: a bf16 load as it is, else the f32 value rounded.
+  Expected<llvm::Value*> bf16Bits(const Expr& e) {
+    if (e.kind == ExprKind::Load && k_.buffers[e.id].dtype == ir::DType::BF16) {
+      auto idx = expr(*e.args[0]);
+      if (!idx) return idx.takeError();
+      return (llvm::Value*)b_.CreateLoad(b_.getInt16Ty(), b_.CreateGEP(b_.getInt16Ty(), buffers_[e.id], *idx));
+    }
+    auto v = expr(e);
+    if (!v) return v.takeError();
+    if (!(*v)->getType()->isFloatTy()) return fail("mma operands are f32 values or bf16 loads");
+    return floatToBf16(*v);
+  }
+
+  /// A pair of bf16 operands as one 32-bit register (the lower-numbered element in the low half).
+  Expected<llvm::Value*> packedPair(const Expr& lo, const Expr& hi) {
+    auto isBf16Load = [&](const Expr& e) { return e.kind == ExprKind::Load && k_.buffers[e.id].dtype == ir::DType::BF16; };
+    if (!isBf16Load(lo) && !isBf16Load(hi) && lo.type == Scalar::F32 && hi.type == Scalar::F32) {
+      auto l = expr(lo);
+      auto h = l ? expr(hi) : Expected<llvm::Value*>(l.takeError());
+      if (!h) return h.takeError();
+      // cvt.rn.bf16x2.f32 puts its first operand in the high half.
+      return b_.CreateBitCast(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ff2bf16x2_rn, {}, {*h, *l}), b_.getInt32Ty());
+    }
+    auto l = bf16Bits(lo);
+    auto h = l ? bf16Bits(hi) : Expected<llvm::Value*>(l.takeError());
+    if (!h) return h.takeError();
+    // As a vector, not shifts and ors: neighbouring loads then merge into wider ones.
+    llvm::Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(b_.getInt16Ty(), 2));
+    v = b_.CreateInsertElement(b_.CreateInsertElement(v, *l, (uint64_t)0), *h, (uint64_t)1);
+    return b_.CreateBitCast(v, b_.getInt32Ty());
+  }
+
+  static constexpr size_t kMmaRun = 8;
+
+  static bool readsLocal(const Expr& e, const std::set<int>& ids) {
+    if (e.kind == ExprKind::Local && ids.count(e.id)) return true;
+    for (const auto& a : e.args)
+      if (readsLocal(*a, ids)) return true;
+    return false;
+  }
+
+  /// Statements in order; a run of tensor-core products (mma.sync.m16n8k16.row.col.f32.bf16.
+  /// bf16.f32) first loads and packs the operands of all of them, then issues them: an mma is a
+  /// call LLVM does not move loads across, and loads side by side merge into 16-byte ones. A
+  /// run ends before a product whose operands read an earlier one's result, and after
+  /// kMmaRun products (enough for a lane's 16-byte loads; longer runs hold more registers).
+  Error stmts(const std::vector<kir::StmtRef>& list) {
+    for (size_t i = 0; i < list.size();) {
+      if (list[i]->kind != StmtKind::Mma) {
+        if (Error e = stmt(*list[i++])) return e;
+        continue;
+      }
+      if (t_.kind != Target::NVPTX) return fail("tensor-core products are generated for GPUs only");
+      std::set<int> written;
+      std::vector<std::vector<llvm::Value*>> args;
+      cache_.clear();
+      size_t j = i;
+      for (; j < list.size() && j < i + kMmaRun && list[j]->kind == StmtKind::Mma; ++j) {
+        const Stmt& s = *list[j];
+        bool dependent = false;
+        for (const auto& o : s.operands) dependent = dependent || readsLocal(*o, written);
+        if (dependent) break;
+        args.emplace_back();
+        for (size_t o = 0; o < s.operands.size(); o += 2) {
+          auto pair = packedPair(*s.operands[o], *s.operands[o + 1]);
+          if (!pair) return pair.takeError();
+          args.back().push_back(*pair);
+        }
+        written.insert(s.acc.begin(), s.acc.end());
+      }
+      for (size_t r = 0; r < args.size(); ++r) {
+        const Stmt& s = *list[i + r];
+        for (int id : s.acc) args[r].push_back(b_.CreateLoad(b_.getFloatTy(), locals_.at(id)));
+        llvm::Value* d = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mma_m16n8k16_row_col_bf16, {}, args[r]);
+        for (unsigned c = 0; c < 4; ++c) b_.CreateStore(b_.CreateExtractValue(d, c), locals_.at(s.acc[c]));
+      }
+      i = j;
+    }
+    return Error::success();
   }
 
   void declareLocals(const Stmt& s) {
@@ -428,10 +507,11 @@ private:
     return b_.CreateSIToFP(v, t);
   }
 
-  /// A butterfly over the warp's 32 lanes with shfl.sync: every lane ends with the result.
-  Expected<llvm::Value*> warpReduce(const std::string& op, llvm::Value* v) {
+  /// A butterfly over aligned groups of `lanes` lanes with shfl.sync: every lane ends with its
+  /// group's result.
+  Expected<llvm::Value*> warpReduce(const std::string& op, llvm::Value* v, int lanes) {
     if (t_.kind != Target::NVPTX || !v->getType()->isFloatTy()) return fail("warp reductions are generated for GPUs, on f32, only");
-    for (int offset = 16; offset >= 1; offset /= 2) {
+    for (int offset = lanes / 2; offset >= 1; offset /= 2) {
       llvm::Value* other = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
                                               {b_.getInt32(-1), v, b_.getInt32(offset), b_.getInt32(31)});
       auto combined = binaryOp(op, v, other);
@@ -464,7 +544,7 @@ private:
     case ExprKind::Binary: r = binaryOp(e.op, a[0], a[1]); break;
     case ExprKind::Select: r = b_.CreateSelect(a[0], a[1], a[2]); break;
     case ExprKind::Cast: r = convert(a[0], e.args[0]->type, e.type); break;
-    case ExprKind::WarpReduce: r = warpReduce(e.op, a[0]); break;
+    case ExprKind::WarpReduce: r = warpReduce(e.op, a[0], (int)e.bits); break;
     }
     if (r) cache_[&e] = *r;
     return r;
