@@ -47,6 +47,10 @@ Expected<std::optional<Kernel>> lowerProductEpilogue(const std::string& name, co
 /// generic kernels suit a GPU too.
 Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name, const ir::Node& n);
 
+/// The tensor-core form of FusedAttention and FusedAttentionGrad (LowerAttentionGpu.cpp); none
+/// when it does not apply (operands other than bf16, sizes not multiples of 16).
+Expected<std::optional<std::vector<Kernel>>> attentionGpu(const std::string& name, const ir::Node& n);
+
 /// A row-wise op with the elementwise nodes fused around it on a GPU: `prologue` computes one
 /// of its operands (nothing else reads the prologue's values); `epilogue` applies to its result;
 /// `storeResult`: nodes outside the group read the row op's result too.

@@ -394,11 +394,11 @@ TEST(Kernel, GpuFormsMatchInterpreter) {
 namespace {
 
 /// A FusedAttention node and its gradient over random [2, 3, T, *] operands of `dtype`.
-std::string attentionGraph(const char* dtype, int64_t tq, int64_t tk, bool causal) {
+std::string attentionGraph(const char* dtype, int64_t tq, int64_t tk, bool causal, int64_t d = 8, int64_t dv = 5) {
   auto shape = [&](int64_t t, int64_t d) { return std::string(dtype) + "[2, 3, " + std::to_string(t) + ", " + std::to_string(d) + "]"; };
   std::string attrs = std::string(" {causal = ") + (causal ? "1" : "0") + ", scale = 0.4}";
-  return "graph @g { input %q : " + shape(tq, 8) + "\n input %k : " + shape(tk, 8) + "\n input %v : " + shape(tk, 5) +
-         "\n input %dy : " + shape(tq, 5) + "\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v)" + attrs +
+  return "graph @g { input %q : " + shape(tq, d) + "\n input %k : " + shape(tk, d) + "\n input %v : " + shape(tk, dv) +
+         "\n input %dy : " + shape(tq, dv) + "\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v)" + attrs +
          "\n %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy)" + attrs +
          "\n output %y, %lse, %dq, %dk, %dv, %delta }";
 }
@@ -473,6 +473,58 @@ TEST(Kernel, AttentionPtxAssembles) {
   int rc = std::system(cmd.c_str());
   std::filesystem::remove_all(dir);
   EXPECT_EQ(rc, 0) << *ptx;
+}
+
+TEST(Kernel, AttentionTensorCoreForm) {
+  // bf16 attention with sizes of multiples of 16 gets the tensor-core kernels on a GPU: mma.sync
+  // products, every global load 16 bytes wide (8 bytes for operands 32 wide), no spills. The
+  // numbers are checked on the device (tests/gpu/check_gpu.sh: gptw_fused_bf16 against the CPU).
+  struct Case {
+    const char* dtype;
+    int64_t t, d;
+    bool causal, fits;
+  };
+  for (const Case& c : {Case{"bf16", 64, 64, true, true}, Case{"bf16", 48, 32, false, true}, Case{"f32", 64, 64, true, false},
+                        Case{"bf16", 40, 64, true, false}}) {
+    std::string text = attentionGraph(c.dtype, c.t, c.t, c.causal, c.d, c.d);
+    SCOPED_TRACE(text);
+    auto g = ir::parse(text, "attention");
+    ASSERT_TRUE(!!g) << errorText(g.takeError());
+    ASSERT_FALSE(ir::inferShapes(**g, false));
+    std::vector<kir::Kernel> ks;
+    for (const auto& n : (*g)->nodes()) {
+      auto gpu = kir::attentionGpu("k" + std::to_string(ks.size()), *n);
+      ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
+      ASSERT_EQ(gpu->has_value(), c.fits);
+      if (c.fits) ks.insert(ks.end(), (*gpu)->begin(), (*gpu)->end());
+    }
+    if (!c.fits) continue;
+    ASSERT_EQ(ks.size(), 4u); // forward; delta, dq, dk and dv
+    const char* ptxas = "/usr/local/cuda/bin/ptxas";
+    if (!std::filesystem::exists(ptxas)) GTEST_SKIP() << "SKIP: no ptxas (CUDA toolkit) on this machine";
+    llvm::LLVMContext ctx;
+    auto spec = codegen::TargetSpec::nvptx("sm_90");
+    auto mod = codegen::emitKernels(ctx, ks, spec);
+    ASSERT_TRUE(!!mod) << errorText(mod.takeError());
+    auto ptx = codegen::compileModule(**mod, spec);
+    ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
+    EXPECT_NE(ptx->find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
+    EXPECT_EQ(ptx->find("ld.global.u16"), std::string::npos) << *ptx;
+    EXPECT_EQ(ptx->find("ld.global.u32"), std::string::npos) << *ptx;
+    auto dir = std::filesystem::temp_directory_path() / ("sgc-ptx-mma-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "k.ptx") << *ptx;
+    std::string cmd = std::string(ptxas) + " -v -arch=sm_90 " + (dir / "k.ptx").string() + " -o " + (dir / "k.cubin").string() + " > " +
+                      (dir / "log").string() + " 2>&1";
+    int rc = std::system(cmd.c_str());
+    std::ifstream in(dir / "log");
+    std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::filesystem::remove_all(dir);
+    EXPECT_EQ(rc, 0) << log;
+    EXPECT_NE(log.find("spill stores"), std::string::npos) << log;
+    for (size_t at = log.find("spill stores"); at != std::string::npos; at = log.find("spill stores", at + 1))
+      EXPECT_EQ(log.compare(log.rfind(',', at) + 2, 7, "0 bytes"), 0) << log;
+  }
 }
 
 TEST(Kernel, ElementwiseKernelsMove16BytesPerGpuAccess) {

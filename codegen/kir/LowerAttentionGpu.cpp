@@ -1,0 +1,384 @@
+// The GPU form of FusedAttention and its gradient in bf16: flash attention on
+// the tensor cores (mma.m16n8k16, see kir::mmaBf16). A warp owns 16 rows (of
+// queries; of keys in the dk/dv kernel) and walks the other side in blocks:
+//
+//   forward  S = Q K^T, online softmax, O += P V           (keeps O, max, sum)
+//   dq       S = Q K^T, P from the log-sum-exp, dP = dO V^T,
+//            dS = P (dP - delta), dQ += dS K
+//   dk, dv   S^T = K Q^T, P^T from the log-sum-exp, dV += P^T dO,
+//            dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q
+//
+// Operand fragments are loaded straight from global memory (the warps of a
+// block walk the same keys, which stay in L1); a product's f32 result
+// fragment is, pair for pair, the next product's bf16 operand fragment, so P
+// and dS never leave registers. Nothing of size [T, T] is stored. The CPU
+// keeps the scalar kernels of LowerAttention.cpp, which are the reference.
+#include "codegen/kir/Builder.h"
+#include "codegen/kir/LowerOps.h"
+
+#include <array>
+#include <cmath>
+#include <functional>
+
+namespace sgc::kir {
+namespace {
+using B = Builder;
+using Frag = std::array<int, 4>; ///< an m16n8 f32 result fragment: four locals
+using RowOf = std::function<ExprRef(const ExprRef&)>;
+
+/// One lane's coordinates within its warp's 16-row tile: g = lane / 4 picks rows g and g + 8;
+/// t = lane % 4 picks columns 2t, 2t + 1 (and 2t + 8, 2t + 9 of an operand).
+struct Lane {
+  ExprRef warp, g, t;
+  explicit Lane(const ExprRef& iv) {
+    ExprRef lane = binary("imod", iv, B::i(32));
+    warp = binary("idiv", iv, B::i(32));
+    g = binary("idiv", lane, B::i(4));
+    t = binary("imod", lane, B::i(4));
+  }
+  /// Row of result element i (0..3) of a fragment: g or g + 8.
+  ExprRef row(int i) const { return i < 2 ? g : B::add(g, B::i(8)); }
+  /// Column of result element i within its 8 columns: 2t or 2t + 1.
+  ExprRef col(int i) const { return B::add(B::mul(t, B::i(2)), B::i(i & 1)); }
+  /// Column (of A) or row (of B) of operand element i within its 16: 2t, 2t+1, 2t+8, 2t+9.
+  ExprRef k(int i) const { return B::add(B::mul(t, B::i(2)), B::i((i & 1) + (i >= 2 ? 8 : 0))); }
+
+  /// Where a contracted dim's index goes in memory. A product's sum over its k indices may
+  /// take them in any order, as long as both operands agree: k-step s's indices 2t, 2t+1, 2t+8,
+  /// 2t+9 (`pair` the +1, `high` the +8) map to 4 neighbouring elements, and those of k-steps
+  /// s and s+1 to 8, so that a lane reads its operands of two k-steps from one 16-byte load.
+  /// `width` is the dim's size (a multiple of 16; 4 elements per lane when not of 32).
+  ExprRef dim(int64_t s, int pair, int high, int64_t width) const {
+    int64_t per = width % 32 == 0 ? 8 : 4, steps = per / 4; // elements per lane per chunk; k-steps per chunk
+    return B::add(B::i((s / steps) * 4 * per + 4 * (s % steps) + pair + 2 * high), B::mul(t, B::i(per)));
+  }
+
+  /// The index of column g of n-tile n of a product's result, in a dim of `width` (the other
+  /// operand's columns, also in any order): lane g's columns of all n-tiles are neighbours, so
+  /// that it reads its B operands of all of them in one load.
+  static ExprRef spread(int64_t n, const ExprRef& g, int64_t width) { return B::add(B::mul(g, B::i(width / 8)), B::i(n)); }
+};
+
+struct Geometry {
+  const ir::Node& n;
+  int64_t heads, tq, tk, d, dv;
+  double scale;
+  bool causal;
+
+  explicit Geometry(const ir::Node& node) : n(node) {
+    auto q = n.input(0)->type.shape(), v = n.input(2)->type.shape();
+    tq = q[q.size() - 2], d = q.back(), tk = v[v.size() - 2], dv = v.back();
+    heads = tq > 0 && d > 0 ? n.input(0)->type.staticNumel().value() / (tq * d) : 0;
+    scale = n.getFloat("scale", 1.0);
+    causal = n.getInt("causal", 0) != 0;
+  }
+
+  /// Whether the tensor-core kernels apply: bf16 operands, every size a multiple of 16.
+  bool fits() const {
+    for (size_t i = 0; i < 3; ++i)
+      if (n.input(i)->type.dtype != ir::DType::BF16) return false;
+    return heads > 0 && tq % 16 == 0 && tk % 16 == 0 && d % 16 == 0 && dv % 16 == 0 && (!causal || tq == tk);
+  }
+};
+
+ExprRef f(double v) { return B::c(v, Scalar::F32); }
+
+/// Rows first + 0, first + 1, ... of a row-major matrix.
+RowOf from(ExprRef first) {
+  return [first = std::move(first)](const ExprRef& r) { return B::add(first, r); };
+}
+ExprRef lf(int id) { return local(id, Scalar::F32); }
+
+/// The largest of 64, 32, 16 that divides n.
+int64_t blockFor(int64_t n, int64_t most) {
+  int64_t b = most;
+  while (n % b) b /= 2;
+  return b;
+}
+
+class Writer {
+public:
+  Writer(const std::string& name, const Geometry& geo) : b(name), a(geo) {}
+
+  B b;
+  const Geometry& a;
+  std::vector<StmtRef> body;
+
+  /// `count` result fragments, zeroed.
+  std::vector<Frag> zeros(int64_t count, std::vector<StmtRef>& out) {
+    std::vector<Frag> fs(count);
+    for (Frag& fr : fs)
+      for (int& id : fr) {
+        id = b.newLocal();
+        out.push_back(let(id, f(0)));
+      }
+    return fs;
+  }
+
+  /// The A operand fragments of the 16 rows starting at flat row `row0` of `m` (row-major,
+  /// `width` wide, contracted: Lane::dim), one per 16 columns, held in locals.
+  std::vector<std::array<int, 8>> operandRows(const Lane& ln, const ir::Value* m, const ExprRef& row0, int64_t width) {
+    std::vector<std::array<int, 8>> fs(width / 16);
+    for (int64_t s = 0; s < width / 16; ++s)
+      for (int i = 0; i < 8; ++i) {
+        ExprRef r = B::add(row0, i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8)));
+        fs[s][i] = b.newLocal();
+        body.push_back(let(fs[s][i], b.ld(m, B::add(B::mul(r, B::i(width)), ln.dim(s, i & 1, i >= 4, width)))));
+      }
+    return fs;
+  }
+
+  static std::vector<ExprRef> held(const std::array<int, 8>& a) {
+    std::vector<ExprRef> v;
+    for (int id : a) v.push_back(lf(id));
+    return v;
+  }
+
+  /// The A operand for 16 columns made of two neighbouring result fragments (flash attention's
+  /// register reuse: P and dS go from one product to the next without leaving the warp).
+  static std::vector<ExprRef> fromResults(const Frag& left, const Frag& right) {
+    return {lf(left[0]), lf(left[1]), lf(left[2]), lf(left[3]), lf(right[0]), lf(right[1]), lf(right[2]), lf(right[3])};
+  }
+
+  /// B[k][n] = m[row(n)][k] for k-step s, n < 8: the transpose of 8 rows of row-major `m`, k
+  /// contracted (Lane::dim): K^T in S = Q K^T. `row` maps a row within the tile to its flat row.
+  std::vector<ExprRef> contracted(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t s, int64_t width) {
+    std::vector<ExprRef> v;
+    for (int i = 0; i < 4; ++i) v.push_back(b.ld(m, B::add(B::mul(row(ln.g), B::i(width)), ln.dim(s, i & 1, i >= 2, width))));
+    return v;
+  }
+
+  /// B[k][n] = m[row(k)][spread(n-tile, n)], k < 16: 16 rows of row-major `m` as they are, their
+  /// columns spread (Lane::spread): V in O = P V.
+  std::vector<ExprRef> spreadRows(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t tile, int64_t width) {
+    std::vector<ExprRef> v;
+    for (int i = 0; i < 4; ++i) v.push_back(b.ld(m, B::add(B::mul(row(ln.k(i)), B::i(width)), Lane::spread(tile, ln.g, width))));
+    return v;
+  }
+
+  Kernel finish(int iv, int64_t warps) {
+    Kernel k = b.finish(loop(iv, warps * 32, true, std::move(body)));
+    k.gpuOnly = true;
+    return k;
+  }
+};
+
+/// The column of element i of result fragment `tile` (8 columns each), counted from col0.
+ExprRef colOf(const Lane& ln, const ExprRef& col0, int64_t tile, int i) { return B::add(col0, B::add(B::i(tile * 8), ln.col(i))); }
+
+/// max or sum of a row's values held by one lane (elements i and i + 1 of every fragment, i = 0
+/// or 2), then over the four lanes holding that row.
+ExprRef rowReduce(const std::string& op, const std::vector<Frag>& fs, int i, ExprRef init) {
+  ExprRef r = std::move(init);
+  for (const Frag& fr : fs) r = binary(op, binary(op, r, lf(fr[i])), lf(fr[i + 1]));
+  return warpReduce(op, r, 4);
+}
+
+/// Forward: a warp per 16 queries, blocks of kb keys, the online softmax of flash attention.
+Kernel forward(const std::string& name, const Geometry& a) {
+  const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *y = a.n.outputs[0], *lse = a.n.outputs[1];
+  Writer w(name, a);
+  B& b = w.b;
+  int iv = b.newLoopVar(), jb = b.newLoopVar();
+  Lane ln(loopVar(iv));
+  int64_t tiles = a.tq / 16, kb = blockFor(a.tk, 64);
+  ExprRef head = binary("idiv", ln.warp, B::i(tiles));
+  ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary("imod", ln.warp, B::i(tiles))), B::i(16)); // the longest walks first
+  ExprRef qrow0 = B::add(B::mul(head, B::i(a.tq)), q0), krow0 = B::mul(head, B::i(a.tk));
+  auto qf = w.operandRows(ln, q, qrow0, a.d);
+  auto o = w.zeros(a.dv / 8, w.body);
+  int m[2], l[2];
+  for (int r = 0; r < 2; ++r) {
+    m[r] = b.newLocal(), l[r] = b.newLocal();
+    w.body.push_back(let(m[r], f(-INFINITY)));
+    w.body.push_back(let(l[r], f(0)));
+  }
+  std::vector<StmtRef> step;
+  ExprRef key0 = B::mul(loopVar(jb), B::i(kb));
+  auto s = w.zeros(kb / 8, step);
+  for (int64_t n = 0; n < kb / 8; ++n)
+    for (int64_t e = 0; e < a.d / 16; ++e)
+      step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(qf[e]),
+                             w.contracted(ln, k, from(B::add(krow0, B::add(key0, B::i(n * 8)))), e, a.d)));
+  for (int64_t n = 0; n < kb / 8; ++n)
+    for (int i = 0; i < 4; ++i) {
+      ExprRef scaled = B::mul(lf(s[n][i]), f(a.scale));
+      if (a.causal) scaled = select(binary("le", colOf(ln, key0, n, i), B::add(q0, ln.row(i))), scaled, f(-INFINITY));
+      step.push_back(set(s[n][i], scaled));
+    }
+  int mx[2], corr[2];
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = b.newLocal(), corr[r] = b.newLocal();
+    step.push_back(let(mx[r], binary("max", lf(m[r]), rowReduce("max", s, 2 * r, f(-INFINITY)))));
+    step.push_back(let(corr[r], unary("exp", B::sub(lf(m[r]), lf(mx[r])))));
+  }
+  for (int64_t n = 0; n < kb / 8; ++n)
+    for (int i = 0; i < 4; ++i) step.push_back(set(s[n][i], unary("exp", B::sub(lf(s[n][i]), lf(mx[i / 2])))));
+  for (int r = 0; r < 2; ++r) {
+    ExprRef sum = f(0);
+    for (const Frag& fr : s) sum = B::add(sum, B::add(lf(fr[2 * r]), lf(fr[2 * r + 1])));
+    step.push_back(set(l[r], B::add(B::mul(lf(l[r]), lf(corr[r])), sum)));
+    step.push_back(set(m[r], lf(mx[r])));
+  }
+  for (const Frag& fr : o)
+    for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
+  for (int64_t e = 0; e < kb / 16; ++e)
+    for (int64_t n = 0; n < a.dv / 8; ++n)
+      step.push_back(mmaBf16({o[n].begin(), o[n].end()}, Writer::fromResults(s[2 * e], s[2 * e + 1]),
+                             w.spreadRows(ln, v, from(B::add(krow0, B::add(key0, B::i(e * 16)))), n, a.dv)));
+  if (a.causal) {
+    ExprRef blocks = binary("idiv", B::add(q0, B::i(16 + kb - 1)), B::i(kb)); // up to the diagonal
+    w.body.push_back(loopUpTo(jb, a.tk / kb, blocks, std::move(step)));
+  } else {
+    w.body.push_back(loop(jb, a.tk / kb, false, std::move(step)));
+  }
+  for (int r = 0; r < 2; ++r) w.body.push_back(set(l[r], warpReduce("add", lf(l[r]), 4)));
+  for (int64_t n = 0; n < a.dv / 8; ++n)
+    for (int i = 0; i < 4; ++i) {
+      ExprRef row = B::add(qrow0, ln.row(i));
+      w.body.push_back(b.st(y, B::add(B::mul(row, B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), B::div(lf(o[n][i]), lf(l[i / 2]))));
+    }
+  for (int r = 0; r < 2; ++r)
+    w.body.push_back(b.st(lse, B::add(qrow0, ln.row(2 * r)), B::add(lf(m[r]), unary("log", lf(l[r])))));
+  return w.finish(iv, a.heads * tiles);
+}
+
+/// delta = dy . y for every query row: one thread per row.
+Kernel delta(const std::string& name, const Geometry& a) {
+  const ir::Value *y = a.n.input(3), *dy = a.n.input(5), *out = a.n.outputs[3];
+  B b(name);
+  int r = b.newLoopVar();
+  ExprRef sum = f(0);
+  for (int64_t e = 0; e < a.dv; ++e) {
+    ExprRef at = B::add(B::mul(loopVar(r), B::i(a.dv)), B::i(e));
+    sum = B::add(sum, B::mul(b.ld(dy, at), b.ld(y, at)));
+  }
+  return b.finish(loop(r, a.heads * a.tq, true, {b.st(out, loopVar(r), sum)}));
+}
+
+/// dq: a warp per 16 queries over blocks of kb keys.
+Kernel gradQueries(const std::string& name, const Geometry& a) {
+  const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
+  const ir::Value *dq = a.n.outputs[0], *delta = a.n.outputs[3];
+  Writer w(name, a);
+  B& b = w.b;
+  int iv = b.newLoopVar(), jb = b.newLoopVar();
+  Lane ln(loopVar(iv));
+  int64_t tiles = a.tq / 16, kb = blockFor(a.tk, 64);
+  ExprRef head = binary("idiv", ln.warp, B::i(tiles));
+  ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary("imod", ln.warp, B::i(tiles))), B::i(16));
+  ExprRef qrow0 = B::add(B::mul(head, B::i(a.tq)), q0), krow0 = B::mul(head, B::i(a.tk));
+  auto qf = w.operandRows(ln, q, qrow0, a.d);
+  auto dyf = w.operandRows(ln, dy, qrow0, a.dv);
+  int rl[2], rd[2];
+  for (int r = 0; r < 2; ++r) {
+    rl[r] = b.newLocal(), rd[r] = b.newLocal();
+    w.body.push_back(let(rl[r], b.ld(lse, B::add(qrow0, ln.row(2 * r)))));
+    w.body.push_back(let(rd[r], b.ld(delta, B::add(qrow0, ln.row(2 * r)))));
+  }
+  auto acc = w.zeros(a.d / 8, w.body);
+  std::vector<StmtRef> step;
+  ExprRef key0 = B::mul(loopVar(jb), B::i(kb));
+  auto s = w.zeros(kb / 8, step);
+  auto dp = w.zeros(kb / 8, step);
+  for (int64_t n = 0; n < kb / 8; ++n) {
+    RowOf keys = from(B::add(krow0, B::add(key0, B::i(n * 8))));
+    for (int64_t e = 0; e < a.d / 16; ++e)
+      step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(qf[e]), w.contracted(ln, k, keys, e, a.d)));
+    for (int64_t e = 0; e < a.dv / 16; ++e)
+      step.push_back(mmaBf16({dp[n].begin(), dp[n].end()}, Writer::held(dyf[e]), w.contracted(ln, v, keys, e, a.dv)));
+  }
+  for (int64_t n = 0; n < kb / 8; ++n)
+    for (int i = 0; i < 4; ++i) {
+      ExprRef p = unary("exp", B::sub(B::mul(lf(s[n][i]), f(a.scale)), lf(rl[i / 2])));
+      if (a.causal) p = select(binary("le", colOf(ln, key0, n, i), B::add(q0, ln.row(i))), p, f(0));
+      step.push_back(set(s[n][i], B::mul(p, B::sub(lf(dp[n][i]), lf(rd[i / 2]))))); // dS
+    }
+  for (int64_t e = 0; e < kb / 16; ++e)
+    for (int64_t n = 0; n < a.d / 8; ++n)
+      step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, Writer::fromResults(s[2 * e], s[2 * e + 1]),
+                             w.spreadRows(ln, k, from(B::add(krow0, B::add(key0, B::i(e * 16)))), n, a.d)));
+  if (a.causal)
+    w.body.push_back(loopUpTo(jb, a.tk / kb, binary("idiv", B::add(q0, B::i(16 + kb - 1)), B::i(kb)), std::move(step)));
+  else
+    w.body.push_back(loop(jb, a.tk / kb, false, std::move(step)));
+  for (int64_t n = 0; n < a.d / 8; ++n)
+    for (int i = 0; i < 4; ++i)
+      w.body.push_back(b.st(dq, B::add(B::mul(B::add(qrow0, ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d)), B::mul(lf(acc[n][i]), f(a.scale))));
+  return w.finish(iv, a.heads * tiles);
+}
+
+/// dk and dv: a warp per 16 keys over blocks of qb queries (from the first that sees them).
+Kernel gradKeysValues(const std::string& name, const Geometry& a) {
+  const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
+  const ir::Value *dk = a.n.outputs[1], *dvOut = a.n.outputs[2], *delta = a.n.outputs[3];
+  Writer w(name, a);
+  B& b = w.b;
+  int iv = b.newLoopVar(), jb = b.newLoopVar();
+  Lane ln(loopVar(iv));
+  int64_t tiles = a.tk / 16, qb = blockFor(a.tq, 32);
+  ExprRef head = binary("idiv", ln.warp, B::i(tiles));
+  ExprRef k0 = B::mul(binary("imod", ln.warp, B::i(tiles)), B::i(16)); // the longest walks (first keys) first
+  ExprRef krow0 = B::add(B::mul(head, B::i(a.tk)), k0), qhead = B::mul(head, B::i(a.tq));
+  auto kf = w.operandRows(ln, k, krow0, a.d);
+  auto vf = w.operandRows(ln, v, krow0, a.dv);
+  auto dkAcc = w.zeros(a.d / 8, w.body), dvAcc = w.zeros(a.dv / 8, w.body);
+  ExprRef first = a.causal ? k0 : B::i(0);
+  std::vector<StmtRef> step;
+  ExprRef qpos0 = B::add(first, B::mul(loopVar(jb), B::i(qb))); // the block's first query
+  // Queries past the end (in the last block of a causal walk) read the last row and count zero.
+  auto query = [&](const ExprRef& pos) { return B::add(qhead, B::clamp(pos, a.tq)); };
+  auto queries = [&](ExprRef pos0) -> RowOf {
+    return [&, pos0 = std::move(pos0)](const ExprRef& r) { return query(B::add(pos0, r)); };
+  };
+  auto s = w.zeros(qb / 8, step);
+  auto dp = w.zeros(qb / 8, step);
+  for (int64_t n = 0; n < qb / 8; ++n) {
+    RowOf rows = queries(B::add(qpos0, B::i(n * 8)));
+    for (int64_t e = 0; e < a.d / 16; ++e)
+      step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(kf[e]), w.contracted(ln, q, rows, e, a.d)));
+    for (int64_t e = 0; e < a.dv / 16; ++e)
+      step.push_back(mmaBf16({dp[n].begin(), dp[n].end()}, Writer::held(vf[e]), w.contracted(ln, dy, rows, e, a.dv)));
+  }
+  for (int64_t n = 0; n < qb / 8; ++n)
+    for (int i = 0; i < 4; ++i) {
+      ExprRef pos = colOf(ln, qpos0, n, i);
+      ExprRef visible = binary("lt", pos, B::i(a.tq));
+      if (a.causal) visible = binary("and", visible, binary("ge", pos, B::add(k0, ln.row(i))));
+      int p = b.newLocal();
+      step.push_back(let(p, select(visible, unary("exp", B::sub(B::mul(lf(s[n][i]), f(a.scale)), b.ld(lse, query(pos)))), f(0))));
+      step.push_back(set(s[n][i], lf(p)));                                                         // P^T
+      step.push_back(set(dp[n][i], B::mul(lf(p), B::sub(lf(dp[n][i]), b.ld(delta, query(pos)))))); // dS^T
+    }
+  for (int64_t e = 0; e < qb / 16; ++e) {
+    RowOf rows = queries(B::add(qpos0, B::i(e * 16)));
+    for (int64_t n = 0; n < a.dv / 8; ++n)
+      step.push_back(mmaBf16({dvAcc[n].begin(), dvAcc[n].end()}, Writer::fromResults(s[2 * e], s[2 * e + 1]), w.spreadRows(ln, dy, rows, n, a.dv)));
+    for (int64_t n = 0; n < a.d / 8; ++n)
+      step.push_back(mmaBf16({dkAcc[n].begin(), dkAcc[n].end()}, Writer::fromResults(dp[2 * e], dp[2 * e + 1]), w.spreadRows(ln, q, rows, n, a.d)));
+  }
+  ExprRef blocks = binary("idiv", B::sub(B::i(a.tq + qb - 1), first), B::i(qb));
+  w.body.push_back(loopUpTo(jb, (a.tq + qb - 1) / qb, blocks, std::move(step)));
+  for (int64_t n = 0; n < a.d / 8; ++n)
+    for (int i = 0; i < 4; ++i) {
+      ExprRef at = B::add(B::mul(B::add(krow0, ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d));
+      w.body.push_back(b.st(dk, at, B::mul(lf(dkAcc[n][i]), f(a.scale))));
+    }
+  for (int64_t n = 0; n < a.dv / 8; ++n)
+    for (int i = 0; i < 4; ++i)
+      w.body.push_back(b.st(dvOut, B::add(B::mul(B::add(krow0, ln.row(i)), B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), lf(dvAcc[n][i])));
+  return w.finish(iv, a.heads * tiles);
+}
+
+} // namespace
+
+Expected<std::optional<std::vector<Kernel>>> attentionGpu(const std::string& name, const ir::Node& n) {
+  Geometry a(n);
+  if (!a.fits()) return std::optional<std::vector<Kernel>>();
+  if (n.op == ir::Op::FusedAttention) return std::optional<std::vector<Kernel>>(std::vector<Kernel>{forward(name, a)});
+  // delta is written by the first kernel and read by the others.
+  return std::optional<std::vector<Kernel>>(
+      std::vector<Kernel>{delta(name + "_delta", a), gradQueries(name + "_dq", a), gradKeysValues(name + "_dkv", a)});
+}
+
+} // namespace sgc::kir
