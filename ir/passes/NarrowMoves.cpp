@@ -17,9 +17,13 @@ bool isMove(Op op) {
   }
 }
 
-/// The inputs that narrow with a move (Concat: all; SceLossGrad: the scores; the others: the
-/// first; the rest are shapes, axes, labels).
-size_t dataInputs(const Node& n) { return n.op == Op::Concat ? n.inputs.size() : 1; }
+/// Elementwise functions whose kernels compute in f32 from their (widened) inputs and round once
+/// where they store: from narrow inputs they store the bits of narrowing their f32 result.
+bool roundsOnce(Op op) { return op == Op::Gelu || op == Op::UnaryGrad; }
+
+/// The inputs that narrow with a move (Concat and the functions above: all; SceLossGrad: the
+/// scores; the others: the first; the rest are shapes, axes, labels).
+size_t dataInputs(const Node& n) { return n.op == Op::Concat || roundsOnce(n.op) ? n.inputs.size() : 1; }
 
 struct Narrower {
   Graph& g;
@@ -35,7 +39,7 @@ struct Narrower {
     // The loss gradient computes in f32 from its scores and rounds once where it stores: from
     // narrow scores it stores the narrow gradient, the same bits as narrowing its f32 one.
     bool lossGrad = p->op == Op::SceLossGrad && v == p->outputs[0];
-    if (!isMove(p->op) && !lossGrad) return nullptr;
+    if (!isMove(p->op) && !lossGrad && !roundsOnce(p->op)) return nullptr;
     Node*& copy = copies[{p, t}];
     if (!copy) {
       std::vector<Value*> ins = p->inputs;

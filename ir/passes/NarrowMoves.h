@@ -9,7 +9,10 @@
 // gradient SceLossGrad counts as one too: it computes in f32 and rounds once
 // where it stores, so from the narrow scores it stores the narrow gradient
 // (the bits of narrowing its f32 one; the wide scores stay for the forward
-// loss, and the wide gradient is gone). Autocast (--precision bf16) makes these
+// loss, and the wide gradient is gone). So do GELU and the gradients of elementwise
+// functions (UnaryGrad): their kernels compute in f32 and round once, as
+// PyTorch's bf16 GELU does; the f32 copy of a GELU's input that the backward
+// pass kept (4x the model width per token) is gone too. Autocast (--precision bf16) makes these
 // chains around every product: a bf16 result is cast to f32, split into
 // attention heads and transposed, then cast back to bf16 for the next
 // product; the backward pass mirrors them. Widening is exact and moving data

@@ -35,6 +35,11 @@ TEST(NarrowMoves, MovesBetweenCastsRunNarrowWithTheSameBits) {
                           " %y : ?[*] = Cast(%t) {to = \"bf16\"}\n", 1, 0},
         Case{"arithmeticInBetween", " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %m : ?[*] = Mul(%w, %w)\n"
                                     " %t : ?[*] = Transpose(%m) {perm = [0, 2, 1]}\n %y : ?[*] = Cast(%t) {to = \"bf16\"}\n", 0, 2},
+        Case{"gelu", " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %g : ?[*] = Gelu(%w) {approximate = \"tanh\"}\n"
+                     " %y : ?[*] = Cast(%g) {to = \"bf16\"}\n", 1, 0},
+        Case{"geluGradient", " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %n : ?[*] = Neg(%x)\n %d : ?[*] = Cast(%n) {to = \"f32\"}\n"
+                             " %g : ?[*] = UnaryGrad(%w, %d) {of = \"Gelu\", approximate = \"none\"}\n"
+                             " %y : ?[*] = Cast(%g) {to = \"bf16\"}\n", 1, 0},
         Case{"wideAlsoRead", " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %t : ?[*] = Transpose(%w) {perm = [0, 2, 1]}\n"
                              " %y : ?[*] = Cast(%t) {to = \"bf16\"}\n %z : ?[*] = Neg(%t)\n output %z\n", 1, 1}}) {
     SCOPED_TRACE(c.name);
