@@ -167,6 +167,7 @@ nlohmann::json launchJson(const kir::Kernel& k, int index, const std::map<std::s
   }
   nlohmann::json launch = {{"kernel", index}, {"serial", kir::isSerial(k)}, {"extent", kir::isSerial(k) ? 1 : k.body->extent}, {"args", args}};
   if (int width = kir::vectorWidthFor(k); width > 1) launch["vector"] = width; // the threads the GPU needs: extent / width
+  if (k.threads != 256) launch["threads"] = k.threads;                          // GPU threads per block
   return launch;
 }
 

@@ -200,11 +200,11 @@ bool CudaDevice::copy(uint64_t dst, uint64_t src, uint64_t bytes, std::string& e
   return !bytes || check(api_->cuMemcpyDtoDAsync(dst, src, bytes, stream_), "cuMemcpyDtoDAsync", error);
 }
 
-bool CudaDevice::launch(int index, std::vector<uint64_t>& args, bool serial, int64_t extent, std::string& error) {
+bool CudaDevice::launch(int index, std::vector<uint64_t>& args, bool serial, int64_t extent, int perBlock, std::string& error) {
   std::vector<void*> params;
   for (uint64_t& a : args) params.push_back(&a);
-  unsigned threads = serial ? 1 : 256;
-  int64_t blocks = serial ? 1 : std::max<int64_t>(1, std::min<int64_t>((extent + 255) / 256, 65535));
+  unsigned threads = serial ? 1 : (unsigned)perBlock;
+  int64_t blocks = serial ? 1 : std::max<int64_t>(1, std::min<int64_t>((extent + threads - 1) / threads, 65535));
   return check(api_->cuLaunchKernel(functions_[index], (unsigned)blocks, 1, 1, threads, 1, 1, 0, stream_, params.data(), nullptr),
                "cuLaunchKernel", error);
 }

@@ -37,7 +37,9 @@ public:
   bool toHost(void* dst, uint64_t src, uint64_t bytes, std::string& error);
   bool copy(uint64_t dst, uint64_t src, uint64_t bytes, std::string& error);
   /// Launches kernel `index` over `extent` parallel iterations (one thread when serial).
-  bool launch(int index, std::vector<uint64_t>& args, bool serial, int64_t extent, std::string& error);
+  /// Kernel `index` over `extent` threads, in blocks of `threads` (a grid-stride loop covers the
+  /// rest when the grid's limit is reached); one thread when serial.
+  bool launch(int index, std::vector<uint64_t>& args, bool serial, int64_t extent, int threads, std::string& error);
   /// Whether cuBLASLt is loaded; when not, `gemmNote` says why.
   bool hasGemms() const { return lt_ != nullptr; }
   const std::string& gemmNote() const { return gemmNote_; }

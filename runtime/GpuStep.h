@@ -38,7 +38,7 @@ private:
   /// or a shard) a copy on the compute stream.
   bool collective(size_t i, const Collective& c, std::string& error);
   bool onCommStream(const Collective& c) const;
-  bool launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error);
+  bool launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error, int threads = 256);
   void writeProfile() const;
 
   const Program& prog_;

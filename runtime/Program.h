@@ -44,6 +44,7 @@ struct KernelCall {
   int64_t extent = 0;
   int64_t vector = 1;    ///< GPU: parallel iterations per thread (threads needed: extent / vector)
   std::vector<int> args; ///< tensor ids, in the kernel's buffer order
+  int threads = 256;     ///< GPU: threads per block
 };
 
 /// A collective over tensors of every rank (see Comm.h): "allreduce" (in place on `tensors`), or

@@ -106,6 +106,8 @@ struct Kernel {
   StmtRef body;
   int numLoopVars = 0, numLocals = 0;
   bool gpuOnly = false; ///< uses warp operations: emitted for GPU targets only
+  int threads = 256;    ///< GPU: threads per block (a multiple of 32)
+  int minBlocks = 0;    ///< GPU: blocks an SM must hold at once (caps the registers; 0: no cap)
 };
 
 /// GPU: how many consecutive iterations of the parallel loop each thread of `k` runs, so that

@@ -18,23 +18,40 @@ namespace {
 using B = Builder;
 
 /// The geometry of a FusedAttention(Grad) node: `heads` problems of tq queries and tk keys of
-/// width d, values of width dv.
+/// width d, values of width dv; operands [..., H, T, D], or with layout "bthd" [..., T, H, D]
+/// (then h = H).
 struct Attention {
   const ir::Node& n;
-  int64_t heads, tq, tk, d, dv;
+  int64_t heads, tq, tk, d, dv, h = 1;
   double scale;
-  bool causal;
+  bool causal, bthd;
   Scalar t;
 
   explicit Attention(const ir::Node& node) : n(node) {
     auto q = n.input(0)->type.shape(), v = n.input(2)->type.shape();
-    tq = q[q.size() - 2], d = q.back(), tk = v[v.size() - 2], dv = v.back();
+    bthd = n.getString("layout", "bhtd") == "bthd";
+    size_t at = q.size() - (bthd ? 3 : 2);
+    tq = q[at], d = q.back(), tk = v[at], dv = v.back();
+    if (bthd) h = q[q.size() - 2];
     heads = tq > 0 && d > 0 ? n.input(0)->type.staticNumel().value() / (tq * d) : 0;
     scale = n.getFloat("scale", 1.0);
     causal = n.getInt("causal", 0) != 0;
     t = computeType(n.input(0)->type.dtype);
   }
   ExprRef c(double v) const { return B::c(v, t); }
+  /// The problem and the position of flat row r (of an operand seen as [rows, width]) of an
+  /// operand of `len` positions, and back.
+  ExprRef problem(const ExprRef& r, int64_t len) const {
+    if (!bthd) return binary("idiv", r, B::i(len));
+    return B::add(B::mul(binary("idiv", r, B::i(len * h)), B::i(h)), binary("imod", r, B::i(h)));
+  }
+  ExprRef position(const ExprRef& r, int64_t len) const {
+    return bthd ? binary("imod", binary("idiv", r, B::i(h)), B::i(len)) : binary("imod", r, B::i(len));
+  }
+  ExprRef row(const ExprRef& p, const ExprRef& i, int64_t len) const {
+    if (!bthd) return B::add(B::mul(p, B::i(len)), i);
+    return B::add(B::mul(B::add(B::mul(binary("idiv", p, B::i(h)), B::i(len)), i), B::i(h)), binary("imod", p, B::i(h)));
+  }
 };
 
 /// a[0] + a[1] + ... as a balanced tree: independent partial sums (and rounding that grows with
@@ -74,8 +91,8 @@ Kernel forward(const std::string& name, const Attention& a) {
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *y = a.n.outputs[0], *lse = a.n.outputs[1];
   B b(name);
   int r = b.newLoopVar(), j = b.newLoopVar();
-  ExprRef h = binary("idiv", loopVar(r), B::i(a.tq)), i = binary("imod", loopVar(r), B::i(a.tq));
-  ExprRef key = B::add(B::mul(h, B::i(a.tk)), loopVar(j));
+  ExprRef h = a.problem(loopVar(r), a.tq), i = a.position(loopVar(r), a.tq);
+  ExprRef key = a.row(h, loopVar(j), a.tk);
   std::vector<StmtRef> body;
   auto qs = locals(b, a.d, body, [&](int64_t e) { return B::mul(b.ld(q, at(loopVar(r), a.d, e)), a.c(a.scale)); });
   auto os = locals(b, a.dv, body, [&](int64_t) { return a.c(0); });
@@ -105,8 +122,8 @@ Kernel gradQueries(const std::string& name, const Attention& a) {
   const ir::Value *dq = a.n.outputs[0], *delta = a.n.outputs[3];
   B b(name);
   int r = b.newLoopVar(), j = b.newLoopVar();
-  ExprRef h = binary("idiv", loopVar(r), B::i(a.tq)), i = binary("imod", loopVar(r), B::i(a.tq));
-  ExprRef key = B::add(B::mul(h, B::i(a.tk)), loopVar(j));
+  ExprRef h = a.problem(loopVar(r), a.tq), i = a.position(loopVar(r), a.tq);
+  ExprRef key = a.row(h, loopVar(j), a.tk);
   std::vector<StmtRef> body;
   auto dys = locals(b, a.dv, body, [&](int64_t e) { return b.ld(dy, at(loopVar(r), a.dv, e)); });
   auto qs = locals(b, a.d, body, [&](int64_t e) { return b.ld(q, at(loopVar(r), a.d, e)); });
@@ -132,12 +149,12 @@ Kernel gradKeysOrValues(const std::string& name, const Attention& a, bool keys) 
   const ir::Value *out = a.n.outputs[keys ? 1 : 2], *delta = a.n.outputs[3];
   B b(name);
   int c = b.newLoopVar(), t = b.newLoopVar();
-  ExprRef h = binary("idiv", loopVar(c), B::i(a.tk)), j = binary("imod", loopVar(c), B::i(a.tk));
+  ExprRef h = a.problem(loopVar(c), a.tk), j = a.position(loopVar(c), a.tk);
   // Causal: queries i >= j see key j. The walk starts at the first query of j's group of 32
   // keys (a GPU warp), so that all lanes read the same query row at once; the lanes whose key
   // that query does not see yet add zero.
   ExprRef first = a.causal ? B::mul(binary("idiv", j, B::i(32)), B::i(32)) : B::i(0), query = B::add(first, loopVar(t));
-  ExprRef row = B::add(B::mul(h, B::i(a.tq)), query);
+  ExprRef row = a.row(h, query, a.tq);
   std::vector<StmtRef> body;
   auto ks = locals(b, a.d, body, [&](int64_t e) { return b.ld(k, at(loopVar(c), a.d, e)); });
   std::vector<int> vs;

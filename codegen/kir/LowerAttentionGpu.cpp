@@ -8,11 +8,13 @@
 //   dk, dv   S^T = K Q^T, P^T from the log-sum-exp, dV += P^T dO,
 //            dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q
 //
-// Operand fragments are loaded straight from global memory (the warps of a
-// block walk the same keys, which stay in L1); a product's f32 result
-// fragment is, pair for pair, the next product's bf16 operand fragment, so P
-// and dS never leave registers. Nothing of size [T, T] is stored. The CPU
-// keeps the scalar kernels of LowerAttention.cpp, which are the reference.
+// Operand fragments are loaded straight from global memory, 16 bytes a lane
+// (Lane::dim and Lane::spread permute the dims so that a lane's elements are
+// neighbours; the warps of a block walk the same keys, which stay in L1); a
+// product's f32 result fragment is, pair for pair, the next product's bf16
+// operand fragment, so P and dS never leave registers. Only the blocks the
+// causal diagonal crosses are masked. Nothing of size [T, T] is stored. The
+// CPU keeps the scalar kernels of LowerAttention.cpp, which are the reference.
 #include "codegen/kir/Builder.h"
 #include "codegen/kir/LowerOps.h"
 
@@ -59,18 +61,34 @@ struct Lane {
   static ExprRef spread(int64_t n, const ExprRef& g, int64_t width) { return B::add(B::mul(g, B::i(width / 8)), B::i(n)); }
 };
 
+/// `heads` problems of tq queries and tk keys of width d, values of width dv; operands
+/// [..., H, T, D], or with layout "bthd" [..., T, H, D] (then h = H: a problem's rows are h
+/// rows apart).
 struct Geometry {
   const ir::Node& n;
-  int64_t heads, tq, tk, d, dv;
+  int64_t heads, tq, tk, d, dv, h = 1;
   double scale;
-  bool causal;
+  bool causal, bthd;
 
   explicit Geometry(const ir::Node& node) : n(node) {
     auto q = n.input(0)->type.shape(), v = n.input(2)->type.shape();
-    tq = q[q.size() - 2], d = q.back(), tk = v[v.size() - 2], dv = v.back();
+    bthd = n.getString("layout", "bhtd") == "bthd";
+    size_t at = q.size() - (bthd ? 3 : 2);
+    tq = q[at], d = q.back(), tk = v[at], dv = v.back();
+    if (bthd) h = q[q.size() - 2];
     heads = tq > 0 && d > 0 ? n.input(0)->type.staticNumel().value() / (tq * d) : 0;
     scale = n.getFloat("scale", 1.0);
     causal = n.getInt("causal", 0) != 0;
+  }
+
+  /// The flat rows (of an operand of `len` positions seen as [rows, width]) of problem p's
+  /// positions pos0, pos0 + 1, ...
+  RowOf rows(const ExprRef& p, const ExprRef& pos0, int64_t len) const {
+    return [this, p, pos0, len](const ExprRef& r) {
+      ExprRef pos = B::add(pos0, r);
+      if (!bthd) return B::add(B::mul(p, B::i(len)), pos);
+      return B::add(B::mul(B::add(B::mul(binary("idiv", p, B::i(h)), B::i(len)), pos), B::i(h)), binary("imod", p, B::i(h)));
+    };
   }
 
   /// Whether the tensor-core kernels apply: bf16 operands, every size a multiple of 16.
@@ -83,10 +101,6 @@ struct Geometry {
 
 ExprRef f(double v) { return B::c(v, Scalar::F32); }
 
-/// Rows first + 0, first + 1, ... of a row-major matrix.
-RowOf from(ExprRef first) {
-  return [first = std::move(first)](const ExprRef& r) { return B::add(first, r); };
-}
 ExprRef lf(int id) { return local(id, Scalar::F32); }
 
 /// The largest of 64, 32, 16 that divides n.
@@ -115,13 +129,13 @@ public:
     return fs;
   }
 
-  /// The A operand fragments of the 16 rows starting at flat row `row0` of `m` (row-major,
+  /// The A operand fragments of 16 rows (`row` maps 0..15 to flat rows) of `m` (row-major,
   /// `width` wide, contracted: Lane::dim), one per 16 columns, held in locals.
-  std::vector<std::array<int, 8>> operandRows(const Lane& ln, const ir::Value* m, const ExprRef& row0, int64_t width) {
+  std::vector<std::array<int, 8>> operandRows(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t width) {
     std::vector<std::array<int, 8>> fs(width / 16);
     for (int64_t s = 0; s < width / 16; ++s)
       for (int i = 0; i < 8; ++i) {
-        ExprRef r = B::add(row0, i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8)));
+        ExprRef r = row(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8)));
         fs[s][i] = b.newLocal();
         body.push_back(let(fs[s][i], b.ld(m, B::add(B::mul(r, B::i(width)), ln.dim(s, i & 1, i >= 4, width)))));
       }
@@ -156,9 +170,35 @@ public:
     return v;
   }
 
+  /// Blocks start, start + 1, ... (`count` of them, at most `extent`) of a walk, each one's
+  /// statements from step(block).
+  StmtRef walk(int64_t extent, const ExprRef& start, const ExprRef& count, const std::function<std::vector<StmtRef>(ExprRef)>& step) {
+    int j = b.newLoopVar();
+    return loopUpTo(j, extent, count, step(B::add(start, loopVar(j))));
+  }
+
+  /// A warp's walk over blocks of kb keys for its 16 queries from q0: without a causal mask all
+  /// of them; with it the blocks wholly below the diagonal, then those the diagonal crosses
+  /// (masked), so that only those pay for the mask.
+  void causalWalk(const Geometry& a, const ExprRef& q0, int64_t kb, const std::function<std::vector<StmtRef>(ExprRef, bool)>& block) {
+    int64_t extent = a.tk / kb;
+    auto unmasked = [&](ExprRef jb) { return block(std::move(jb), false); };
+    if (!a.causal) {
+      body.push_back(walk(extent, B::i(0), B::i(extent), unmasked));
+      return;
+    }
+    ExprRef full = binary("idiv", B::add(q0, B::i(1)), B::i(kb)), all = binary("idiv", B::add(q0, B::i(16 + kb - 1)), B::i(kb));
+    body.push_back(walk(extent, B::i(0), full, unmasked));
+    body.push_back(walk(extent, full, B::sub(all, full), [&](ExprRef jb) { return block(std::move(jb), true); }));
+  }
+
+  /// Blocks of 4 warps, 3 of them on an SM at once (about 168 registers a thread): more warps
+  /// to hide the loads' latency than 8-warp blocks at one per SM.
   Kernel finish(int iv, int64_t warps) {
     Kernel k = b.finish(loop(iv, warps * 32, true, std::move(body)));
     k.gpuOnly = true;
+    k.threads = 128;
+    k.minBlocks = 3;
     return k;
   }
 };
@@ -179,13 +219,13 @@ Kernel forward(const std::string& name, const Geometry& a) {
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *y = a.n.outputs[0], *lse = a.n.outputs[1];
   Writer w(name, a);
   B& b = w.b;
-  int iv = b.newLoopVar(), jb = b.newLoopVar();
+  int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
   int64_t tiles = a.tq / 16, kb = blockFor(a.tk, 64);
   ExprRef head = binary("idiv", ln.warp, B::i(tiles));
   ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary("imod", ln.warp, B::i(tiles))), B::i(16)); // the longest walks first
-  ExprRef qrow0 = B::add(B::mul(head, B::i(a.tq)), q0), krow0 = B::mul(head, B::i(a.tk));
-  auto qf = w.operandRows(ln, q, qrow0, a.d);
+  RowOf qrows = a.rows(head, q0, a.tq);
+  auto qf = w.operandRows(ln, q, qrows, a.d);
   auto o = w.zeros(a.dv / 8, w.body);
   int m[2], l[2];
   for (int r = 0; r < 2; ++r) {
@@ -193,53 +233,52 @@ Kernel forward(const std::string& name, const Geometry& a) {
     w.body.push_back(let(m[r], f(-INFINITY)));
     w.body.push_back(let(l[r], f(0)));
   }
-  std::vector<StmtRef> step;
-  ExprRef key0 = B::mul(loopVar(jb), B::i(kb));
-  auto s = w.zeros(kb / 8, step);
-  for (int64_t n = 0; n < kb / 8; ++n)
-    for (int64_t e = 0; e < a.d / 16; ++e)
-      step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(qf[e]),
-                             w.contracted(ln, k, from(B::add(krow0, B::add(key0, B::i(n * 8)))), e, a.d)));
-  for (int64_t n = 0; n < kb / 8; ++n)
-    for (int i = 0; i < 4; ++i) {
-      ExprRef scaled = B::mul(lf(s[n][i]), f(a.scale));
-      if (a.causal) scaled = select(binary("le", colOf(ln, key0, n, i), B::add(q0, ln.row(i))), scaled, f(-INFINITY));
-      step.push_back(set(s[n][i], scaled));
+  // One block of kb keys; `masked`: it crosses the causal diagonal.
+  auto block = [&](const ExprRef& jb, bool masked) {
+    std::vector<StmtRef> step;
+    ExprRef key0 = B::mul(jb, B::i(kb));
+    auto s = w.zeros(kb / 8, step);
+    for (int64_t n = 0; n < kb / 8; ++n)
+      for (int64_t e = 0; e < a.d / 16; ++e)
+        step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(qf[e]),
+                               w.contracted(ln, k, a.rows(head, B::add(key0, B::i(n * 8)), a.tk), e, a.d)));
+    for (int64_t n = 0; n < kb / 8; ++n)
+      for (int i = 0; i < 4; ++i) {
+        ExprRef scaled = B::mul(lf(s[n][i]), f(a.scale));
+        if (masked) scaled = select(binary("le", colOf(ln, key0, n, i), B::add(q0, ln.row(i))), scaled, f(-INFINITY));
+        step.push_back(set(s[n][i], scaled));
+      }
+    int mx[2], corr[2];
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = b.newLocal(), corr[r] = b.newLocal();
+      step.push_back(let(mx[r], binary("max", lf(m[r]), rowReduce("max", s, 2 * r, f(-INFINITY)))));
+      step.push_back(let(corr[r], unary("exp", B::sub(lf(m[r]), lf(mx[r])))));
     }
-  int mx[2], corr[2];
-  for (int r = 0; r < 2; ++r) {
-    mx[r] = b.newLocal(), corr[r] = b.newLocal();
-    step.push_back(let(mx[r], binary("max", lf(m[r]), rowReduce("max", s, 2 * r, f(-INFINITY)))));
-    step.push_back(let(corr[r], unary("exp", B::sub(lf(m[r]), lf(mx[r])))));
-  }
-  for (int64_t n = 0; n < kb / 8; ++n)
-    for (int i = 0; i < 4; ++i) step.push_back(set(s[n][i], unary("exp", B::sub(lf(s[n][i]), lf(mx[i / 2])))));
-  for (int r = 0; r < 2; ++r) {
-    ExprRef sum = f(0);
-    for (const Frag& fr : s) sum = B::add(sum, B::add(lf(fr[2 * r]), lf(fr[2 * r + 1])));
-    step.push_back(set(l[r], B::add(B::mul(lf(l[r]), lf(corr[r])), sum)));
-    step.push_back(set(m[r], lf(mx[r])));
-  }
-  for (const Frag& fr : o)
-    for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
-  for (int64_t e = 0; e < kb / 16; ++e)
-    for (int64_t n = 0; n < a.dv / 8; ++n)
-      step.push_back(mmaBf16({o[n].begin(), o[n].end()}, Writer::fromResults(s[2 * e], s[2 * e + 1]),
-                             w.spreadRows(ln, v, from(B::add(krow0, B::add(key0, B::i(e * 16)))), n, a.dv)));
-  if (a.causal) {
-    ExprRef blocks = binary("idiv", B::add(q0, B::i(16 + kb - 1)), B::i(kb)); // up to the diagonal
-    w.body.push_back(loopUpTo(jb, a.tk / kb, blocks, std::move(step)));
-  } else {
-    w.body.push_back(loop(jb, a.tk / kb, false, std::move(step)));
-  }
+    for (int64_t n = 0; n < kb / 8; ++n)
+      for (int i = 0; i < 4; ++i) step.push_back(set(s[n][i], unary("exp", B::sub(lf(s[n][i]), lf(mx[i / 2])))));
+    for (int r = 0; r < 2; ++r) {
+      ExprRef sum = f(0);
+      for (const Frag& fr : s) sum = B::add(sum, B::add(lf(fr[2 * r]), lf(fr[2 * r + 1])));
+      step.push_back(set(l[r], B::add(B::mul(lf(l[r]), lf(corr[r])), sum)));
+      step.push_back(set(m[r], lf(mx[r])));
+    }
+    for (const Frag& fr : o)
+      for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
+    for (int64_t e = 0; e < kb / 16; ++e)
+      for (int64_t n = 0; n < a.dv / 8; ++n)
+        step.push_back(mmaBf16({o[n].begin(), o[n].end()}, Writer::fromResults(s[2 * e], s[2 * e + 1]),
+                               w.spreadRows(ln, v, a.rows(head, B::add(key0, B::i(e * 16)), a.tk), n, a.dv)));
+    return step;
+  };
+  w.causalWalk(a, q0, kb, block);
   for (int r = 0; r < 2; ++r) w.body.push_back(set(l[r], warpReduce("add", lf(l[r]), 4)));
   for (int64_t n = 0; n < a.dv / 8; ++n)
     for (int i = 0; i < 4; ++i) {
-      ExprRef row = B::add(qrow0, ln.row(i));
+      ExprRef row = qrows(ln.row(i));
       w.body.push_back(b.st(y, B::add(B::mul(row, B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), B::div(lf(o[n][i]), lf(l[i / 2]))));
     }
   for (int r = 0; r < 2; ++r)
-    w.body.push_back(b.st(lse, B::add(qrow0, ln.row(2 * r)), B::add(lf(m[r]), unary("log", lf(l[r])))));
+    w.body.push_back(b.st(lse, qrows(ln.row(2 * r)), B::add(lf(m[r]), unary("log", lf(l[r])))));
   return w.finish(iv, a.heads * tiles);
 }
 
@@ -262,111 +301,114 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
   const ir::Value *dq = a.n.outputs[0], *delta = a.n.outputs[3];
   Writer w(name, a);
   B& b = w.b;
-  int iv = b.newLoopVar(), jb = b.newLoopVar();
+  int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
   int64_t tiles = a.tq / 16, kb = blockFor(a.tk, 64);
   ExprRef head = binary("idiv", ln.warp, B::i(tiles));
   ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary("imod", ln.warp, B::i(tiles))), B::i(16));
-  ExprRef qrow0 = B::add(B::mul(head, B::i(a.tq)), q0), krow0 = B::mul(head, B::i(a.tk));
-  auto qf = w.operandRows(ln, q, qrow0, a.d);
-  auto dyf = w.operandRows(ln, dy, qrow0, a.dv);
+  RowOf qrows = a.rows(head, q0, a.tq);
+  auto qf = w.operandRows(ln, q, qrows, a.d);
+  auto dyf = w.operandRows(ln, dy, qrows, a.dv);
   int rl[2], rd[2];
   for (int r = 0; r < 2; ++r) {
     rl[r] = b.newLocal(), rd[r] = b.newLocal();
-    w.body.push_back(let(rl[r], b.ld(lse, B::add(qrow0, ln.row(2 * r)))));
-    w.body.push_back(let(rd[r], b.ld(delta, B::add(qrow0, ln.row(2 * r)))));
+    w.body.push_back(let(rl[r], b.ld(lse, qrows(ln.row(2 * r)))));
+    w.body.push_back(let(rd[r], b.ld(delta, qrows(ln.row(2 * r)))));
   }
   auto acc = w.zeros(a.d / 8, w.body);
-  std::vector<StmtRef> step;
-  ExprRef key0 = B::mul(loopVar(jb), B::i(kb));
-  auto s = w.zeros(kb / 8, step);
-  auto dp = w.zeros(kb / 8, step);
-  for (int64_t n = 0; n < kb / 8; ++n) {
-    RowOf keys = from(B::add(krow0, B::add(key0, B::i(n * 8))));
-    for (int64_t e = 0; e < a.d / 16; ++e)
-      step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(qf[e]), w.contracted(ln, k, keys, e, a.d)));
-    for (int64_t e = 0; e < a.dv / 16; ++e)
-      step.push_back(mmaBf16({dp[n].begin(), dp[n].end()}, Writer::held(dyf[e]), w.contracted(ln, v, keys, e, a.dv)));
-  }
-  for (int64_t n = 0; n < kb / 8; ++n)
-    for (int i = 0; i < 4; ++i) {
-      ExprRef p = unary("exp", B::sub(B::mul(lf(s[n][i]), f(a.scale)), lf(rl[i / 2])));
-      if (a.causal) p = select(binary("le", colOf(ln, key0, n, i), B::add(q0, ln.row(i))), p, f(0));
-      step.push_back(set(s[n][i], B::mul(p, B::sub(lf(dp[n][i]), lf(rd[i / 2]))))); // dS
+  auto block = [&](const ExprRef& jb, bool masked) {
+    std::vector<StmtRef> step;
+    ExprRef key0 = B::mul(jb, B::i(kb));
+    auto s = w.zeros(kb / 8, step);
+    auto dp = w.zeros(kb / 8, step);
+    for (int64_t n = 0; n < kb / 8; ++n) {
+      RowOf keys = a.rows(head, B::add(key0, B::i(n * 8)), a.tk);
+      for (int64_t e = 0; e < a.d / 16; ++e)
+        step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(qf[e]), w.contracted(ln, k, keys, e, a.d)));
+      for (int64_t e = 0; e < a.dv / 16; ++e)
+        step.push_back(mmaBf16({dp[n].begin(), dp[n].end()}, Writer::held(dyf[e]), w.contracted(ln, v, keys, e, a.dv)));
     }
-  for (int64_t e = 0; e < kb / 16; ++e)
-    for (int64_t n = 0; n < a.d / 8; ++n)
-      step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, Writer::fromResults(s[2 * e], s[2 * e + 1]),
-                             w.spreadRows(ln, k, from(B::add(krow0, B::add(key0, B::i(e * 16)))), n, a.d)));
-  if (a.causal)
-    w.body.push_back(loopUpTo(jb, a.tk / kb, binary("idiv", B::add(q0, B::i(16 + kb - 1)), B::i(kb)), std::move(step)));
-  else
-    w.body.push_back(loop(jb, a.tk / kb, false, std::move(step)));
+    for (int64_t n = 0; n < kb / 8; ++n)
+      for (int i = 0; i < 4; ++i) {
+        ExprRef p = unary("exp", B::sub(B::mul(lf(s[n][i]), f(a.scale)), lf(rl[i / 2])));
+        if (masked) p = select(binary("le", colOf(ln, key0, n, i), B::add(q0, ln.row(i))), p, f(0));
+        step.push_back(set(s[n][i], B::mul(p, B::sub(lf(dp[n][i]), lf(rd[i / 2]))))); // dS
+      }
+    for (int64_t e = 0; e < kb / 16; ++e)
+      for (int64_t n = 0; n < a.d / 8; ++n)
+        step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, Writer::fromResults(s[2 * e], s[2 * e + 1]),
+                               w.spreadRows(ln, k, a.rows(head, B::add(key0, B::i(e * 16)), a.tk), n, a.d)));
+    return step;
+  };
+  w.causalWalk(a, q0, kb, block);
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i)
-      w.body.push_back(b.st(dq, B::add(B::mul(B::add(qrow0, ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d)), B::mul(lf(acc[n][i]), f(a.scale))));
+      w.body.push_back(b.st(dq, B::add(B::mul(qrows(ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d)), B::mul(lf(acc[n][i]), f(a.scale))));
   return w.finish(iv, a.heads * tiles);
 }
 
-/// dk and dv: a warp per 16 keys over blocks of qb queries (from the first that sees them).
+/// dk and dv: a warp per 16 keys over blocks of 16 queries (from the first that sees them).
 Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
   const ir::Value *dk = a.n.outputs[1], *dvOut = a.n.outputs[2], *delta = a.n.outputs[3];
   Writer w(name, a);
   B& b = w.b;
-  int iv = b.newLoopVar(), jb = b.newLoopVar();
+  int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
-  int64_t tiles = a.tk / 16, qb = blockFor(a.tq, 32);
+  int64_t tiles = a.tk / 16, qb = 16;
   ExprRef head = binary("idiv", ln.warp, B::i(tiles));
   ExprRef k0 = B::mul(binary("imod", ln.warp, B::i(tiles)), B::i(16)); // the longest walks (first keys) first
-  ExprRef krow0 = B::add(B::mul(head, B::i(a.tk)), k0), qhead = B::mul(head, B::i(a.tq));
-  auto kf = w.operandRows(ln, k, krow0, a.d);
-  auto vf = w.operandRows(ln, v, krow0, a.dv);
+  RowOf krows = a.rows(head, k0, a.tk);
+  auto kf = w.operandRows(ln, k, krows, a.d);
+  auto vf = w.operandRows(ln, v, krows, a.dv);
   auto dkAcc = w.zeros(a.d / 8, w.body), dvAcc = w.zeros(a.dv / 8, w.body);
-  ExprRef first = a.causal ? k0 : B::i(0);
-  std::vector<StmtRef> step;
-  ExprRef qpos0 = B::add(first, B::mul(loopVar(jb), B::i(qb))); // the block's first query
-  // Queries past the end (in the last block of a causal walk) read the last row and count zero.
-  auto query = [&](const ExprRef& pos) { return B::add(qhead, B::clamp(pos, a.tq)); };
-  auto queries = [&](ExprRef pos0) -> RowOf {
-    return [&, pos0 = std::move(pos0)](const ExprRef& r) { return query(B::add(pos0, r)); };
-  };
-  auto s = w.zeros(qb / 8, step);
-  auto dp = w.zeros(qb / 8, step);
-  for (int64_t n = 0; n < qb / 8; ++n) {
-    RowOf rows = queries(B::add(qpos0, B::i(n * 8)));
-    for (int64_t e = 0; e < a.d / 16; ++e)
-      step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(kf[e]), w.contracted(ln, q, rows, e, a.d)));
-    for (int64_t e = 0; e < a.dv / 16; ++e)
-      step.push_back(mmaBf16({dp[n].begin(), dp[n].end()}, Writer::held(vf[e]), w.contracted(ln, dy, rows, e, a.dv)));
-  }
-  for (int64_t n = 0; n < qb / 8; ++n)
-    for (int i = 0; i < 4; ++i) {
-      ExprRef pos = colOf(ln, qpos0, n, i);
-      ExprRef visible = binary("lt", pos, B::i(a.tq));
-      if (a.causal) visible = binary("and", visible, binary("ge", pos, B::add(k0, ln.row(i))));
-      int p = b.newLocal();
-      step.push_back(let(p, select(visible, unary("exp", B::sub(B::mul(lf(s[n][i]), f(a.scale)), b.ld(lse, query(pos)))), f(0))));
-      step.push_back(set(s[n][i], lf(p)));                                                         // P^T
-      step.push_back(set(dp[n][i], B::mul(lf(p), B::sub(lf(dp[n][i]), b.ld(delta, query(pos)))))); // dS^T
+  ExprRef first = a.causal ? k0 : B::i(0); // causal: the queries before the warp's keys see none of them
+  // One block of 16 queries; `masked`: the causal diagonal's (the walk's first).
+  auto block = [&](const ExprRef& jb, bool masked) {
+    std::vector<StmtRef> step;
+    ExprRef qpos0 = B::add(first, B::mul(jb, B::i(qb)));
+    RowOf rows = a.rows(head, qpos0, a.tq);
+    auto s = w.zeros(qb / 8, step);
+    auto dp = w.zeros(qb / 8, step);
+    for (int64_t n = 0; n < qb / 8; ++n) {
+      RowOf eight = a.rows(head, B::add(qpos0, B::i(n * 8)), a.tq);
+      for (int64_t e = 0; e < a.d / 16; ++e)
+        step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(kf[e]), w.contracted(ln, q, eight, e, a.d)));
+      for (int64_t e = 0; e < a.dv / 16; ++e)
+        step.push_back(mmaBf16({dp[n].begin(), dp[n].end()}, Writer::held(vf[e]), w.contracted(ln, dy, eight, e, a.dv)));
     }
-  for (int64_t e = 0; e < qb / 16; ++e) {
-    RowOf rows = queries(B::add(qpos0, B::i(e * 16)));
+    for (int64_t n = 0; n < qb / 8; ++n)
+      for (int i = 0; i < 4; ++i) {
+        ExprRef pos = colOf(ln, qpos0, n, i), row = a.rows(head, pos, a.tq)(B::i(0));
+        ExprRef pt = unary("exp", B::sub(B::mul(lf(s[n][i]), f(a.scale)), b.ld(lse, row)));
+        if (masked) pt = select(binary("ge", pos, B::add(k0, ln.row(i))), pt, f(0));
+        int p = b.newLocal();
+        step.push_back(let(p, pt));
+        step.push_back(set(s[n][i], lf(p)));                                                   // P^T
+        step.push_back(set(dp[n][i], B::mul(lf(p), B::sub(lf(dp[n][i]), b.ld(delta, row))))); // dS^T
+      }
     for (int64_t n = 0; n < a.dv / 8; ++n)
-      step.push_back(mmaBf16({dvAcc[n].begin(), dvAcc[n].end()}, Writer::fromResults(s[2 * e], s[2 * e + 1]), w.spreadRows(ln, dy, rows, n, a.dv)));
+      step.push_back(mmaBf16({dvAcc[n].begin(), dvAcc[n].end()}, Writer::fromResults(s[0], s[1]), w.spreadRows(ln, dy, rows, n, a.dv)));
     for (int64_t n = 0; n < a.d / 8; ++n)
-      step.push_back(mmaBf16({dkAcc[n].begin(), dkAcc[n].end()}, Writer::fromResults(dp[2 * e], dp[2 * e + 1]), w.spreadRows(ln, q, rows, n, a.d)));
+      step.push_back(mmaBf16({dkAcc[n].begin(), dkAcc[n].end()}, Writer::fromResults(dp[0], dp[1]), w.spreadRows(ln, q, rows, n, a.d)));
+    return step;
+  };
+  int64_t extent = a.tq / qb;
+  auto unmasked = [&](ExprRef jb) { return block(std::move(jb), false); };
+  if (a.causal) {
+    w.body.push_back(w.walk(extent, B::i(0), B::i(1), [&](ExprRef jb) { return block(std::move(jb), true); }));
+    w.body.push_back(w.walk(extent, B::i(1), B::sub(binary("idiv", B::sub(B::i(a.tq), first), B::i(qb)), B::i(1)), unmasked));
+  } else {
+    w.body.push_back(w.walk(extent, B::i(0), B::i(extent), unmasked));
   }
-  ExprRef blocks = binary("idiv", B::sub(B::i(a.tq + qb - 1), first), B::i(qb));
-  w.body.push_back(loopUpTo(jb, (a.tq + qb - 1) / qb, blocks, std::move(step)));
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i) {
-      ExprRef at = B::add(B::mul(B::add(krow0, ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d));
+      ExprRef at = B::add(B::mul(krows(ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d));
       w.body.push_back(b.st(dk, at, B::mul(lf(dkAcc[n][i]), f(a.scale))));
     }
   for (int64_t n = 0; n < a.dv / 8; ++n)
     for (int i = 0; i < 4; ++i)
-      w.body.push_back(b.st(dvOut, B::add(B::mul(B::add(krow0, ln.row(i)), B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), lf(dvAcc[n][i])));
+      w.body.push_back(b.st(dvOut, B::add(B::mul(krows(ln.row(i)), B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), lf(dvAcc[n][i])));
   return w.finish(iv, a.heads * tiles);
 }
 
@@ -375,7 +417,7 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
 Expected<std::optional<std::vector<Kernel>>> attentionGpu(const std::string& name, const ir::Node& n) {
   Geometry a(n);
   if (!a.fits()) return std::optional<std::vector<Kernel>>();
-  if (n.op == ir::Op::FusedAttention) return std::optional<std::vector<Kernel>>(std::vector<Kernel>{forward(name, a)});
+  if (n.op == ir::Op::FusedAttention) return std::optional<std::vector<Kernel>>(std::vector<Kernel>{forward(name + "_fwd", a)});
   // delta is written by the first kernel and read by the others.
   return std::optional<std::vector<Kernel>>(
       std::vector<Kernel>{delta(name + "_delta", a), gradQueries(name + "_dq", a), gradKeysValues(name + "_dkv", a)});

@@ -109,6 +109,14 @@ private:
     llvm::Metadata* ops[] = {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "kernel"),
                              llvm::ValueAsMetadata::get(b_.getInt32(1))};
     md->addOperand(llvm::MDNode::get(ctx_, ops));
+    auto annotate = [&](const char* key, int value) {
+      llvm::Metadata* kv[] = {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, key), llvm::ValueAsMetadata::get(b_.getInt32(value))};
+      md->addOperand(llvm::MDNode::get(ctx_, kv));
+    };
+    if (k_.minBlocks > 0) { // ptxas keeps the registers to what minBlocks blocks of `threads` leave
+      annotate("maxntidx", k_.threads);
+      annotate("minctasm", k_.minBlocks);
+    }
   }
 
   llvm::Value* sreg(llvm::Intrinsic::ID id) { return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), b_.getInt64Ty()); }

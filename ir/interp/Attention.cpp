@@ -9,19 +9,27 @@ namespace sgc::ir {
 namespace {
 
 /// The geometry of one attention node: `heads` independent problems (the product of the
-/// leading dims) of tq queries and tk keys of width d, values of width dv.
+/// leading dims) of tq queries and tk keys of width d, values of width dv; with layout "bthd"
+/// the operands are [..., T, H, D] (the H heads of a position side by side) instead of
+/// [..., H, T, D].
 struct Geometry {
-  int64_t heads, tq, tk, d, dv;
+  int64_t heads, tq, tk, d, dv, h = 1;
   double scale;
-  bool causal;
+  bool causal, bthd;
 
   Geometry(const EvalCtx& c) {
     const auto &q = c.in[0]->shape, &v = c.in[2]->shape;
-    tq = q[q.size() - 2], d = q.back(), tk = v[v.size() - 2], dv = v.back();
+    bthd = c.node.getString("layout", "bhtd") == "bthd";
+    size_t t = q.size() - (bthd ? 3 : 2);
+    tq = q[t], d = q.back(), tk = v[t], dv = v.back();
+    if (bthd) h = q[q.size() - 2];
     heads = tq > 0 && d > 0 ? c.in[0]->numel() / (tq * d) : 0;
     scale = c.node.getFloat("scale", 1.0);
     causal = c.node.getInt("causal", 0) != 0;
   }
+  /// The flat row (of the operand seen as [rows, width]) of position i of problem p, in an
+  /// operand of t positions.
+  int64_t row(int64_t p, int64_t i, int64_t t) const { return bthd ? ((p / h) * t + i) * h + p % h : p * t + i; }
   /// Keys [0, keys(i)) are visible to query i.
   int64_t keys(int64_t i) const { return causal ? std::min(i + 1, tk) : tk; }
 };
@@ -39,14 +47,14 @@ Error evalAttention(EvalCtx& c) {
   std::vector<double> q = c.in[0]->toF64(), k = c.in[1]->toF64(), v = c.in[2]->toF64(), s(g.tk), o(g.dv);
   for (int64_t h = 0; h < g.heads; ++h)
     for (int64_t i = 0; i < g.tq; ++i) {
-      int64_t row = h * g.tq + i, n = g.keys(i);
+      int64_t row = g.row(h, i, g.tq), n = g.keys(i);
       double mx = -INFINITY, sum = 0;
-      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j] = g.scale * dot(q, row * g.d, k, (h * g.tk + j) * g.d, g.d));
+      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j] = g.scale * dot(q, row * g.d, k, g.row(h, j, g.tk) * g.d, g.d));
       std::fill(o.begin(), o.end(), 0.0);
       for (int64_t j = 0; j < n; ++j) {
         double p = std::exp(s[j] - mx);
         sum += p;
-        for (int64_t e = 0; e < g.dv; ++e) o[e] += p * v[(h * g.tk + j) * g.dv + e];
+        for (int64_t e = 0; e < g.dv; ++e) o[e] += p * v[g.row(h, j, g.tk) * g.dv + e];
       }
       for (int64_t e = 0; e < g.dv; ++e) c.out[0].setF(row * g.dv + e, n ? o[e] / sum : 0.0);
       c.out[1].setF(row, mx + std::log(sum));
@@ -63,11 +71,11 @@ Error evalAttentionGrad(EvalCtx& c) {
   std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
   for (int64_t h = 0; h < g.heads; ++h)
     for (int64_t i = 0; i < g.tq; ++i) {
-      int64_t row = h * g.tq + i;
+      int64_t row = g.row(h, i, g.tq);
       double delta = dot(dy, row * g.dv, y, row * g.dv, g.dv);
       c.out[3].setF(row, delta);
       for (int64_t j = 0; j < g.keys(i); ++j) {
-        int64_t key = h * g.tk + j;
+        int64_t key = g.row(h, j, g.tk);
         double p = std::exp(g.scale * dot(q, row * g.d, k, key * g.d, g.d) - lse[row]);
         double ds = p * (dot(dy, row * g.dv, v, key * g.dv, g.dv) - delta);
         for (int64_t e = 0; e < g.d; ++e) {

@@ -66,7 +66,25 @@ struct Narrower {
 Error narrowMoves(Graph& g, int* count) {
   Narrower nw{g, {}, {}};
   int narrowed = 0;
+  // The cross-entropy computes in f32 from its scores as it reads them: from narrow scores it
+  // computes the same, the output staying f32 ({to = f32}), and the wide copy is gone.
+  auto narrowScores = [&](Node& n) -> std::optional<std::vector<Node*>> {
+    if (n.attrs.count("to") || n.inputs[0]->type.dtype != DType::F32) return std::nullopt;
+    std::vector<Node*> made;
+    for (DType t : {DType::BF16, DType::F16}) {
+      nw.made.clear();
+      Value* v = nw.narrow(n.inputs[0], t);
+      made.insert(made.end(), nw.made.begin(), nw.made.end());
+      if (!v) continue;
+      n.inputs[0] = v;
+      n.attrs["to"] = std::string("f32");
+      ++narrowed;
+      return made;
+    }
+    return made.empty() ? std::nullopt : std::optional<std::vector<Node*>>(std::move(made));
+  };
   auto rewrite = [&](Node& n) -> std::optional<std::vector<Node*>> {
+    if (n.op == Op::SoftmaxCrossEntropyLoss) return narrowScores(n);
     if (n.op != Op::Cast || n.inputs[0]->type.dtype != DType::F32) return std::nullopt;
     DType t = n.outputs[0]->type.dtype;
     if (t != DType::BF16 && t != DType::F16) return std::nullopt;

@@ -12,7 +12,9 @@
 // loss, and the wide gradient is gone). So do GELU and the gradients of elementwise
 // functions (UnaryGrad): their kernels compute in f32 and round once, as
 // PyTorch's bf16 GELU does; the f32 copy of a GELU's input that the backward
-// pass kept (4x the model width per token) is gone too. Autocast (--precision bf16) makes these
+// pass kept (4x the model width per token) is gone too. The cross-entropy
+// whose f32 scores narrow so reads the narrow ones, still computing and
+// returning f32 ({to = f32}): no f32 copy of a language model's logits. Autocast (--precision bf16) makes these
 // chains around every product: a bf16 result is cast to f32, split into
 // attention heads and transposed, then cast back to bf16 for the next
 // product; the backward pass mirrors them. Widening is exact and moving data

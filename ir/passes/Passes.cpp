@@ -2,6 +2,7 @@
 #include "ir/passes/Passes.h"
 
 #include "ir/Verifier.h"
+#include "ir/passes/AttentionLayout.h"
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/FuseGelu.h"
 #include "ir/passes/InferShapes.h"
@@ -20,6 +21,7 @@ Error runDeadCodeElimination(Graph& g) {
 }
 
 Error runFuseAttention(Graph& g) { return fuseAttention(g); }
+Error runAttentionLayout(Graph& g) { return attentionLayout(g); }
 Error runFuseGelu(Graph& g) { return fuseGelu(g); }
 Error runWidenSums(Graph& g) { return widenSums(g); }
 Error runNarrowMoves(Graph& g) { return narrowMoves(g); }

@@ -14,14 +14,14 @@ Error widenSums(Graph& g, int* count) {
     if (!s || s->op != Op::SumTo || uses[sum] != 1) return std::nullopt;
     Value* x = s->inputs[0];
     if ((x->type.dtype != DType::BF16 && x->type.dtype != DType::F16) || x->type.dims == sum->type.dims) return std::nullopt; // (a copy)
-    Node* wide = g.addNode(Op::Cast, {x}, 1, s->name + ".widen", {g.uniqueName(x->name + ".f32")});
-    wide->attrs["to"] = std::string("f32");
-    // The cast becomes the sum (its result, which later nodes may already hold, stays the
-    // same value); the narrow sum is left unread, for dead-code elimination.
+    // The cast becomes the sum, reading the narrow values and summing in f32 (its result, which
+    // later nodes may already hold, stays the same value); the narrow sum is left unread, for
+    // dead-code elimination.
     n.op = Op::SumTo;
-    n.inputs = {wide->outputs[0], s->inputs[1]};
+    n.inputs = {x, s->inputs[1]};
     n.attrs = s->attrs;
-    return std::vector<Node*>{wide};
+    n.attrs["to"] = std::string("f32");
+    return std::vector<Node*>{};
   };
   return rewriteInOrder(g, rewrite, false, count);
 }

@@ -1,8 +1,10 @@
 // Pass widen-sums: a sum of bf16 (or f16) values whose only reader widens it
 // to f32 sums the widened values instead:
 //
-//   Cast<f32>(SumTo(x))  ->  SumTo(Cast<f32>(x))
+//   Cast<f32>(SumTo(x))  ->  SumTo(x) {to = f32}
 //
+// (a sum that reads the narrow values and accumulates in f32: no widened copy
+// of x is stored).
 // Under --precision bf16 every bias gradient has that form (the sum of the
 // product's bf16 gradient over the rows, cast back to the f32 parameter's
 // type). The sum is then accumulated and rounded once in f32 (as PyTorch's

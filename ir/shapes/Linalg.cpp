@@ -159,12 +159,16 @@ Error inferAttention(InferCtx& c) {
     c.out = {Type::unranked(q.dtype), Type::unranked(stat)};
     return Error::success();
   }
-  size_t r = q.dims.size();
-  if (r < 2 || k.dims.size() != r || v.dims.size() != r) return c.fail("queries, keys and values must be [..., T, D] of one rank");
-  for (size_t d = 0; d + 2 < r; ++d)
-    if (!compatible(q.dims[d], k.dims[d]) || !compatible(q.dims[d], v.dims[d])) return c.fail("leading dims differ");
+  // layout "bhtd" (default): [..., T, D]; "bthd": [..., T, H, D] (heads after positions).
+  std::string layout = c.node.getString("layout", "bhtd");
+  if (layout != "bhtd" && layout != "bthd") return c.fail("unknown layout '" + layout + "' (expected bhtd or bthd)");
+  size_t r = q.dims.size(), t = layout == "bthd" ? 3 : 2;
+  if (r < t || k.dims.size() != r || v.dims.size() != r)
+    return c.fail(std::string("queries, keys and values must be ") + (t == 3 ? "[..., T, H, D]" : "[..., T, D]") + " of one rank");
+  for (size_t d = 0; d + 1 < r; ++d)
+    if (d != r - t && (!compatible(q.dims[d], k.dims[d]) || !compatible(q.dims[d], v.dims[d]))) return c.fail("leading dims differ");
   if (!compatible(q.dims[r - 1], k.dims[r - 1])) return c.fail("queries and keys differ in their last dim");
-  if (!compatible(k.dims[r - 2], v.dims[r - 2])) return c.fail("keys and values differ in length");
+  if (!compatible(k.dims[r - t], v.dims[r - t])) return c.fail("keys and values differ in length");
   std::vector<Dim> y(q.dims.begin(), q.dims.end() - 1);
   c.out[1] = Type::ranked_(stat, y);
   y.push_back(v.dims.back());

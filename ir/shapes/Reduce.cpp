@@ -125,6 +125,11 @@ static Error lossOutput(InferCtx& c) {
 Error inferSceLoss(InferCtx& c) {
   if (Error e = lossOutput(c)) return e;
   if (c.out.size() > 1) c.out[1] = c.in[0];
+  if (c.node.attrs.count("to")) { // a wider type to compute and store in (passes/WidenSums)
+    auto to = dtypeFromName(c.node.getString("to", ""));
+    if (!to || !isFloat(*to) || !isFloat(c.in[0].dtype)) return c.fail("attribute 'to' must name a floating-point dtype");
+    for (Type& t : c.out) t.dtype = *to;
+  }
   return Error::success();
 }
 

@@ -13,7 +13,13 @@ static Type shapeFromInput(const InferCtx& c, size_t i, DType t) {
 }
 
 Error inferSumTo(InferCtx& c) {
-  c.out[0] = shapeFromInput(c, 1, c.in[0].dtype);
+  DType t = c.in[0].dtype;
+  if (c.node.attrs.count("to")) { // a wider type to accumulate and round in (passes/WidenSums)
+    auto to = dtypeFromName(c.node.getString("to", ""));
+    if (!to || !isFloat(*to) || !isFloat(t)) return c.fail("attribute 'to' must name a floating-point dtype for a floating-point sum");
+    t = *to;
+  }
+  c.out[0] = shapeFromInput(c, 1, t);
   if (c.out[0].isStatic() && c.in[0].isStatic()) {
     auto b = broadcastDims(c, c.out[0].dims, c.in[0].dims);
     if (!b) return b.takeError();

@@ -3,6 +3,7 @@
 
 #include "ir/Verifier.h"
 #include "ir/autodiff/Autodiff.h"
+#include "ir/passes/AttentionLayout.h"
 #include "ir/passes/Autocast.h"
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/FuseGelu.h"
@@ -149,8 +150,10 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   g.updates.push_back({step, nextStep});
 
   if (Error e = fuseGelu(g)) return e;
-  if (opts.attention == "fused")
+  if (opts.attention == "fused") {
     if (Error e = fuseAttention(g)) return e;
+    if (Error e = attentionLayout(g)) return e;
+  }
   if (opts.precision == "bf16")
     if (Error e = autocastBf16(g)) return e;
   std::set<Value*> buffers;

@@ -36,7 +36,7 @@ struct TrainingOptions {
   std::string loss;   ///< output name; empty: the single scalar output
   std::string freeze; ///< ECMAScript regex over parameter names; empty: none
   std::string precision = "f32"; ///< f32, or bf16: products and convolutions in bf16 (autocast)
-  std::string attention = "decomposed"; ///< as the model writes it, or fused (FuseAttention)
+  std::string attention = "decomposed"; ///< as the model writes it, or fused (FuseAttention, AttentionLayout)
   std::string dataParallel = "none"; ///< none; allreduce: gradients all-reduced in buckets; zero1: also the optimizer state sharded
   int64_t ranks = 0;                  ///< zero1: the number of ranks the state is sharded over
   double bucketMb = 25;              ///< bucket size of the all-reduce

@@ -352,12 +352,15 @@ TEST(Kernel, GpuFormsMatchInterpreter) {
   // two thread-pool workers would, against the interpreter.
   const char* graphs[] = {
       "graph @g { input %x : f32[2048, 8]\n const %s : i64[1] = dense<\"0x0800000000000000\">\n %y : ?[*] = SumTo(%x, %s)\n output %y }",
+      "graph @g { input %x : bf16[2048, 8]\n const %s : i64[1] = dense<\"0x0800000000000000\">\n %y : ?[*] = SumTo(%x, %s) {to = \"f32\"}\n output %y }",
       "graph @g { input %x : f32[64, 64]\n %y : ?[*] = ReduceMean(%x) {keepdims = 0}\n output %y }",
       "graph @g { input %x : f32[1024, 3]\n const %ax : i64[1] = dense<\"0x0000000000000000\">\n %y : ?[*] = ReduceSum(%x, %ax)\n output %y }",
       "graph @g { input %dy : f32[2, 6, 3]\n const %i : i64[6] = dense<\"0x0100000000000000ffffffffffffffff0100000000000000000000000000000002000000000000000100000000000000\">\n"
       " const %s : i64[3] = dense<\"0x020000000000000004000000000000000300000000000000\">\n %y : ?[*] = GatherGrad(%dy, %i, %s) {axis = 1}\n output %y }",
       "graph @g { input %x : f32[6, 5]\n const %t : i64[6] = dense<\"0x01000000000000009cffffffffffffff0400000000000000000000000000000003000000000000000200000000000000\">\n"
       " %y : ?[*] = SoftmaxCrossEntropyLoss(%x, %t) {ignore_index = -100}\n output %y }",
+      "graph @g { input %x : bf16[6, 5]\n const %t : i64[6] = dense<\"0x01000000000000009cffffffffffffff0400000000000000000000000000000003000000000000000200000000000000\">\n"
+      " %y : ?[*] = SoftmaxCrossEntropyLoss(%x, %t) {ignore_index = -100, to = \"f32\"}\n output %y }",
   };
   for (const char* text : graphs) {
     auto g = ir::parse(text, "gpu");
@@ -393,10 +396,14 @@ TEST(Kernel, GpuFormsMatchInterpreter) {
 
 namespace {
 
-/// A FusedAttention node and its gradient over random [2, 3, T, *] operands of `dtype`.
-std::string attentionGraph(const char* dtype, int64_t tq, int64_t tk, bool causal, int64_t d = 8, int64_t dv = 5) {
-  auto shape = [&](int64_t t, int64_t d) { return std::string(dtype) + "[2, 3, " + std::to_string(t) + ", " + std::to_string(d) + "]"; };
-  std::string attrs = std::string(" {causal = ") + (causal ? "1" : "0") + ", scale = 0.4}";
+/// A FusedAttention node and its gradient over random [2, 3, T, *] operands of `dtype` (with
+/// `bthd`, [2, T, 3, *]).
+std::string attentionGraph(const char* dtype, int64_t tq, int64_t tk, bool causal, int64_t d = 8, int64_t dv = 5, bool bthd = false) {
+  auto shape = [&](int64_t t, int64_t d) {
+    std::string ts = std::to_string(t);
+    return std::string(dtype) + (bthd ? "[2, " + ts + ", 3, " : "[2, 3, " + ts + ", ") + std::to_string(d) + "]";
+  };
+  std::string attrs = std::string(" {causal = ") + (causal ? "1" : "0") + ", scale = 0.4" + (bthd ? ", layout = \"bthd\"}" : "}");
   return "graph @g { input %q : " + shape(tq, d) + "\n input %k : " + shape(tk, d) + "\n input %v : " + shape(tk, dv) +
          "\n input %dy : " + shape(tq, dv) + "\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v)" + attrs +
          "\n %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy)" + attrs +
@@ -413,10 +420,11 @@ TEST(Kernel, AttentionMatchesInterpreter) {
     int64_t tq, tk;
     bool causal;
     double tol;
+    bool bthd = false;
   };
   for (const Run& r : {Run{"f32", 7, 7, true, 1e-5}, Run{"f32", 5, 9, false, 1e-5}, Run{"f32", 4, 6, true, 1e-5}, Run{"f64", 6, 6, true, 1e-12},
-                       Run{"bf16", 16, 16, true, 2e-2}}) {
-    std::string text = attentionGraph(r.dtype, r.tq, r.tk, r.causal);
+                       Run{"bf16", 16, 16, true, 2e-2}, Run{"f32", 7, 7, true, 1e-5, true}, Run{"f32", 5, 9, false, 1e-5, true}}) {
+    std::string text = attentionGraph(r.dtype, r.tq, r.tk, r.causal, 8, 5, r.bthd);
     SCOPED_TRACE(text);
     auto g = ir::parse(text, "attention");
     ASSERT_TRUE(!!g) << errorText(g.takeError());
@@ -477,16 +485,17 @@ TEST(Kernel, AttentionPtxAssembles) {
 
 TEST(Kernel, AttentionTensorCoreForm) {
   // bf16 attention with sizes of multiples of 16 gets the tensor-core kernels on a GPU: mma.sync
-  // products, every global load 16 bytes wide (8 bytes for operands 32 wide), no spills. The
-  // numbers are checked on the device (tests/gpu/check_gpu.sh: gptw_fused_bf16 against the CPU).
+  // products, every global load 16 bytes wide (8 bytes for operands 32 wide), registers capped
+  // for 3 blocks of 128 threads an SM with at most a few spilled values. The numbers are checked
+  // on the device (tests/gpu/check_gpu.sh: gptw_fused_bf16 against the CPU).
   struct Case {
     const char* dtype;
     int64_t t, d;
-    bool causal, fits;
+    bool causal, fits, bthd = false;
   };
   for (const Case& c : {Case{"bf16", 64, 64, true, true}, Case{"bf16", 48, 32, false, true}, Case{"f32", 64, 64, true, false},
-                        Case{"bf16", 40, 64, true, false}}) {
-    std::string text = attentionGraph(c.dtype, c.t, c.t, c.causal, c.d, c.d);
+                        Case{"bf16", 40, 64, true, false}, Case{"bf16", 64, 64, true, true, true}}) {
+    std::string text = attentionGraph(c.dtype, c.t, c.t, c.causal, c.d, c.d, c.bthd);
     SCOPED_TRACE(text);
     auto g = ir::parse(text, "attention");
     ASSERT_TRUE(!!g) << errorText(g.takeError());
@@ -523,7 +532,9 @@ TEST(Kernel, AttentionTensorCoreForm) {
     EXPECT_EQ(rc, 0) << log;
     EXPECT_NE(log.find("spill stores"), std::string::npos) << log;
     for (size_t at = log.find("spill stores"); at != std::string::npos; at = log.find("spill stores", at + 1))
-      EXPECT_EQ(log.compare(log.rfind(',', at) + 2, 7, "0 bytes"), 0) << log;
+      EXPECT_LE(std::stoi(log.substr(log.rfind(',', at) + 2)), 128) << log;
+    for (size_t at = log.find("Used "); at != std::string::npos; at = log.find("Used ", at + 1))
+      EXPECT_LE(std::stoi(log.substr(at + 5)), 168) << log;
   }
 }
 

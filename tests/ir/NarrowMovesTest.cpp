@@ -100,7 +100,7 @@ TEST(NarrowMoves, SplitReshapeAndConcatNarrowTogether) {
 TEST(NarrowMoves, TheLossGradientStoresNarrowFromNarrowScores) {
   // Autocast's logits: bf16 cast to f32, cast to f32 again by the model (.float()), the loss's
   // gradient narrowed for the head's product. The gradient then reads the bf16 logits and
-  // stores bf16; the f32 logits stay for the forward loss.
+  // stores bf16, and the forward loss reads them too (computing in f32): no f32 logits remain.
   auto g = parse(R"(graph @g {
     input %x : bf16[4, 6]
     input %labels : i64[4]
@@ -124,7 +124,8 @@ TEST(NarrowMoves, TheLossGradientStoresNarrowFromNarrowScores) {
   int narrowed = -1;
   ASSERT_FALSE(narrowMoves(**g, &narrowed));
   (*g)->removeDeadNodes();
-  EXPECT_EQ(narrowed, 1);
+  EXPECT_EQ(narrowed, 2); // the gradient's cast and the loss
+  EXPECT_EQ(count(**g, Op::Cast), 0);
   int grads = 0;
   for (const auto& n : (*g)->nodes())
     if (n->op == Op::SceLossGrad) {
@@ -138,4 +139,31 @@ TEST(NarrowMoves, TheLossGradientStoresNarrowFromNarrowScores) {
   const Tensor &want = before->at("y"), &got = after->at((*g)->outputs.back()->name);
   for (int64_t i = 0; i < want.numel(); ++i) EXPECT_EQ(got.getF(i), want.getF(i)) << i;
   EXPECT_EQ(after->at((*g)->outputs[0]->name).getF(0), before->at("loss").getF(0));
+}
+
+TEST(NarrowMoves, TheCrossEntropyReadsNarrowScores) {
+  // As a GPT exports it: logits.float() (an f32 cast of the widened product), reshaped to rows.
+  auto g = parse("graph @g { input %x : bf16[2, 4, 5]\n input %t : i64[8]\n const %s : i64[2] = dense<\"0x08000000000000000500000000000000\">\n"
+                 " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %f : ?[*] = Cast(%w) {to = \"f32\"}\n %r : ?[*] = Reshape(%f, %s)\n"
+                 " %l : ?[*] = SoftmaxCrossEntropyLoss(%r, %t)\n output %l }",
+                 "sce");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(inferShapes(**g, false));
+  Tensor x(DType::BF16, {2, 4, 5}), t(DType::I64, {8});
+  for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, -3 + 0.29 * (double)i);
+  for (int64_t i = 0; i < t.numel(); ++i) t.setI(i, (3 * i) % 5);
+  auto before = run(**g, {{"x", x}, {"t", t}});
+  ASSERT_TRUE(!!before) << errorText(before.takeError());
+  int narrowed = -1;
+  ASSERT_FALSE(narrowMoves(**g, &narrowed));
+  (*g)->removeDeadNodes();
+  EXPECT_EQ(narrowed, 1);
+  EXPECT_EQ(count(**g, Op::Cast), 0); // the f32 copies are gone
+  const Node* loss = (*g)->outputs[0]->producer;
+  ASSERT_TRUE(loss && loss->op == Op::SoftmaxCrossEntropyLoss);
+  EXPECT_EQ(loss->inputs[0]->type.dtype, DType::BF16);
+  EXPECT_EQ((*g)->outputs[0]->type.dtype, DType::F32);
+  auto after = run(**g, {{"x", x}, {"t", t}});
+  ASSERT_TRUE(!!after) << errorText(after.takeError());
+  EXPECT_EQ(after->at((*g)->outputs[0]->name).getF(0), before->at("l").getF(0));
 }

@@ -1,5 +1,5 @@
-// The widen-sums pass: a bf16 sum cast to f32 becomes an f32 sum of the
-// widened values; its result keeps its identity (what the training step
+// The widen-sums pass: a bf16 sum cast to f32 becomes a sum of the bf16
+// values accumulated in f32; its result keeps its identity (what the training step
 // already holds stays valid) and is closer to the exact float64 sum.
 #include "ir/Text.h"
 #include "ir/interp/Interpreter.h"
@@ -32,7 +32,9 @@ TEST(WidenSums, SumsTheWidenedValues) {
   EXPECT_EQ((*g)->outputs[0], y); // the same value, now the f32 sum
   ASSERT_TRUE(y->producer);
   EXPECT_EQ(y->producer->op, Op::SumTo);
-  EXPECT_EQ(y->producer->inputs[0]->type.dtype, DType::F32);
+  EXPECT_EQ(y->producer->inputs[0]->type.dtype, DType::BF16); // the narrow values, read as they are
+  EXPECT_EQ(y->producer->getString("to", ""), "f32");
+  EXPECT_EQ(y->type.dtype, DType::F32);
   (*g)->removeDeadNodes();
   auto after = run(**g, {{"x", x}});
   ASSERT_TRUE(!!after) << errorText(after.takeError());

@@ -88,6 +88,11 @@ TEST(ProgramParse, RefusesGpuLaunchesNamingNothing) {
   nlohmann::json& l = launchWith(j, "epilogue");
   l.erase("gemm"); // an epilogue without its GEMM
   EXPECT_NE(parseError(j).find("malformed"), std::string::npos);
+  for (int threads : {0, 48, 2048}) { // a GPU block of threads that is not whole warps, or too many
+    j = compiledSample();
+    launchWith(j, "gpu")["gpu"][0]["threads"] = threads;
+    EXPECT_NE(parseError(j).find("malformed"), std::string::npos) << threads;
+  }
 }
 
 TEST(ProgramParse, RefusesMisalignedTensors) {

@@ -1,0 +1,102 @@
+// The attention-layout pass: fused attention between head transposes reads
+// and writes the [B, T, H, D] tensors itself (layout "bthd"), with the same
+// results on the interpreter; and the bthd forms of FusedAttention and its
+// gradient agree with the default layout on transposed operands.
+#include "ir/Text.h"
+#include "ir/interp/Interpreter.h"
+#include "ir/passes/AttentionLayout.h"
+#include "ir/passes/InferShapes.h"
+
+#include <gtest/gtest.h>
+#include <random>
+
+using namespace sgc;
+using namespace sgc::ir;
+
+namespace {
+
+std::map<std::string, Tensor> randomOperands(const Graph& g, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-2, 2);
+  std::map<std::string, Tensor> in;
+  for (const Value* v : g.inputs) {
+    Tensor t(v->type.dtype, v->type.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
+    in.emplace(v->name, std::move(t));
+  }
+  return in;
+}
+
+std::unique_ptr<Graph> parsed(const std::string& text) {
+  auto g = parse(text, "layout");
+  EXPECT_TRUE(!!g) << errorText(g.takeError());
+  EXPECT_FALSE(inferShapes(**g, false));
+  return std::move(*g);
+}
+
+const char* kHeads = "{perm = [0, 2, 1, 3]}";
+
+} // namespace
+
+TEST(AttentionLayout, HeadTransposesFoldIntoTheNode) {
+  std::string t = std::string(" = Transpose(") , p = std::string(") ") + kHeads + "\n";
+  auto g = parsed(std::string("graph @g { input %qt : f64[2, 5, 3, 4]\n input %kt : f64[2, 5, 3, 4]\n input %vt : f64[2, 5, 3, 6]\n") +
+                  " %q : ?[*]" + t + "%qt" + p + " %k : ?[*]" + t + "%kt" + p + " %v : ?[*]" + t + "%vt" + p +
+                  " %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.5}\n"
+                  " %yt : ?[*]" + t + "%y" + p + " output %yt }");
+  auto in = randomOperands(*g, 3);
+  auto before = run(*g, in);
+  ASSERT_TRUE(!!before) << errorText(before.takeError());
+  int count = -1;
+  ASSERT_FALSE(attentionLayout(*g, &count));
+  EXPECT_EQ(count, 1);
+  for (const auto& n : g->nodes()) EXPECT_NE(n->op, Op::Transpose);
+  const Node* a = g->outputs[0]->producer;
+  ASSERT_TRUE(a && a->op == Op::FusedAttention);
+  EXPECT_EQ(a->getString("layout", ""), "bthd");
+  EXPECT_EQ(a->outputs[1]->type, Type::of(DType::F64, {2, 5, 3})); // lse [B, T, H]
+  auto after = run(*g, in);
+  ASSERT_TRUE(!!after) << errorText(after.takeError());
+  const Tensor &want = before->at("yt"), &got = after->at(g->outputs[0]->name);
+  ASSERT_EQ(got.shape, want.shape);
+  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
+}
+
+TEST(AttentionLayout, LeavesOtherTransposesAndReadResults) {
+  for (const char* perm : {"{perm = [0, 2, 1, 3]}", "{perm = [0, 1, 2, 3]}"}) {
+    std::string t = " = Transpose(", p = std::string(") ") + kHeads + "\n";
+    std::string yBack = std::string(" %yt : ?[*] = Transpose(%y) ") + perm + "\n";
+    auto g = parsed(std::string("graph @g { input %qt : f64[2, 5, 3, 4]\n input %kt : f64[2, 5, 3, 4]\n input %vt : f64[2, 5, 3, 4]\n") +
+                    " %q : ?[*]" + t + "%qt" + p + " %k : ?[*]" + t + "%kt" + p + " %v : ?[*]" + t + "%vt" + p +
+                    " %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.5}\n" + yBack +
+                    " output %yt, %lse }"); // the lse is read: its layout would change
+    int count = -1;
+    ASSERT_FALSE(attentionLayout(*g, &count));
+    EXPECT_EQ(count, 0) << perm;
+  }
+}
+
+TEST(AttentionLayout, BthdGradientMatchesTheDefaultLayout) {
+  // The same attention and gradient twice: on [B, T, H, D] operands with layout "bthd", and on
+  // their head transposes with the default layout; results transposed back must agree.
+  std::string t = " = Transpose(", p = std::string(") ") + kHeads + "\n";
+  auto g = parsed(std::string("graph @g { input %qt : f64[2, 6, 3, 4]\n input %kt : f64[2, 6, 3, 4]\n input %vt : f64[2, 6, 3, 5]\n"
+                              " input %dyt : f64[2, 6, 3, 5]\n") +
+                  " %y1 : ?[*], %l1 : ?[*] = FusedAttention(%qt, %kt, %vt) {causal = 1, scale = 0.7, layout = \"bthd\"}\n"
+                  " %dq1 : ?[*], %dk1 : ?[*], %dv1 : ?[*], %d1 : ?[*] = FusedAttentionGrad(%qt, %kt, %vt, %y1, %l1, %dyt)"
+                  " {causal = 1, scale = 0.7, layout = \"bthd\"}\n"
+                  " %q : ?[*]" + t + "%qt" + p + " %k : ?[*]" + t + "%kt" + p + " %v : ?[*]" + t + "%vt" + p + " %dy : ?[*]" + t + "%dyt" + p +
+                  " %y2 : ?[*], %l2 : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.7}\n"
+                  " %dq2 : ?[*], %dk2 : ?[*], %dv2 : ?[*], %d2 : ?[*] = FusedAttentionGrad(%q, %k, %v, %y2, %l2, %dy) {causal = 1, scale = 0.7}\n"
+                  " %y2t : ?[*]" + t + "%y2" + p + " %dq2t : ?[*]" + t + "%dq2" + p + " %dk2t : ?[*]" + t + "%dk2" + p +
+                  " %dv2t : ?[*]" + t + "%dv2" + p + " %l2t : ?[*] = Transpose(%l2) {perm = [0, 2, 1]}\n"
+                  " output %y1, %dq1, %dk1, %dv1, %l1, %y2t, %dq2t, %dk2t, %dv2t, %l2t }");
+  auto in = randomOperands(*g, 9);
+  auto out = run(*g, in);
+  ASSERT_TRUE(!!out) << errorText(out.takeError());
+  for (auto [a, b] : {std::pair<const char*, const char*>{"y1", "y2t"}, {"dq1", "dq2t"}, {"dk1", "dk2t"}, {"dv1", "dv2t"}, {"l1", "l2t"}}) {
+    const Tensor &x = out->at(a), &y = out->at(b);
+    ASSERT_EQ(x.shape, y.shape) << a;
+    for (int64_t i = 0; i < x.numel(); ++i) EXPECT_NEAR(x.getF(i), y.getF(i), 1e-12) << a << "[" << i << "]";
+  }
+}
