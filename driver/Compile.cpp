@@ -44,7 +44,7 @@ const CommandSpec kCompile{
 
 const CommandSpec kOpt{
     "opt", "sgc opt MODEL.onnx|FILE.sgcir --passes=a,b,... [--verify-each] [-o FILE] [--print-data]",
-    "Runs IR passes in order and prints the resulting IR. Passes: infer-shapes, dce, fuse-attention,\nfuse-gelu, widen-sums, narrow-moves, training-step (the whole training step with SGD; see sgc train for the options).",
+    "Runs IR passes in order and prints the resulting IR. Passes: infer-shapes, dce, fuse-attention,\nattention-layout, fuse-gelu, widen-sums, narrow-moves, training-step (the whole training step with SGD; see sgc train for the options).",
     {{"passes", "LIST", "comma-separated pass names"},
      {"verify-each", "", "run the verifier after each pass"},
      {"o", "FILE", "write the IR to FILE instead of standard output"},
@@ -167,7 +167,7 @@ int compileMain(int argc, char** argv) {
   }
   bool train = args->has("train") || hasTrainingFlags(*args) || (emit != "ir" && emit != "plan");
   if (train) {
-    auto opts = parseTrainingFlags(*args);
+    auto opts = parseTrainingFlags(*args, !gpus.empty());
     if (!opts) return reportError(opts.takeError());
     if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));
     int repeated = 0;

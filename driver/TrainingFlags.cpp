@@ -19,7 +19,9 @@ std::vector<OptionSpec> trainingFlagSpecs() {
           {"loss", "NAME", "the model output that is the loss (default: its single scalar output)"},
           {"freeze", "REGEX", "parameters whose name matches are not trained"},
           {"precision", "P", "f32 (default) or bf16: products and convolutions in bf16, the rest and the weights in f32"},
-          {"attention", "HOW", "decomposed (default: as the model writes it; GEMMs on tensor cores) or fused (no stored scores: less memory)"},
+          {"attention", "HOW", "auto (default): fused for a GPU target in bf16, else decomposed; decomposed: as the model\n"
+                               "writes it (products through GEMMs); fused: flash attention, no stored scores (on a GPU\n"
+                               "in bf16: tensor-core kernels)"},
           {"data-parallel", "MODE", "none (default); allreduce: gradients averaged over the ranks in buckets; zero1: also\n"
                                     "the optimizer state sharded over the ranks (with --ranks)"},
           {"bucket-mb", "MB", "all-reduce bucket size in megabytes (default 25)"},
@@ -41,12 +43,13 @@ Expected<double> numberFlag(const Args& a, const std::string& name, double def) 
   return v;
 }
 
-Expected<ir::TrainingOptions> parseTrainingFlags(const Args& a) {
+Expected<ir::TrainingOptions> parseTrainingFlags(const Args& a, bool forGpu) {
   ir::TrainingOptions o;
   o.loss = a.get("loss");
   o.freeze = a.get("freeze");
   o.precision = a.get("precision", "f32");
-  o.attention = a.get("attention", "decomposed");
+  o.attention = a.get("attention", "auto");
+  if (o.attention == "auto") o.attention = forGpu && o.precision == "bf16" ? "fused" : "decomposed";
   o.dataParallel = a.get("data-parallel", "none");
   auto bucket = numberFlag(a, "bucket-mb", 25);
   if (!bucket) return bucket.takeError();

@@ -12,8 +12,9 @@ namespace sgc::driver {
 
 /// The option specs of the training flags, to append to a command's spec.
 std::vector<OptionSpec> trainingFlagSpecs();
-/// Parses the training flags (defaults as in PyTorch).
-Expected<ir::TrainingOptions> parseTrainingFlags(const Args& a);
+/// Parses the training flags (defaults as in PyTorch); `forGpu`: the library runs on a GPU too
+/// (--attention auto then fuses bf16 attention).
+Expected<ir::TrainingOptions> parseTrainingFlags(const Args& a, bool forGpu = false);
 /// True when any training flag is given.
 bool hasTrainingFlags(const Args& a);
 /// Parses a number option; `def` when absent.
