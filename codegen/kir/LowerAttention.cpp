@@ -7,6 +7,7 @@
 // log-sum-exp. A causal mask shortens the walk to the visible triangle.
 // The same kernels serve the CPU (rows spread over threads) and the GPU (a
 // thread per row; the threads of a warp read the same key rows).
+#include "codegen/kir/AttentionGeometry.h"
 #include "codegen/kir/Builder.h"
 #include "codegen/kir/LowerOps.h"
 
@@ -17,27 +18,11 @@ namespace sgc::kir {
 namespace {
 using B = Builder;
 
-/// The geometry of a FusedAttention(Grad) node: `heads` problems of tq queries and tk keys of
-/// width d, values of width dv; operands [..., H, T, D], or with layout "bthd" [..., T, H, D]
-/// (then h = H).
-struct Attention {
-  const ir::Node& n;
-  int64_t heads, tq, tk, d, dv, h = 1;
-  double scale;
-  bool causal, bthd;
+/// An attention node's geometry and compute type, and its row arithmetic.
+struct Attention : AttentionGeometry {
   Scalar t;
 
-  explicit Attention(const ir::Node& node) : n(node) {
-    auto q = n.input(0)->type.shape(), v = n.input(2)->type.shape();
-    bthd = n.getString("layout", "bhtd") == "bthd";
-    size_t at = q.size() - (bthd ? 3 : 2);
-    tq = q[at], d = q.back(), tk = v[at], dv = v.back();
-    if (bthd) h = q[q.size() - 2];
-    heads = tq > 0 && d > 0 ? n.input(0)->type.staticNumel().value() / (tq * d) : 0;
-    scale = n.getFloat("scale", 1.0);
-    causal = n.getInt("causal", 0) != 0;
-    t = computeType(n.input(0)->type.dtype);
-  }
+  explicit Attention(const ir::Node& node) : AttentionGeometry(node), t(computeType(node.input(0)->type.dtype)) {}
   ExprRef c(double v) const { return B::c(v, t); }
   /// The problem and the position of flat row r (of an operand seen as [rows, width]) of an
   /// operand of `len` positions, and back.

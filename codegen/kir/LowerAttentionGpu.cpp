@@ -15,6 +15,7 @@
 // operand fragment, so P and dS never leave registers. Only the blocks the
 // causal diagonal crosses are masked. Nothing of size [T, T] is stored. The
 // CPU keeps the scalar kernels of LowerAttention.cpp, which are the reference.
+#include "codegen/kir/AttentionGeometry.h"
 #include "codegen/kir/Builder.h"
 #include "codegen/kir/LowerOps.h"
 
@@ -61,25 +62,8 @@ struct Lane {
   static ExprRef spread(int64_t n, const ExprRef& g, int64_t width) { return B::add(B::mul(g, B::i(width / 8)), B::i(n)); }
 };
 
-/// `heads` problems of tq queries and tk keys of width d, values of width dv; operands
-/// [..., H, T, D], or with layout "bthd" [..., T, H, D] (then h = H: a problem's rows are h
-/// rows apart).
-struct Geometry {
-  const ir::Node& n;
-  int64_t heads, tq, tk, d, dv, h = 1;
-  double scale;
-  bool causal, bthd;
-
-  explicit Geometry(const ir::Node& node) : n(node) {
-    auto q = n.input(0)->type.shape(), v = n.input(2)->type.shape();
-    bthd = n.getString("layout", "bhtd") == "bthd";
-    size_t at = q.size() - (bthd ? 3 : 2);
-    tq = q[at], d = q.back(), tk = v[at], dv = v.back();
-    if (bthd) h = q[q.size() - 2];
-    heads = tq > 0 && d > 0 ? n.input(0)->type.staticNumel().value() / (tq * d) : 0;
-    scale = n.getFloat("scale", 1.0);
-    causal = n.getInt("causal", 0) != 0;
-  }
+struct Geometry : AttentionGeometry {
+  using AttentionGeometry::AttentionGeometry;
 
   /// The flat rows (of an operand of `len` positions seen as [rows, width]) of problem p's
   /// positions pos0, pos0 + 1, ...
@@ -162,6 +146,27 @@ public:
     return v;
   }
 
+  /// acc[n] += A M_n^T for every n-tile n of `acc`: A the held fragments (one per 16 of the
+  /// contracted `width`), M_n the 8 rows tileRows(n) of `m` (S = Q K^T, dP = dO V^T, ...).
+  void timesRowsOf(std::vector<StmtRef>& step, const Lane& ln, const std::vector<Frag>& acc, const std::vector<std::array<int, 8>>& a,
+                   const ir::Value* m, int64_t width, const std::function<RowOf(int64_t)>& tileRows) {
+    for (size_t n = 0; n < acc.size(); ++n) {
+      RowOf rows = tileRows((int64_t)n);
+      for (int64_t e = 0; e < width / 16; ++e) step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, held(a[e]), contracted(ln, m, rows, e, width)));
+    }
+  }
+
+  /// acc[n] += R M for every n-tile n of `acc`: R the result fragments `r` (P or dS; two of them
+  /// per k-step of 16), M the 16 rows stepRows(e) of `m` for k-step e, its columns spread.
+  void resultsTimesRows(std::vector<StmtRef>& step, const Lane& ln, const std::vector<Frag>& acc, const std::vector<Frag>& r,
+                        const ir::Value* m, int64_t width, const std::function<RowOf(int64_t)>& stepRows) {
+    for (size_t e = 0; e < r.size() / 2; ++e) {
+      RowOf rows = stepRows((int64_t)e);
+      for (size_t n = 0; n < acc.size(); ++n)
+        step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, fromResults(r[2 * e], r[2 * e + 1]), spreadRows(ln, m, rows, (int64_t)n, width)));
+    }
+  }
+
   /// B[k][n] = m[row(k)][spread(n-tile, n)], k < 16: 16 rows of row-major `m` as they are, their
   /// columns spread (Lane::spread): V in O = P V.
   std::vector<ExprRef> spreadRows(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t tile, int64_t width) {
@@ -237,11 +242,9 @@ Kernel forward(const std::string& name, const Geometry& a) {
   auto block = [&](const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
     ExprRef key0 = B::mul(jb, B::i(kb));
+    auto keys = [&](int64_t n) { return a.rows(head, B::add(key0, B::i(n * 8)), a.tk); };
     auto s = w.zeros(kb / 8, step);
-    for (int64_t n = 0; n < kb / 8; ++n)
-      for (int64_t e = 0; e < a.d / 16; ++e)
-        step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(qf[e]),
-                               w.contracted(ln, k, a.rows(head, B::add(key0, B::i(n * 8)), a.tk), e, a.d)));
+    w.timesRowsOf(step, ln, s, qf, k, a.d, keys);
     for (int64_t n = 0; n < kb / 8; ++n)
       for (int i = 0; i < 4; ++i) {
         ExprRef scaled = B::mul(lf(s[n][i]), f(a.scale));
@@ -264,10 +267,8 @@ Kernel forward(const std::string& name, const Geometry& a) {
     }
     for (const Frag& fr : o)
       for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
-    for (int64_t e = 0; e < kb / 16; ++e)
-      for (int64_t n = 0; n < a.dv / 8; ++n)
-        step.push_back(mmaBf16({o[n].begin(), o[n].end()}, Writer::fromResults(s[2 * e], s[2 * e + 1]),
-                               w.spreadRows(ln, v, a.rows(head, B::add(key0, B::i(e * 16)), a.tk), n, a.dv)));
+    auto sixteen = [&](int64_t e) { return a.rows(head, B::add(key0, B::i(e * 16)), a.tk); };
+    w.resultsTimesRows(step, ln, o, s, v, a.dv, sixteen);
     return step;
   };
   w.causalWalk(a, q0, kb, block);
@@ -319,25 +320,19 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
   auto block = [&](const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
     ExprRef key0 = B::mul(jb, B::i(kb));
+    auto keys = [&](int64_t n) { return a.rows(head, B::add(key0, B::i(n * 8)), a.tk); };
     auto s = w.zeros(kb / 8, step);
     auto dp = w.zeros(kb / 8, step);
-    for (int64_t n = 0; n < kb / 8; ++n) {
-      RowOf keys = a.rows(head, B::add(key0, B::i(n * 8)), a.tk);
-      for (int64_t e = 0; e < a.d / 16; ++e)
-        step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(qf[e]), w.contracted(ln, k, keys, e, a.d)));
-      for (int64_t e = 0; e < a.dv / 16; ++e)
-        step.push_back(mmaBf16({dp[n].begin(), dp[n].end()}, Writer::held(dyf[e]), w.contracted(ln, v, keys, e, a.dv)));
-    }
+    w.timesRowsOf(step, ln, s, qf, k, a.d, keys);
+    w.timesRowsOf(step, ln, dp, dyf, v, a.dv, keys);
     for (int64_t n = 0; n < kb / 8; ++n)
       for (int i = 0; i < 4; ++i) {
         ExprRef p = unary("exp", B::sub(B::mul(lf(s[n][i]), f(a.scale)), lf(rl[i / 2])));
         if (masked) p = select(binary("le", colOf(ln, key0, n, i), B::add(q0, ln.row(i))), p, f(0));
         step.push_back(set(s[n][i], B::mul(p, B::sub(lf(dp[n][i]), lf(rd[i / 2]))))); // dS
       }
-    for (int64_t e = 0; e < kb / 16; ++e)
-      for (int64_t n = 0; n < a.d / 8; ++n)
-        step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, Writer::fromResults(s[2 * e], s[2 * e + 1]),
-                               w.spreadRows(ln, k, a.rows(head, B::add(key0, B::i(e * 16)), a.tk), n, a.d)));
+    auto sixteen = [&](int64_t e) { return a.rows(head, B::add(key0, B::i(e * 16)), a.tk); };
+    w.resultsTimesRows(step, ln, acc, s, k, a.d, sixteen);
     return step;
   };
   w.causalWalk(a, q0, kb, block);
@@ -368,15 +363,11 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
     std::vector<StmtRef> step;
     ExprRef qpos0 = B::add(first, B::mul(jb, B::i(qb)));
     RowOf rows = a.rows(head, qpos0, a.tq);
+    auto queries = [&](int64_t n) { return a.rows(head, B::add(qpos0, B::i(n * 8)), a.tq); };
     auto s = w.zeros(qb / 8, step);
     auto dp = w.zeros(qb / 8, step);
-    for (int64_t n = 0; n < qb / 8; ++n) {
-      RowOf eight = a.rows(head, B::add(qpos0, B::i(n * 8)), a.tq);
-      for (int64_t e = 0; e < a.d / 16; ++e)
-        step.push_back(mmaBf16({s[n].begin(), s[n].end()}, Writer::held(kf[e]), w.contracted(ln, q, eight, e, a.d)));
-      for (int64_t e = 0; e < a.dv / 16; ++e)
-        step.push_back(mmaBf16({dp[n].begin(), dp[n].end()}, Writer::held(vf[e]), w.contracted(ln, dy, eight, e, a.dv)));
-    }
+    w.timesRowsOf(step, ln, s, kf, q, a.d, queries);
+    w.timesRowsOf(step, ln, dp, vf, dy, a.dv, queries);
     for (int64_t n = 0; n < qb / 8; ++n)
       for (int i = 0; i < 4; ++i) {
         ExprRef pos = colOf(ln, qpos0, n, i), row = a.rows(head, pos, a.tq)(B::i(0));
@@ -387,10 +378,8 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
         step.push_back(set(s[n][i], lf(p)));                                                   // P^T
         step.push_back(set(dp[n][i], B::mul(lf(p), B::sub(lf(dp[n][i]), b.ld(delta, row))))); // dS^T
       }
-    for (int64_t n = 0; n < a.dv / 8; ++n)
-      step.push_back(mmaBf16({dvAcc[n].begin(), dvAcc[n].end()}, Writer::fromResults(s[0], s[1]), w.spreadRows(ln, dy, rows, n, a.dv)));
-    for (int64_t n = 0; n < a.d / 8; ++n)
-      step.push_back(mmaBf16({dkAcc[n].begin(), dkAcc[n].end()}, Writer::fromResults(dp[0], dp[1]), w.spreadRows(ln, q, rows, n, a.d)));
+    w.resultsTimesRows(step, ln, dvAcc, s, dy, a.dv, [&](int64_t) { return rows; });
+    w.resultsTimesRows(step, ln, dkAcc, dp, q, a.d, [&](int64_t) { return rows; });
     return step;
   };
   int64_t extent = a.tq / qb;

@@ -456,6 +456,24 @@ TEST(Kernel, AttentionMatchesInterpreter) {
   }
 }
 
+namespace {
+
+/// ptxas -v run on `ptx` for sm_90: its exit status and what it printed.
+std::pair<int, std::string> assembled(const std::string& ptx, const char* ptxas) {
+  auto dir = std::filesystem::temp_directory_path() / ("sgc-ptx-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "k.ptx") << ptx;
+  std::string cmd = std::string(ptxas) + " -v -arch=sm_90 " + (dir / "k.ptx").string() + " -o " + (dir / "k.cubin").string() + " > " +
+                    (dir / "log").string() + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream in(dir / "log");
+  std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove_all(dir);
+  return {rc, log};
+}
+
+} // namespace
+
 TEST(Kernel, AttentionPtxAssembles) {
   const char* ptxas = "/usr/local/cuda/bin/ptxas";
   if (!std::filesystem::exists(ptxas)) GTEST_SKIP() << "SKIP: no ptxas (CUDA toolkit) on this machine";
@@ -474,13 +492,8 @@ TEST(Kernel, AttentionPtxAssembles) {
   ASSERT_TRUE(!!mod) << errorText(mod.takeError());
   auto ptx = codegen::compileModule(**mod, spec);
   ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
-  auto dir = std::filesystem::temp_directory_path() / ("sgc-ptx-attn-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "k.ptx") << *ptx;
-  std::string cmd = std::string(ptxas) + " -arch=sm_90 " + (dir / "k.ptx").string() + " -o " + (dir / "k.cubin").string() + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  std::filesystem::remove_all(dir);
-  EXPECT_EQ(rc, 0) << *ptx;
+  auto [rc, log] = assembled(*ptx, ptxas);
+  EXPECT_EQ(rc, 0) << log;
 }
 
 TEST(Kernel, AttentionTensorCoreForm) {
@@ -520,15 +533,7 @@ TEST(Kernel, AttentionTensorCoreForm) {
     EXPECT_NE(ptx->find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
     EXPECT_EQ(ptx->find("ld.global.u16"), std::string::npos) << *ptx;
     EXPECT_EQ(ptx->find("ld.global.u32"), std::string::npos) << *ptx;
-    auto dir = std::filesystem::temp_directory_path() / ("sgc-ptx-mma-" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir);
-    std::ofstream(dir / "k.ptx") << *ptx;
-    std::string cmd = std::string(ptxas) + " -v -arch=sm_90 " + (dir / "k.ptx").string() + " -o " + (dir / "k.cubin").string() + " > " +
-                      (dir / "log").string() + " 2>&1";
-    int rc = std::system(cmd.c_str());
-    std::ifstream in(dir / "log");
-    std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::filesystem::remove_all(dir);
+    auto [rc, log] = assembled(*ptx, ptxas);
     EXPECT_EQ(rc, 0) << log;
     EXPECT_NE(log.find("spill stores"), std::string::npos) << log;
     for (size_t at = log.find("spill stores"); at != std::string::npos; at = log.find("spill stores", at + 1))

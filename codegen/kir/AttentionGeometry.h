@@ -1,0 +1,29 @@
+// The geometry of a FusedAttention(Grad) node, shared by its CPU lowering
+// (LowerAttention.cpp) and its GPU one (LowerAttentionGpu.cpp).
+#pragma once
+#include "ir/Graph.h"
+
+namespace sgc::kir {
+
+/// `heads` independent problems (the product of the leading dims) of tq queries and tk keys
+/// of width d, values of width dv; operands [..., H, T, D], or with layout "bthd" [..., T, H, D]
+/// (then h = H: a problem's rows are h rows apart).
+struct AttentionGeometry {
+  const ir::Node& n;
+  int64_t heads, tq, tk, d, dv, h = 1;
+  double scale;
+  bool causal, bthd;
+
+  explicit AttentionGeometry(const ir::Node& node) : n(node) {
+    auto q = n.input(0)->type.shape(), v = n.input(2)->type.shape();
+    bthd = n.getString("layout", "bhtd") == "bthd";
+    size_t at = q.size() - (bthd ? 3 : 2);
+    tq = q[at], d = q.back(), tk = v[at], dv = v.back();
+    if (bthd) h = q[q.size() - 2];
+    heads = tq > 0 && d > 0 ? n.input(0)->type.staticNumel().value() / (tq * d) : 0;
+    scale = n.getFloat("scale", 1.0);
+    causal = n.getInt("causal", 0) != 0;
+  }
+};
+
+} // namespace sgc::kir
