@@ -118,7 +118,7 @@ bool CudaDevice::check(int result, const char* what, std::string& error) {
 }
 
 std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal, const std::vector<GpuBlob>& blobs, const std::vector<std::string>& kernels,
-                                             uint64_t arenaBytes, bool gemms, std::string& error) {
+                                             uint64_t arenaBytes, bool gemms, void* hostStream, std::string& error) {
   std::unique_ptr<CudaDevice> d(new CudaDevice);
   if (!(d->api_ = loadOnce<Api>(error))) return nullptr;
   const Api& a = *d->api_;
@@ -151,7 +151,11 @@ std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal, const std::vector<GpuB
     if (!d->check(a.cuModuleGetFunction(&f, d->module_, k.c_str()), ("kernel " + k).c_str(), error)) return nullptr;
     d->functions_.push_back(f);
   }
-  if (!d->check(a.cuStreamCreate(&d->stream_, kStreamNonBlocking), "cuStreamCreate", error)) return nullptr;
+  if (hostStream) {
+    d->stream_ = hostStream, d->ownStream_ = false;
+  } else if (!d->check(a.cuStreamCreate(&d->stream_, kStreamNonBlocking), "cuStreamCreate", error)) {
+    return nullptr;
+  }
   if (gemms) {
     d->lt_ = CublasLt::open(d->gemmNote_);
     if (d->lt_) d->gemmNote_ = d->lt_->version();
@@ -183,7 +187,7 @@ CudaDevice::~CudaDevice() {
   if (scratch_) api_->cuMemFree(scratch_);
   lt_.reset();
   if (arena_) api_->cuMemFree(arena_);
-  if (stream_) api_->cuStreamDestroy(stream_);
+  if (stream_ && ownStream_) api_->cuStreamDestroy(stream_);
   if (module_) api_->cuModuleUnload(module_);
   if (context_) api_->cuDevicePrimaryCtxRelease(device_);
 }

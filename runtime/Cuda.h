@@ -26,10 +26,11 @@ struct Gemm;
 class CudaDevice {
 public:
   ~CudaDevice();
-  /// Opens device `ordinal`, loads the best blob, resolves `kernels`, creates the stream and allocates
-  /// `arenaBytes` (and, with `gemms`, cuBLASLt's workspace after it, in the same allocation).
+  /// Opens device `ordinal`, loads the best blob, resolves `kernels`, creates the stream (or runs
+  /// on `hostStream`, the caller's, when not null) and allocates `arenaBytes` (and, with `gemms`,
+  /// cuBLASLt's workspace after it, in the same allocation).
   static std::unique_ptr<CudaDevice> open(int ordinal, const std::vector<GpuBlob>& blobs, const std::vector<std::string>& kernels,
-                                          uint64_t arenaBytes, bool gemms, std::string& error);
+                                          uint64_t arenaBytes, bool gemms, void* hostStream, std::string& error);
 
   uint64_t arena() const { return arena_; }
   /// Copies, ordered on the device's stream; toHost waits for them.
@@ -81,6 +82,7 @@ private:
   void* context_ = nullptr;
   void* module_ = nullptr;
   void* stream_ = nullptr;
+  bool ownStream_ = true; ///< false: the caller's stream, which stays theirs
   void* commStream_ = nullptr;
   void* forkEvent_ = nullptr;
   std::vector<void*> joinEvents_;

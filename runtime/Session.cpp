@@ -310,6 +310,7 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
     ordinal = std::atoi(device.c_str() + 5);
   if (device != "cpu" && ordinal < 0) return fail(SGC_ERROR_DEVICE, "unknown device '" + device + "' (expected cpu or cuda:N)");
   if (o->num_threads < 0) return fail(SGC_ERROR_INVALID_ARGUMENT, "num_threads must be 0 or positive");
+  if (o->cuda_stream && ordinal < 0) return fail(SGC_ERROR_INVALID_ARGUMENT, "cuda_stream is for a cuda:N device, not '" + device + "'");
   try {
     auto s = std::make_unique<sgc_session>();
     std::string error;
@@ -324,7 +325,7 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
       std::vector<GpuBlob> blobs;
       for (uint64_t i = 0; i < sgcrt_gpu_blob_count; ++i) blobs.push_back({sgcrt_gpu_blobs[i].name, sgcrt_gpu_blobs[i].data, sgcrt_gpu_blobs[i].size});
       bool gemms = std::any_of(s->prog.launches.begin(), s->prog.launches.end(), [](const Launch& l) { return l.gemm.has_value(); });
-      s->gpu = CudaDevice::open(ordinal, blobs, s->prog.kernelNames, total, gemms, error);
+      s->gpu = CudaDevice::open(ordinal, blobs, s->prog.kernelNames, total, gemms, o->cuda_stream, error);
       if (!s->gpu) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
       for (int r = 0; r < kNumRegions; ++r) s->devBase[r] = s->gpu->arena() + offsets[r];
       std::vector<uint64_t> address;

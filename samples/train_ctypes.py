@@ -4,7 +4,8 @@
 # Usage: python3 samples/train_ctypes.py train.so samples/mlp_train_data.safetensors STEPS [DEVICE [nccl[:R:N:IDFILE[:MS]]]]
 # (DEVICE: cpu, the default, or cuda:N; nccl: the library's collectives through NCCL, as rank 0 of 1,
 # or as rank R of N, each rank on its 1/N of every batch, rank 0 writing the NCCL id to IDFILE;
-# MS: the communicator's time-out in milliseconds)
+# MS: the communicator's time-out in milliseconds). With SGC_SAMPLE_HOST_STREAM=1 and a cuda:N device the
+# session runs on a stream this script makes (as a host framework passes its own, PyTorch's say).
 import ctypes, json, os, struct, sys, time
 
 
@@ -25,7 +26,8 @@ class DLTensor(ctypes.Structure):
 class Options(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("version", ctypes.c_uint32), ("device", ctypes.c_char_p),
                 ("num_threads", ctypes.c_int32), ("communicator", ctypes.c_char_p), ("timeout_ms", ctypes.c_int32),
-                ("rank", ctypes.c_int32), ("world_size", ctypes.c_int32), ("nccl_id", ctypes.c_uint8 * 128)]
+                ("rank", ctypes.c_int32), ("world_size", ctypes.c_int32), ("nccl_id", ctypes.c_uint8 * 128),
+                ("cuda_stream", ctypes.c_void_p)]
 
 
 def read_safetensors(path):
@@ -53,6 +55,17 @@ def share_nccl_id(lib, options, id_file, wait_s=None):
     ctypes.memmove(options.nccl_id, open(id_file, "rb").read(128), 128)
 
 
+def host_stream(ordinal):
+    """A stream of device `ordinal`'s primary context, made through the CUDA driver as a host framework makes its own."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    dev, ctx, stream = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
+    for name, args in (("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(dev), ordinal)), ("cuDevicePrimaryCtxRetain", (ctypes.byref(ctx), dev)),
+                       ("cuCtxSetCurrent", (ctx,)), ("cuStreamCreate", (ctypes.byref(stream), 1))):
+        if getattr(cuda, name)(*args):
+            sys.exit(f"{name} failed")
+    return stream
+
+
 def main():
     lib = ctypes.CDLL(os.path.abspath(sys.argv[1]))  # a path: never a search of the library path
     lib.sgc_last_error.restype = ctypes.c_char_p
@@ -67,6 +80,8 @@ def main():
         if len(spec) == 5:
             options.timeout_ms = int(spec[4])
         share_nccl_id(lib, options, spec[3] if len(spec) >= 4 else None)
+    if os.environ.get("SGC_SAMPLE_HOST_STREAM") == "1" and device.startswith("cuda:"):
+        options.cuda_stream = host_stream(int(device[5:]))
     if lib.sgc_session_create(ctypes.byref(options), ctypes.byref(session)):
         sys.exit("sgc_session_create: " + lib.sgc_last_error().decode())
     data = read_safetensors(sys.argv[2])

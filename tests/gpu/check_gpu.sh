@@ -35,6 +35,19 @@ print(f"{m}: 12 steps, max relative loss difference GPU vs CPU {worst:.2e}")
 sys.exit(0 if worst <= (2e-2 if m.endswith("bf16") else 1e-4) else 1)
 PY
 done
+# The host's own stream (sgc_session_options.cuda_stream): the same training as on the session's.
+SGC_SAMPLE_HOST_STREAM=1 python3 -u train_ctypes.py gptw.so gptw_data.safetensors 12 cuda:0 > gptw.stream.out 2> gptw.stream.err
+python3 - <<'PY' || status=1
+import json, sys
+own = [json.loads(l)["loss"] for l in open("gptw.gpu.out")]
+host = [json.loads(l)["loss"] for l in open("gptw.stream.out")]
+if len(host) != 12:
+    print("gptw on the host's stream FAILED:", open("gptw.stream.err").read()[-300:])
+    sys.exit(1)
+worst = max(abs(a - b) / abs(b) for a, b in zip(host, own))
+print(f"gptw on the host's stream: 12 steps, max relative loss difference against the session's stream {worst:.2e}")
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
 # A peer that never comes: rank 0 of 2 alone must fail within its 5 s time-out, not hang.
 start=$(date +%s)
 timeout 120 python3 -u train_ctypes.py gptw_dp.so gptw_data.safetensors 1 cuda:0 nccl:0:2:nccl.lonely.id:5000 > lonely.out 2> lonely.err

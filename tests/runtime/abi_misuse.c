@@ -63,6 +63,11 @@ int main(int argc, char** argv) {
   dp.communicator = "mpi", dp.timeout_ms = -1;
   EXPECT(sgc_session_create(&dp, &s) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "timeout_ms"));
   EXPECT(s == (sgc_session*)0x1);
+  /* A stream of the host's is for GPU sessions. */
+  sgc_session_options cpuStream = SGC_SESSION_OPTIONS_INIT;
+  cpuStream.cuda_stream = (void*)0x10;
+  EXPECT(sgc_session_create(&cpuStream, &s) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "cuda_stream"));
+  EXPECT(s == (sgc_session*)0x1);
   /* A host built before the data-parallel fields passes the older, smaller struct: accepted. */
   sgc_session_options old = SGC_SESSION_OPTIONS_INIT;
   old.struct_size = (uint32_t)offsetof(sgc_session_options, communicator);

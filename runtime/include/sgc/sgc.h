@@ -67,9 +67,14 @@ typedef struct {
                                SGC_ERROR_COMMUNICATION (0: 300000) */
   int32_t rank, world_size; /* "nccl" only */
   uint8_t nccl_id[128];     /* "nccl" only */
+  void* cuda_stream;        /* "cuda:N": a stream of the host's (a CUstream / cudaStream_t of the device's
+                               primary context, as PyTorch's streams are; not the legacy default stream)
+                               that the session's copies and steps run on, after what the host queued
+                               there before each call; the session never destroys it. NULL: a stream of
+                               the session's own */
 } sgc_session_options;
 
-#define SGC_SESSION_OPTIONS_INIT {sizeof(sgc_session_options), SGC_ABI_VERSION, "cpu", 0, NULL, 0, 0, 1, {0}}
+#define SGC_SESSION_OPTIONS_INIT {sizeof(sgc_session_options), SGC_ABI_VERSION, "cpu", 0, NULL, 0, 0, 1, {0}, NULL}
 
 /** A new NCCL unique id (128 bytes), for the "nccl" communicator: rank 0 makes it, and the host
  * passes it to every rank's session (loads libnccl.so.2; SGC_NCCL names another path). */
