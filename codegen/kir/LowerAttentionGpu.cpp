@@ -185,7 +185,7 @@ public:
   /// A warp's walk over blocks of kb keys for its 16 queries from q0: without a causal mask all
   /// of them; with it the blocks wholly below the diagonal, then those the diagonal crosses
   /// (masked), so that only those pay for the mask.
-  void causalWalk(const Geometry& a, const ExprRef& q0, int64_t kb, const std::function<std::vector<StmtRef>(ExprRef, bool)>& block) {
+  void causalWalk(const ExprRef& q0, int64_t kb, const std::function<std::vector<StmtRef>(ExprRef, bool)>& block) {
     int64_t extent = a.tk / kb;
     auto unmasked = [&](ExprRef jb) { return block(std::move(jb), false); };
     if (!a.causal) {
@@ -271,7 +271,7 @@ Kernel forward(const std::string& name, const Geometry& a) {
     w.resultsTimesRows(step, ln, o, s, v, a.dv, sixteen);
     return step;
   };
-  w.causalWalk(a, q0, kb, block);
+  w.causalWalk(q0, kb, block);
   for (int r = 0; r < 2; ++r) w.body.push_back(set(l[r], warpReduce("add", lf(l[r]), 4)));
   for (int64_t n = 0; n < a.dv / 8; ++n)
     for (int i = 0; i < 4; ++i) {
@@ -335,7 +335,7 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
     w.resultsTimesRows(step, ln, acc, s, k, a.d, sixteen);
     return step;
   };
-  w.causalWalk(a, q0, kb, block);
+  w.causalWalk(q0, kb, block);
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i)
       w.body.push_back(b.st(dq, B::add(B::mul(qrows(ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d)), B::mul(lf(acc[n][i]), f(a.scale))));
