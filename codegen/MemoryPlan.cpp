@@ -150,9 +150,11 @@ struct Planner {
         break;
       }
     }
-    // An optimizer update writes into its target when nothing reads the target after it.
+    // An optimizer update (or a cache write) writes into its target when nothing reads the target after it.
     for (auto& [target, next] : g.updates) {
-      if (next->kind != ValueKind::Result || (next->producer->op != Op::SgdUpdate && next->producer->op != Op::AdamUpdate)) continue;
+      if (next->kind != ValueKind::Result ||
+          (next->producer->op != Op::SgdUpdate && next->producer->op != Op::AdamUpdate && next->producer->op != Op::KvCacheWrite))
+        continue;
       Buffer& nb = buf(next);
       int producedAt = nb.first;
       if (lastUse.count(target) && lastUse[target] > producedAt) continue;

@@ -240,8 +240,9 @@ std::optional<kir::RowGroup> rowGroup(const Group& group, Readers& readers) {
 } // namespace
 
 Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr, Weights mode,
-                                       const std::string& weightsFile) {
-  if (g.outputs.size() != 1 || g.inputs.empty()) return makeError("the graph is not a training step (build it with the training flags)");
+                                       const std::string& weightsFile, const DecodeSpec* decode) {
+  if (decode && g.outputs.size() != 1) return makeError("a decode step has one output, the logits");
+  if (!decode && (g.outputs.size() != 1 || g.inputs.empty())) return makeError("the graph is not a training step (build it with the training flags)");
   CompiledProgram p;
   p.schedule = kernelSchedule(g);
   AbsorbedTransposes absorbed = absorbTransposes(g, p.schedule);
@@ -387,7 +388,12 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     if (!(nb && nb->aliasOf == target)) updates.push_back({tensorId.at(target->name), tensorId.at(next->name)});
   }
   const ir::Value *lr = g.findValue("sgc.lr"), *step = g.findValue("sgc.step");
-  if (!lr || !step) return makeError("the graph is not a training step (no sgc.lr or sgc.step)");
+  if (!decode && (!lr || !step)) return makeError("the graph is not a training step (no sgc.lr or sgc.step)");
+  for (auto& [target, next] : g.updates) // a cache write changes a few rows: it must run in place
+    if (next->producer && next->producer->op == ir::Op::KvCacheWrite && !std::any_of(p.plan.buffers.begin(), p.plan.buffers.end(), [&](const Buffer& b) {
+          return b.value == next && b.aliasOf == target;
+        }))
+      return makeError(ir::describe(*next->producer) + ": the memory plan could not write the cache %" + target->name + " in place");
   p.hash = hexHash(g, options);
   nlohmann::json names = nlohmann::json::array();
   for (const kir::Kernel& k : p.kernels) names.push_back(k.name);
@@ -395,10 +401,19 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   for (int r = 0; r < kNumRegions; ++r) regions.push_back(p.plan.regionBytes[r]);
   nlohmann::json prog = {{"abi", 1}, {"hash", p.hash}, {"alignment", p.plan.alignment}, {"regions", regions},
                          {"kernels", (int)p.kernels.size()}, {"kernel_names", names}, {"tensors", tensors}, {"launches", launches}, {"updates", updates},
-                         {"weights", weights}, {"loss", tensorId.at(g.outputs[0]->name)}, {"lr", tensorId.at(lr->name)},
-                         {"step", tensorId.at(step->name)}, {"lr_default", defaultLr},
+                         {"weights", weights}, {"loss", decode ? -1 : tensorId.at(g.outputs[0]->name)}, {"lr", decode ? -1 : tensorId.at(lr->name)},
+                         {"step", decode ? -1 : tensorId.at(step->name)}, {"lr_default", defaultLr},
                          {"weights_mode", mode == Weights::Embedded ? "embedded" : mode == Weights::External ? "external" : "none"},
                          {"weights_file", weightsFile}};
+  if (decode) {
+    auto id = [&](const std::string& name) { return name.empty() ? -1 : tensorId.at(name); };
+    nlohmann::json pools = nlohmann::json::array();
+    for (const std::string& pool : decode->pools) pools.push_back(id(pool));
+    prog["decode"] = {{"tokens", decode->tokens}, {"seqs", decode->seqs}, {"block_size", decode->blockSize}, {"blocks", decode->blocks},
+                      {"max_blocks", decode->maxBlocks}, {"max_context", decode->maxContext}, {"ids", id(decode->ids)}, {"positions", id(decode->positions)},
+                      {"logits", id(g.outputs[0]->name)}, {"tables", id("sgc.kv.tables")}, {"seq", id("sgc.kv.seq")},
+                      {"pos", id("sgc.kv.pos")}, {"pools", pools}};
+  }
   p.programJson = prog.dump();
   return p;
 }

@@ -40,9 +40,19 @@ std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g);
 /// beside it (`weightsFile`), or none (the host loads them through the ABI).
 enum class Weights { Embedded, External, None };
 
-/// `defaultLr` is the learning rate a session starts with.
+/// A decode step over a paged key/value cache (ir/passes/PagedKv.h): what the runtime needs to
+/// feed it and keep its pages.
+struct DecodeSpec {
+  int64_t tokens = 0, seqs = 0, blockSize = 0, blocks = 0, maxBlocks = 0, maxContext = 0;
+  std::string ids, positions; ///< the model's token and position inputs (positions: "" when none)
+  std::vector<std::string> pools; ///< each layer's cache
+};
+
+/// `defaultLr` is the learning rate a session starts with. With `decode`, `g` is a decode step
+/// (its one output: the logits) instead of a training step.
 Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr = 1e-3,
-                                       Weights weights = Weights::Embedded, const std::string& weightsFile = "");
+                                       Weights weights = Weights::Embedded, const std::string& weightsFile = "",
+                                       const DecodeSpec* decode = nullptr);
 
 /// Kernels, launches and bytes moved per step, as `sgc compile --stats` prints them.
 std::string programStats(const CompiledProgram& p);

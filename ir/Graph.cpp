@@ -130,6 +130,13 @@ Value* Graph::addResult(Node* n, const std::string& name) {
   return v;
 }
 
+void Graph::removeInput(Value* v) {
+  assert(std::none_of(nodes_.begin(), nodes_.end(), [&](const auto& n) { return std::count(n->inputs.begin(), n->inputs.end(), v); }));
+  std::erase(inputs, v);
+  byName_.erase(v->name);
+  std::erase_if(values_, [&](const std::unique_ptr<Value>& p) { return p.get() == v; });
+}
+
 void Graph::replaceAllUses(Value* from, Value* to) {
   for (auto& n : nodes_)
     std::replace(n->inputs.begin(), n->inputs.end(), from, to);

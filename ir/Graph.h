@@ -60,6 +60,8 @@ public:
   std::vector<std::pair<Value*, Value*>> updates;
 
   Value* addInput(const std::string& name, Type type);
+  /// Removes a graph input no node reads.
+  void removeInput(Value* v);
   Value* addParam(const std::string& name, Tensor data);
   Value* addState(const std::string& name, Tensor data);
   Value* addConst(const std::string& name, Tensor data);

@@ -8,6 +8,7 @@ namespace sgc::kir {
 
 #define LOWERING(F) Expected<std::vector<Kernel>> F(const std::string& name, const ir::Node& n);
 LOWERING(lowerCopy)
+LOWERING(lowerPaged)
 LOWERING(lowerTranspose)
 LOWERING(lowerExpand)
 LOWERING(lowerSlice)
@@ -79,6 +80,7 @@ Expected<std::vector<Kernel>> lowerNode(const std::string& name, const ir::Node&
   case Op::GlobalAveragePool: case Op::GlobalMaxPool: return lowerGlobalPool(name, n);
   case Op::Dropout: return lowerDropout(name, n);
   case Op::FusedAttention: case Op::FusedAttentionGrad: return lowerAttention(name, n);
+  case Op::KvCacheWrite: case Op::PagedAttention: return lowerPaged(name, n);
   case Op::AllReduce: { // one rank: each reduced gradient is the gradient itself
     std::vector<Kernel> ks;
     for (size_t i = 0; i < n.inputs.size(); ++i) {

@@ -181,4 +181,38 @@ Error inferAttentionGrad(InferCtx& c) {
   return Error::success();
 }
 
+namespace {
+
+/// The paged-cache operands shared by KvCacheWrite and PagedAttention: a token operand x
+/// [N, H, 1, D] (keys, values or queries) against the pool [blocks, 2, page, H, D], the block
+/// tables i32 [S, max blocks] and the tokens' sequences and positions i32 [N].
+Error checkPaged(InferCtx& c, const Type& x, const Type& pool, size_t tables) {
+  if (x.dtype != pool.dtype || !isFloat(pool.dtype)) return c.fail("the cache and the tokens' keys, values or queries must share one floating-point dtype");
+  for (size_t i = tables; i < tables + 3; ++i)
+    if (c.in[i].dtype != DType::I32) return c.fail("block tables, sequences and positions must be i32");
+  if (!x.ranked || !pool.ranked || !c.in[tables].ranked || !c.in[tables + 1].ranked || !c.in[tables + 2].ranked) return Error::success();
+  if (pool.rank() != 5 || !compatible(pool.dims[1], Dim::of(2))) return c.fail("the cache must be [blocks, 2, page, heads, head dim]");
+  if (x.rank() != 4 || !compatible(x.dims[2], Dim::of(1)) || !compatible(x.dims[1], pool.dims[3]) || !compatible(x.dims[3], pool.dims[4]))
+    return c.fail("tokens must be [N, heads, 1, head dim] with the cache's heads and head dim");
+  if (c.in[tables].rank() != 2) return c.fail("block tables must be [sequences, max blocks]");
+  for (size_t i = tables + 1; i < tables + 3; ++i)
+    if (c.in[i].rank() != 1 || !compatible(c.in[i].dims[0], x.dims[0])) return c.fail("sequences and positions must be [N], one per token");
+  return Error::success();
+}
+
+} // namespace
+
+Error inferKvCacheWrite(InferCtx& c) {
+  if (c.in[1] != c.in[2]) return c.fail("keys and values differ in dtype or shape");
+  if (Error e = checkPaged(c, c.in[1], c.in[0], 3)) return e;
+  c.out[0] = c.in[0];
+  return Error::success();
+}
+
+Error inferPagedAttention(InferCtx& c) {
+  if (Error e = checkPaged(c, c.in[0], c.in[1], 2)) return e;
+  c.out[0] = c.in[0];
+  return Error::success();
+}
+
 } // namespace sgc::ir

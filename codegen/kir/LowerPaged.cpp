@@ -1,0 +1,120 @@
+// Lowering of the paged key/value cache (KvCacheWrite, PagedAttention; see
+// ir/Ops.def). The cache write is one parallel iteration per element of a
+// token's key or value, stored (or not, for an unused token) at its page and
+// row. The attention is one parallel iteration per (token, head): it keeps
+// the query in locals and walks the sequence's positions 0..pos through the
+// block table with the online softmax of flash attention. Indices read from
+// the tables are clamped into their buffers, and a token whose sequence,
+// position or page is out of range writes nothing and reads as zero.
+#include "codegen/kir/Builder.h"
+#include "codegen/kir/LowerOps.h"
+
+#include <cmath>
+
+namespace sgc::kir {
+namespace {
+using B = Builder;
+
+/// The cache geometry of a paged node, and the page lookup of a token's positions.
+struct Paged {
+  const ir::Node& n;
+  const ir::Value *pool, *tables, *seq, *pos;
+  int64_t blocks, page, heads, dim, seqs, maxBlocks, tokens;
+
+  Paged(const ir::Node& node, size_t poolAt, size_t tablesAt)
+      : n(node), pool(node.input(poolAt)), tables(node.input(tablesAt)), seq(node.input(tablesAt + 1)), pos(node.input(tablesAt + 2)) {
+    auto p = pool->type.shape(), t = tables->type.shape();
+    blocks = p[0], page = p[2], heads = p[3], dim = p[4], seqs = t[0], maxBlocks = t[1];
+    tokens = seq->type.shape()[0];
+  }
+  /// Token `tok`'s sequence slot and position, clamped into range, and whether they are valid.
+  ExprRef slot(B& b, const ExprRef& tok) const { return cast(b.ld(seq, tok), Scalar::I64); }
+  ExprRef position(B& b, const ExprRef& tok) const { return cast(b.ld(pos, tok), Scalar::I64); }
+  ExprRef validToken(const ExprRef& s, const ExprRef& p) const {
+    return binary("and", binary("and", binary("ge", s, B::i(0)), binary("lt", s, B::i(seqs))),
+                  binary("and", binary("ge", p, B::i(0)), binary("lt", p, B::i(maxBlocks * page))));
+  }
+  /// The page holding position `p` of sequence slot `s` (unclamped: check with validPage).
+  ExprRef pageOf(B& b, const ExprRef& s, const ExprRef& p) const {
+    return cast(b.ld(tables, B::add(B::mul(B::clamp(s, seqs), B::i(maxBlocks)), B::clamp(binary("idiv", p, B::i(page)), maxBlocks))), Scalar::I64);
+  }
+  ExprRef validPage(const ExprRef& blk) const { return binary("and", binary("ge", blk, B::i(0)), binary("lt", blk, B::i(blocks))); }
+  /// The flat offset of element (kv, head, e) of the row of position p in page blk.
+  ExprRef at(const ExprRef& blk, int64_t kv, const ExprRef& p, const ExprRef& head, const ExprRef& e) const {
+    ExprRef row = B::add(B::mul(B::add(B::mul(B::clamp(blk, blocks), B::i(2)), B::i(kv)), B::i(page)), binary("imod", p, B::i(page)));
+    return B::add(B::mul(B::add(B::mul(row, B::i(heads)), head), B::i(dim)), e);
+  }
+};
+
+Kernel cacheWrite(const std::string& name, const ir::Node& n) {
+  Paged g(n, 0, 3);
+  const ir::Value *k = n.input(1), *v = n.input(2), *out = n.outputs[0];
+  B b(name);
+  int i = b.newLoopVar(), once = b.newLoopVar(), s = b.newLocal(), p = b.newLocal(), blk = b.newLocal();
+  int64_t width = g.heads * g.dim; // a token's key (or value) elements
+  ExprRef tok = binary("idiv", loopVar(i), B::i(2 * width)), kv = binary("imod", binary("idiv", loopVar(i), B::i(width)), B::i(2)),
+          e = binary("imod", loopVar(i), B::i(width));
+  ExprRef S = local(s, Scalar::I64), P = local(p, Scalar::I64), Blk = local(blk, Scalar::I64);
+  ExprRef valid = binary("and", g.validToken(S, P), g.validPage(Blk));
+  ExprRef src = B::add(B::mul(tok, B::i(width)), e);
+  ExprRef value = select(binary("eq", kv, B::i(0)), b.ld(k, src), b.ld(v, src));
+  ExprRef row = B::add(B::mul(B::add(B::mul(B::clamp(Blk, g.blocks), B::i(2)), kv), B::i(g.page)), binary("imod", P, B::i(g.page)));
+  std::vector<StmtRef> body{let(s, g.slot(b, tok)), let(p, g.position(b, tok)), let(blk, g.pageOf(b, S, P)),
+                            loopUpTo(once, 1, select(valid, B::i(1), B::i(0)), {b.st(out, B::add(B::mul(row, B::i(width)), e), value)})};
+  return b.finish(loop(i, g.tokens * 2 * width, true, std::move(body)));
+}
+
+Kernel attention(const std::string& name, const ir::Node& n) {
+  Paged g(n, 1, 2);
+  const ir::Value *q = n.input(0), *y = n.outputs[0];
+  Scalar t = computeType(q->type.dtype);
+  auto c = [&](double x) { return B::c(x, t); };
+  B b(name);
+  int r = b.newLoopVar(), j = b.newLoopVar();
+  int s = b.newLocal(), p = b.newLocal(), len = b.newLocal(), blk = b.newLocal();
+  int m = b.newLocal(), l = b.newLocal(), sc = b.newLocal(), mn = b.newLocal(), corr = b.newLocal(), w = b.newLocal();
+  ExprRef tok = binary("idiv", loopVar(r), B::i(g.heads)), head = binary("imod", loopVar(r), B::i(g.heads));
+  ExprRef S = local(s, Scalar::I64), P = local(p, Scalar::I64), Blk = local(blk, Scalar::I64);
+  std::vector<StmtRef> body{let(s, g.slot(b, tok)), let(p, g.position(b, tok)),
+                            let(len, select(g.validToken(S, P), B::add(P, B::i(1)), B::i(0))), let(m, c(-INFINITY)), let(l, c(0))};
+  std::vector<int> qs, os;
+  for (int64_t e = 0; e < g.dim; ++e) {
+    qs.push_back(b.newLocal());
+    body.push_back(let(qs.back(), B::mul(b.ld(q, B::add(B::mul(loopVar(r), B::i(g.dim)), B::i(e))), c(n.getFloat("scale", 1.0)))));
+    os.push_back(b.newLocal());
+    body.push_back(let(os.back(), c(0)));
+  }
+  ExprRef key = loopVar(j);
+  std::vector<ExprRef> terms;
+  for (int64_t e = 0; e < g.dim; ++e) terms.push_back(B::mul(local(qs[e], t), b.ld(g.pool, g.at(Blk, 0, key, head, B::i(e)))));
+  while (terms.size() > 1) { // a balanced sum: independent partial sums
+    std::vector<ExprRef> next;
+    for (size_t i = 0; i + 1 < terms.size(); i += 2) next.push_back(B::add(terms[i], terms[i + 1]));
+    if (terms.size() % 2) next.push_back(terms.back());
+    terms = std::move(next);
+  }
+  // A page outside the pool reads as a score of -inf: it adds nothing.
+  std::vector<StmtRef> step{let(blk, g.pageOf(b, S, key)),
+                            let(sc, select(g.validPage(Blk), terms[0], c(-INFINITY))),
+                            let(mn, binary("max", local(m, t), local(sc, t))),
+                            let(corr, select(binary("eq", local(mn, t), c(-INFINITY)), c(1), unary("exp", B::sub(local(m, t), local(mn, t))))),
+                            let(w, select(binary("eq", local(sc, t), c(-INFINITY)), c(0), unary("exp", B::sub(local(sc, t), local(mn, t))))),
+                            set(l, B::add(B::mul(local(l, t), local(corr, t)), local(w, t)))};
+  for (int64_t e = 0; e < g.dim; ++e)
+    step.push_back(set(os[e], B::add(B::mul(local(os[e], t), local(corr, t)), B::mul(local(w, t), b.ld(g.pool, g.at(Blk, 1, key, head, B::i(e)))))));
+  step.push_back(set(m, local(mn, t)));
+  body.push_back(loopUpTo(j, g.maxBlocks * g.page, local(len, Scalar::I64), std::move(step)));
+  for (int64_t e = 0; e < g.dim; ++e)
+    body.push_back(b.st(y, B::add(B::mul(loopVar(r), B::i(g.dim)), B::i(e)),
+                        select(binary("gt", local(l, t), c(0)), B::div(local(os[e], t), local(l, t)), c(0))));
+  return b.finish(loop(r, g.tokens * g.heads, true, std::move(body)));
+}
+
+} // namespace
+
+Expected<std::vector<Kernel>> lowerPaged(const std::string& name, const ir::Node& n) {
+  if (n.op == ir::Op::KvCacheWrite) return std::vector<Kernel>{cacheWrite(name, n)};
+  return std::vector<Kernel>{attention(name, n)};
+}
+
+} // namespace sgc::kir

@@ -1,0 +1,186 @@
+// The paged-kv pass (see PagedKv.h).
+#include "ir/passes/PagedKv.h"
+
+#include "ir/passes/InferShapes.h"
+#include "ir/passes/Rewrite.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace sgc::ir {
+namespace {
+
+bool isGraphInput(const Graph& g, const Value* v) { return std::count(g.inputs.begin(), g.inputs.end(), v) != 0; }
+
+/// The axis of a Concat, made non-negative.
+int64_t concatAxis(const Node& n) {
+  int64_t r = n.outputs[0]->type.rank(), a = n.getInt("axis", 0);
+  return a < 0 ? a + r : a;
+}
+
+/// A constant's value, when it holds one floating-point number.
+std::optional<double> scalar(const Value* v) {
+  if (!v || v->kind != ValueKind::Const || !isFloat(v->type.dtype) || v->data->numel() != 1) return std::nullopt;
+  return v->data->getF(0);
+}
+
+struct Matcher {
+  Graph& g;
+  std::map<const Value*, std::vector<Node*>> readers;
+  std::set<const Value*> caches; ///< past inputs read by a Concat into a present output
+  double scale = 1;
+
+  explicit Matcher(Graph& graph) : g(graph) {
+    for (const auto& n : g.nodes())
+      for (Value* v : n->inputs)
+        if (v) readers[v].push_back(n.get());
+  }
+
+  /// The Concat of a past input with this step's keys or values into a present output.
+  bool isCacheConcat(const Value* v) const {
+    const Node* c = v ? v->producer : nullptr;
+    return c && c->op == Op::Concat && c->inputs.size() == 2 && isGraphInput(g, c->inputs[0]) && c->outputs[0]->type.rank() == 4 &&
+           concatAxis(*c) == 2;
+  }
+
+  /// Whether v is computed from graph inputs other than through their shapes.
+  bool readsInputs(const Value* v, std::set<const Value*>& seen) const {
+    if (!v || !seen.insert(v).second) return false;
+    if (v->kind == ValueKind::Input) return true;
+    if (!v->producer || v->producer->op == Op::Shape) return false;
+    return std::any_of(v->producer->inputs.begin(), v->producer->inputs.end(), [&](const Value* in) { return readsInputs(in, seen); });
+  }
+
+  Error stopped(const Node& n, const std::string& expected) const {
+    return makeError(describe(n) + ": attention over the key/value cache: expected " + expected);
+  }
+
+  /// From the product of queries and keys to the softmax: scales and one mask. The softmax.
+  Expected<Node*> scoresToSoftmax(Node* n) {
+    bool masked = false;
+    for (;;) {
+      Value* v = n->outputs[0];
+      auto rs = readers.find(v);
+      if (rs == readers.end() || rs->second.size() != 1) return stopped(*n, "its scores to be read once, by a scale, a mask or the softmax");
+      Node* next = rs->second[0];
+      if (next->op == Op::Softmax) {
+        int64_t axis = next->getInt("axis", -1);
+        if (axis != -1 && axis != 3) return stopped(*next, "a softmax over the keys (the last axis)");
+        if (!masked) return stopped(*next, "a causal mask before the softmax");
+        return next;
+      }
+      Value* other = next->inputs.size() == 2 ? next->inputs[next->inputs[0] == v ? 1 : 0] : nullptr;
+      std::set<const Value*> seen;
+      if ((next->op == Op::Mul || next->op == Op::Div) && scalar(other)) {
+        scale = next->op == Op::Mul ? scale * *scalar(other) : next->inputs[0] == v ? scale / *scalar(other) : NAN;
+        if (!std::isfinite(scale)) return stopped(*next, "the scores divided by a constant");
+      } else if (next->op == Op::Where && next->inputs.size() == 3 && next->inputs[2] == v && scalar(next->inputs[1]) &&
+                 *scalar(next->inputs[1]) < -1e30 && !masked) {
+        if (readsInputs(next->inputs[0], seen)) return stopped(*next, "a causal mask (this one reads a graph input)");
+        masked = true;
+      } else if (next->op == Op::Add && other && !masked) {
+        if (readsInputs(other, seen)) return stopped(*next, "a causal mask (this one reads a graph input)");
+        masked = true;
+      } else {
+        return stopped(*next, "a scale by a constant, a causal mask or the softmax of the scores");
+      }
+      n = next;
+    }
+  }
+
+  /// The attention block whose value product is `pv`, rewritten; none when pv is no such product.
+  Expected<std::optional<std::vector<Node*>>> match(Node& pv, PagedKvOptions o, std::vector<Value*>& pools) {
+    if (pv.op != Op::MatMul || !isCacheConcat(pv.inputs[1])) return std::optional<std::vector<Node*>>();
+    Node *vcat = pv.inputs[1]->producer, *soft = pv.inputs[0]->producer;
+    if (!soft || soft->op != Op::Softmax) return stopped(pv, "the softmax of the scores times the cached values");
+    // Back from the softmax to the product of queries and keys, then forward again to check the chain.
+    Node* qk = soft;
+    while (qk && qk->op != Op::MatMul) {
+      Value* chain = nullptr;
+      for (Value* in : qk->inputs)
+        if (in && in->producer && in->type.rank() == 4 && !scalar(in) && (!chain || qk->op == Op::Where)) chain = in;
+      qk = chain ? chain->producer : nullptr;
+    }
+    if (!qk) return stopped(*soft, "scores from a product of queries and cached keys");
+    Node* kT = qk->inputs[1]->producer;
+    if (!kT || kT->op != Op::Transpose || kT->getInts("perm") != std::vector<int64_t>{0, 1, 3, 2} || !isCacheConcat(kT->inputs[0]))
+      return stopped(*qk, "queries times the cached keys transposed (perm [0, 1, 3, 2])");
+    Node* kcat = kT->inputs[0]->producer;
+    scale = 1;
+    auto end = scoresToSoftmax(qk);
+    if (!end) return end.takeError();
+    if (*end != soft) return stopped(*soft, "one chain from the scores to the softmax");
+    const Type& past = kcat->inputs[0]->type;
+    if (!past.dims[1].isStatic() || !past.dims[3].isStatic() || vcat->inputs[0]->type != past)
+      return stopped(*kcat, "cached keys and values of one type with static heads and head dim");
+    int64_t heads = past.dims[1].value, dim = past.dims[3].value;
+    Value* pool = g.addState(g.uniqueName("kv_cache." + std::to_string(pools.size())),
+                             Tensor(past.dtype, {o.blocks, 2, o.blockSize, heads, dim}));
+    pools.push_back(pool);
+    Value *tables = g.findValue("sgc.kv.tables"), *seq = g.findValue("sgc.kv.seq"), *pos = g.findValue("sgc.kv.pos");
+    Node* w = g.addNode(Op::KvCacheWrite, {pool, kcat->inputs[1], vcat->inputs[1], tables, seq, pos}, 1, pv.name + ".kv_write");
+    Node* a = g.addNode(Op::PagedAttention, {qk->inputs[0], w->outputs[0], tables, seq, pos}, 1, pv.name + ".paged");
+    a->attrs["scale"] = scale;
+    g.updates.push_back({pool, w->outputs[0]});
+    g.replaceAllUses(pv.outputs[0], a->outputs[0]);
+    caches.insert(kcat->inputs[0]);
+    caches.insert(vcat->inputs[0]);
+    return std::optional<std::vector<Node*>>(std::vector<Node*>{w, a});
+  }
+};
+
+} // namespace
+
+Error pagedKv(Graph& g, PagedKvOptions o, std::vector<Value*>* poolsOut) {
+  if (o.tokens < 1 || o.seqs < 1 || o.blockSize < 1 || o.blocks < 0 || (o.blocks == 0 && o.budgetBytes < 1) || o.maxBlocks < 1)
+    return makeError("paged-kv: tokens, sequences, block size, blocks (or a budget) and blocks per sequence must be positive");
+  bool fromBudget = o.blocks == 0;
+  if (fromBudget) o.blocks = 1; // sized below, once the layers are known
+  for (const char* name : {"sgc.kv.tables", "sgc.kv.seq", "sgc.kv.pos"})
+    if (g.findValue(name)) return makeError(std::string("paged-kv: the graph already has a value named ") + name);
+  g.addInput("sgc.kv.tables", Type::of(DType::I32, {o.seqs, o.maxBlocks}));
+  g.addInput("sgc.kv.seq", Type::of(DType::I32, {o.tokens}));
+  g.addInput("sgc.kv.pos", Type::of(DType::I32, {o.tokens}));
+  Matcher m(g);
+  std::vector<Value*> pools;
+  Error failed = Error::success();
+  auto rewrite = [&](Node& n) -> std::optional<std::vector<Node*>> {
+    if (failed) return std::nullopt;
+    auto r = m.match(n, o, pools);
+    if (!r) {
+      failed = r.takeError();
+      return std::nullopt;
+    }
+    return *r;
+  };
+  if (Error e = rewriteInOrder(g, rewrite, /*removeDead=*/false)) return e;
+  if (failed) return failed;
+  if (pools.empty()) return makeError("paged-kv: no attention reads a key/value cache (a Concat of a past input and new keys or values, as torch.onnx.export writes past_key_values)");
+  // The present outputs and past inputs go; whatever still reads a past input was not recognized.
+  std::erase_if(g.outputs, [&](const Value* v) { return m.isCacheConcat(v) && m.caches.count(v->producer->inputs[0]); });
+  g.removeDeadNodes();
+  for (const auto& n : g.nodes())
+    for (const Value* v : n->inputs)
+      if (v && v->kind == ValueKind::Input && m.caches.count(v))
+        return makeError(describe(*n) + ": reads the cache input %" + v->name + " outside the attention blocks paged-kv recognizes");
+  for (const Value* v : m.caches) g.removeInput(const_cast<Value*>(v));
+  if (fromBudget) { // as many pages as the budget holds, in every layer
+    int64_t pageBytes = 0;
+    for (const Value* p : pools) pageBytes += p->type.staticNumel().value() * (int64_t)dtypeSize(p->type.dtype);
+    int64_t blocks = o.budgetBytes / pageBytes;
+    if (blocks < o.maxBlocks)
+      return makeError("paged-kv: a budget of " + std::to_string(o.budgetBytes) + " bytes holds " + std::to_string(blocks) + " pages of " +
+                       std::to_string(pageBytes) + " bytes (all layers); one sequence of the longest context needs " + std::to_string(o.maxBlocks));
+    for (Value* p : pools) {
+      std::vector<int64_t> shape = p->type.shape();
+      shape[0] = blocks;
+      p->type = Type::of(p->type.dtype, shape);
+      p->data = std::make_shared<const Tensor>(p->type.dtype, shape);
+    }
+  }
+  if (poolsOut) *poolsOut = pools;
+  return inferShapes(g);
+}
+
+} // namespace sgc::ir

@@ -1,0 +1,50 @@
+// Pass paged-kv: a decoder exported with its key/value cache (the
+// past_key_values pattern of torch.onnx.export for a GPT-style model) becomes
+// a decode step over a paged cache. Each attention block
+//
+//   present_k = Concat(past_k, k_new, axis=2)      (past_k a graph input, present_k an output)
+//   present_v = Concat(past_v, v_new, axis=2)
+//   y = MatMul(Softmax(mask(scale * MatMul(q, Transpose(present_k)))), present_v)
+//
+// (scale: Mul/Div by constants; mask: Where with a -inf fill, or an added
+// mask, computed from constants and shapes only) becomes
+//
+//   kv' = KvCacheWrite(kv, k_new, v_new, tables, seq, pos)      kv: a state pool per layer
+//   y   = PagedAttention(q, kv', tables, seq, pos) {scale}
+//
+// with the update kv <- kv', and the past inputs and present outputs are
+// gone. Three inputs are added: sgc.kv.tables (i32 [seqs, max blocks]),
+// sgc.kv.seq and sgc.kv.pos (i32 [tokens]). Every row of the batch is then one
+// token (bind the sequence dim to 1): the block tables say which sequence
+// it extends, so one step prefills prompts and decodes together.
+//
+// The mask is taken to be causal (each token sees its sequence's positions
+// up to its own); one that reads a graph input (a padding mask) is refused.
+// A past input not consumed by a recognized block is an error naming the
+// node where matching stopped.
+//
+// Requires: inferred shapes, static heads and head dim. Ensures: for each
+// token, the attention of the original graph over its sequence's cached
+// keys and values.
+#pragma once
+#include "ir/Error.h"
+#include "ir/Graph.h"
+
+#include <string>
+#include <vector>
+
+namespace sgc::ir {
+
+struct PagedKvOptions {
+  int64_t tokens = 0;    ///< N: tokens per step (rows of the batch)
+  int64_t seqs = 0;      ///< S: sequences at once (block table rows)
+  int64_t blockSize = 16;
+  int64_t blocks = 0;    ///< pages in each layer's pool; 0: as many as `budgetBytes` holds
+  int64_t budgetBytes = 0; ///< the pools' bytes (all layers), when `blocks` is 0
+  int64_t maxBlocks = 0; ///< pages of one sequence (max context / block size)
+};
+
+/// The pools it added, one per layer in graph order, through `pools`.
+Error pagedKv(Graph& g, PagedKvOptions o, std::vector<Value*>* pools = nullptr);
+
+} // namespace sgc::ir
