@@ -10,6 +10,13 @@ std::string Args::get(const std::string& name, const std::string& def) const {
   return it == values_.end() ? def : it->second;
 }
 
+std::vector<std::string> Args::getAll(const std::string& name) const {
+  std::vector<std::string> r;
+  for (auto& [n, v] : all_)
+    if (n == name) r.push_back(v);
+  return r;
+}
+
 void printHelp(const CommandSpec& spec) {
   printf("usage: %s\n\n%s\n", spec.usage.c_str(), spec.summary.c_str());
   if (spec.options.empty()) return;
@@ -62,6 +69,7 @@ std::optional<Args> Args::parse(const CommandSpec& spec, int argc, char** argv, 
       return std::nullopt;
     }
     a.values_[name] = value;
+    a.all_.emplace_back(name, value);
   }
   return a;
 }

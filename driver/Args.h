@@ -27,10 +27,13 @@ public:
 
   bool has(const std::string& name) const { return values_.count(name) != 0; }
   std::string get(const std::string& name, const std::string& def = "") const;
+  /// Every value given to a repeatable option, in order (get() gives the last).
+  std::vector<std::string> getAll(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
 private:
   std::map<std::string, std::string> values_;
+  std::vector<std::pair<std::string, std::string>> all_;
   std::vector<std::string> positional_;
 };
 

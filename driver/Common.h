@@ -47,5 +47,6 @@ int trainLibrary(const std::string& path, const class Args& args, int64_t steps)
 int compileMain(int argc, char** argv);
 int runMain(int argc, char** argv);
 int optMain(int argc, char** argv);
+int generateMain(int argc, char** argv);
 
 } // namespace sgc::driver

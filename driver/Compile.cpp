@@ -2,6 +2,7 @@
 #include "driver/Args.h"
 #include "driver/Common.h"
 
+#include "driver/DecodeStep.h"
 #include "driver/TrainingFlags.h"
 
 #include "codegen/MemoryPlan.h"
@@ -22,11 +23,15 @@ namespace sgc::driver {
 namespace {
 
 const CommandSpec kCompile{
-    "compile", "sgc compile MODEL.onnx -o train.so [training flags] [--dim N=8] [--stats] | --emit=ir|plan|llvm|obj",
+    "compile", "sgc compile MODEL.onnx -o train.so [training flags] [--dim N=8] [--stats] | --emit=ir|plan|llvm|obj\n"
+    "       sgc compile DECODER.onnx --mode decode -o gen.so --max-context C [--max-seqs S] [--kv-block-size N] [--kv-blocks N | --kv-budget-mb M]",
     "Compiles the training step of MODEL (forward, backward, optimizer) into a shared object with a C\n"
-    "ABI (runtime/include/sgc/sgc.h) that trains on the CPU. Shapes must be static: bind symbolic\n"
+    "ABI (runtime/include/sgc/sgc.h) that trains on the CPU and GPUs. Shapes must be static: bind symbolic\n"
     "dims with --dim. --emit stops at a stage: ir (the imported graph, or with --train the training\n"
-    "step), plan (the static memory plan), llvm (the host module), obj (its object file, to -o).",
+    "step), plan (the static memory plan), llvm (the host module), obj (its object file, to -o).\n"
+    "With --mode decode, DECODER is a decoder exported with its key/value cache (past_key_values\n"
+    "inputs, present outputs) and the library runs its decoding step over a paged cache whose pages\n"
+    "are planned at compile time (see sgc generate).",
     [] {
       std::vector<OptionSpec> o{{"emit", "KIND", "so (default), ir, plan, llvm, ptx or obj"},
                                 {"target", "LIST", "what the .so carries: cpu (always) and GPU architectures, default cpu,sm_90"},
@@ -39,6 +44,7 @@ const CommandSpec kCompile{
                                 {"o", "FILE", "write the output to FILE instead of standard output"},
                                 {"print-data", "", "print all tensor data (default: tensors over 64 bytes are elided)"}};
       for (auto& f : trainingFlagSpecs()) o.push_back(f);
+      for (auto& f : decodeFlagSpecs()) o.push_back(f);
       return o;
     }()};
 
@@ -124,7 +130,8 @@ std::string envOr(const char* name, const char* def) {
 std::string canonicalFlags(const Args& a) {
   std::string s;
   for (const char* f : {"dim", "target", "weights", "recompute", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
-                        "clip-grad-norm", "loss", "freeze", "precision", "attention", "data-parallel", "bucket-mb", "ranks"})
+                        "clip-grad-norm", "loss", "freeze", "precision", "attention", "data-parallel", "bucket-mb", "ranks", "mode",
+                        "kv-block-size", "max-seqs", "max-context", "kv-blocks", "kv-budget-mb", "max-tokens", "input-ids", "position-ids"})
     if (a.has(f)) s += std::string("--") + f + "=" + a.get(f) + "\n";
   return s;
 }
@@ -165,7 +172,17 @@ int compileMain(int argc, char** argv) {
     if (!dims) return reportError(dims.takeError());
     if (Error e = ir::bindDims(**g, *dims)) return reportError(model + ": " + errorText(std::move(e)));
   }
-  bool train = args->has("train") || hasTrainingFlags(*args) || (emit != "ir" && emit != "plan");
+  std::string stepMode = args->get("mode", "train");
+  if (stepMode != "train" && stepMode != "decode") return reportError("--mode " + stepMode + ": expected train or decode");
+  std::optional<codegen::DecodeSpec> decode;
+  if (stepMode == "decode") {
+    if (args->has("train") || hasTrainingFlags(*args) || args->has("dim") || args->has("recompute"))
+      return reportError("--mode decode builds a decoding step: training flags, --dim and --recompute do not apply");
+    auto spec = buildDecodeStep(**g, *args, model);
+    if (!spec) return reportError(spec.takeError());
+    decode = std::move(*spec);
+  }
+  bool train = !decode && (args->has("train") || hasTrainingFlags(*args) || (emit != "ir" && emit != "plan"));
   if (train) {
     auto opts = parseTrainingFlags(*args, !gpus.empty());
     if (!opts) return reportError(opts.takeError());
@@ -190,7 +207,8 @@ int compileMain(int argc, char** argv) {
   std::string out = args->get("o");
   std::string weightsPath = out.substr(0, out.size() > 3 && out.substr(out.size() - 3) == ".so" ? out.size() - 3 : out.size()) + ".weights.safetensors";
   std::string weightsFile = weightsPath.substr(weightsPath.find_last_of('/') + 1);
-  auto program = codegen::buildProgram(**g, canonicalFlags(*args), *lr, mode, mode == codegen::Weights::External ? weightsFile : "");
+  auto program = codegen::buildProgram(**g, canonicalFlags(*args), *lr, mode, mode == codegen::Weights::External ? weightsFile : "",
+                                       decode ? &*decode : nullptr);
   if (!program) return reportError(model + ": " + errorText(program.takeError()));
   if (args->has("stats")) fputs(codegen::programStats(*program).c_str(), stderr);
   if (emit == "llvm") {

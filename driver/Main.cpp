@@ -7,13 +7,14 @@
 namespace {
 void usage(FILE* f) {
   fprintf(f, "usage: sgc <command> [options]\n\n"
-             "sgc is an ahead-of-time compiler for deep-learning training graphs.\n\n"
+             "sgc is an ahead-of-time compiler for deep-learning training graphs (and decoders).\n\n"
              "commands:\n"
              "  inspect MODEL|FILE.safetensors   describe a model or a tensor file\n"
              "  compile MODEL --emit=ir          import a model and print its IR\n"
              "  run MODEL --inputs IN -o OUT      evaluate a model on the reference interpreter\n"
              "  opt FILE --passes=a,b            run IR passes on a model or IR text\n"
-             "  train MODEL --data D --steps N   train on the reference interpreter (JSON lines)\n\n"
+             "  train MODEL --data D --steps N   train on the reference interpreter (JSON lines)\n"
+             "  generate gen.so --prompt-ids IDS greedy decoding with a library compiled with --mode decode\n\n"
              "'sgc <command> --help' describes each command.\n");
 }
 } // namespace
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   if (cmd == "run") return runMain(argc - 2, argv + 2);
   if (cmd == "opt") return optMain(argc - 2, argv + 2);
   if (cmd == "train") return trainMain(argc - 2, argv + 2);
+  if (cmd == "generate") return generateMain(argc - 2, argv + 2);
   fprintf(stderr, "sgc: unknown command '%s'\n", cmd.c_str());
   usage(stderr);
   return 2;

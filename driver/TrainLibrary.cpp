@@ -5,6 +5,7 @@
 // batch, and rank 0 prints and saves.
 #include "driver/Args.h"
 #include "driver/Common.h"
+#include "driver/LibraryApi.h"
 #include "driver/TrainingFlags.h"
 
 #include "sgc/sgc.h"
@@ -19,35 +20,6 @@
 
 namespace sgc::driver {
 namespace {
-
-/// The C ABI, resolved from the library.
-struct Api {
-  void* handle = nullptr;
-#define SGC_FN(name) decltype(&::name) name = nullptr;
-  SGC_FN(sgc_abi_version) SGC_FN(sgc_last_error) SGC_FN(sgc_session_create) SGC_FN(sgc_session_destroy)
-  SGC_FN(sgc_tensor_count) SGC_FN(sgc_tensor_info) SGC_FN(sgc_set_input) SGC_FN(sgc_set_learning_rate)
-  SGC_FN(sgc_train_step) SGC_FN(sgc_get_tensor) SGC_FN(sgc_save) SGC_FN(sgc_load) SGC_FN(sgc_rank) SGC_FN(sgc_nccl_unique_id)
-#undef SGC_FN
-  ~Api() {
-    if (handle) dlclose(handle);
-  }
-};
-
-Error loadApi(const std::string& path, Api& api) {
-  std::string p = path.find('/') == std::string::npos ? "./" + path : path; // never search the library path
-  api.handle = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!api.handle) return makeError(path + ": cannot load: " + dlerror());
-#define SGC_FN(name)                                                                        \
-  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.handle, #name));               \
-  if (!api.name) return makeError(path + ": not a model compiled by sgc (no " #name ")");
-  SGC_FN(sgc_abi_version) SGC_FN(sgc_last_error) SGC_FN(sgc_session_create) SGC_FN(sgc_session_destroy)
-  SGC_FN(sgc_tensor_count) SGC_FN(sgc_tensor_info) SGC_FN(sgc_set_input) SGC_FN(sgc_set_learning_rate)
-  SGC_FN(sgc_train_step) SGC_FN(sgc_get_tensor) SGC_FN(sgc_save) SGC_FN(sgc_load) SGC_FN(sgc_rank) SGC_FN(sgc_nccl_unique_id)
-#undef SGC_FN
-  if (api.sgc_abi_version() != SGC_ABI_VERSION)
-    return makeError(path + ": ABI version " + std::to_string(api.sgc_abi_version()) + ", this sgc speaks " + std::to_string(SGC_ABI_VERSION));
-  return Error::success();
-}
 
 /// The safetensors name of a DLPack dtype ("" when sgc has none).
 std::string safetensorsName(DLDataType t) {

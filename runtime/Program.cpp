@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 namespace sgc::rt {
 namespace {
 
@@ -104,6 +106,39 @@ bool parseLaunch(const nlohmann::json& l, const Program& p, Launch& L, std::stri
   return true;
 }
 
+/// Whether tensor `id` is a `dtype` tensor of `shape` (-1 in it: any size).
+bool isTensor(const Program& p, int id, std::initializer_list<const char*> dtypes, const std::vector<int64_t>& shape) {
+  if (!validTensor(p, id)) return false;
+  const TensorDesc& t = p.tensors[id];
+  if (std::none_of(dtypes.begin(), dtypes.end(), [&](const char* d) { return t.dtype == d; }) || t.shape.size() != shape.size()) return false;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] >= 0 && t.shape[i] != shape[i]) return false;
+  return true;
+}
+
+bool parseDecode(const nlohmann::json& j, const Program& p, Decode& d, std::string& error) {
+  d.tokens = j.at("tokens"), d.seqs = j.at("seqs"), d.blockSize = j.at("block_size"), d.blocks = j.at("blocks"), d.maxBlocks = j.at("max_blocks"), d.maxContext = j.at("max_context");
+  d.ids = j.at("ids"), d.positions = j.at("positions"), d.logits = j.at("logits"), d.tables = j.at("tables"), d.seq = j.at("seq"), d.pos = j.at("pos");
+  d.pools = j.at("pools").get<std::vector<int>>();
+  const int64_t limit = 1 << 30;
+  for (int64_t v : {d.tokens, d.seqs, d.blockSize, d.blocks, d.maxBlocks})
+    if (v < 1 || v > limit) return fail(error, "decode: sizes out of range");
+  if (d.maxBlocks * d.blockSize > limit || d.maxContext < 1 || d.maxContext > d.maxBlocks * d.blockSize) return fail(error, "decode: a bad context length");
+  if (!isTensor(p, d.ids, {"I64", "I32"}, {d.tokens, 1}) || (d.positions >= 0 && !isTensor(p, d.positions, {"I64", "I32"}, {d.tokens, 1})) ||
+      !isTensor(p, d.tables, {"I32"}, {d.seqs, d.maxBlocks}) || !isTensor(p, d.seq, {"I32"}, {d.tokens}) || !isTensor(p, d.pos, {"I32"}, {d.tokens}))
+    return fail(error, "decode: bad token, position or table tensors");
+  const TensorDesc* logits = validTensor(p, d.logits) ? &p.tensors[d.logits] : nullptr;
+  if (!logits || (logits->dtype != "F32" && logits->dtype != "BF16" && logits->dtype != "F16") || logits->shape.size() < 2 ||
+      logits->shape.size() > 3 || logits->shape[0] != d.tokens || (logits->shape.size() == 3 && logits->shape[1] != 1))
+    return fail(error, "decode: bad logits");
+  d.vocab = logits->shape.back();
+  if (d.pools.empty()) return fail(error, "decode: no cache");
+  for (int pool : d.pools)
+    if (!isTensor(p, pool, {"F32", "BF16", "F16"}, {d.blocks, 2, d.blockSize, -1, -1}) || p.tensors[pool].kind != TensorKind::State)
+      return fail(error, "decode: a bad cache pool");
+  return true;
+}
+
 } // namespace
 
 std::vector<std::vector<int>> collectiveWaits(const Program& p, const std::vector<uint64_t>& address) {
@@ -182,7 +217,12 @@ bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program&
     p.weightsFile = j.at("weights_file");
     if (p.weightsMode != "embedded" && p.weightsMode != "external" && p.weightsMode != "none") return fail(error, "unknown weights mode");
     if (p.weightsFile.find('/') != std::string::npos) return fail(error, "the weights file must be a name beside the library");
-    if (!validTensor(p, p.loss) || !validTensor(p, p.lr) || !validTensor(p, p.step)) return fail(error, "no loss, lr or step");
+    if (j.contains("decode")) {
+      p.decode.emplace();
+      if (!parseDecode(j.at("decode"), p, *p.decode, error)) return false;
+    } else if (!validTensor(p, p.loss) || !validTensor(p, p.lr) || !validTensor(p, p.step)) {
+      return fail(error, "no loss, lr or step");
+    }
   } catch (const nlohmann::json::exception& e) {
     return fail(error, e.what());
   }

@@ -72,6 +72,16 @@ struct Launch {
   std::optional<Collective> collective;
 };
 
+/// A decode step over a paged key/value cache (compiled with --mode decode): its sizes, and the
+/// tensors the runtime feeds (token ids and positions [tokens, 1]; the cache's block tables
+/// i32 [seqs, maxBlocks], each token's sequence and position i32 [tokens]) and reads (logits
+/// [tokens, (1,) vocab]); each layer's pool [blocks, 2, blockSize, heads, head dim].
+struct Decode {
+  int64_t tokens = 0, seqs = 0, blockSize = 0, blocks = 0, maxBlocks = 0, maxContext = 0, vocab = 0;
+  int ids = -1, positions = -1, logits = -1, tables = -1, seq = -1, pos = -1; ///< tensor ids (positions: -1 when none)
+  std::vector<int> pools;
+};
+
 struct Program {
   uint32_t abi = 0;
   std::string hash;
@@ -89,6 +99,7 @@ struct Program {
   bool collectives = false; ///< whether some launch is a collective (the library was compiled for data parallelism)
   int64_t world = 0;        ///< the world size ZeRO-1 collectives were compiled for (0: any)
   std::vector<std::string> kernelNames; ///< the GPU modules' function names, by kernel index
+  std::optional<Decode> decode;         ///< set for a decode step (then loss, lr and step are -1)
 };
 
 /// For each launch, the collective launches whose tensors it touches (by bytes, at `address`,

@@ -4,14 +4,9 @@
 // across a thread pool; on the GPU, the library's cubin or PTX), applies the
 // updates, and reads and writes tensors and checkpoints. No exception crosses
 // the ABI.
-#include "sgc/sgc.h"
+#include "runtime/Session.h"
 
-#include "runtime/Comm.h"
-#include "runtime/Cuda.h"
-#include "runtime/GpuStep.h"
-#include "runtime/Program.h"
 #include "runtime/Safetensors.h"
-#include "runtime/ThreadPool.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,33 +20,12 @@
 #include <string>
 #include <thread>
 
-// Provided by the compiled model's object (hidden: not exported from train.so).
-extern "C" {
-typedef void (*sgcrt_kernel)(void**, int64_t, int64_t);
-__attribute__((visibility("hidden"))) extern const char sgcrt_program[];
-__attribute__((visibility("hidden"))) extern const uint64_t sgcrt_program_size;
-__attribute__((visibility("hidden"))) extern const uint8_t sgcrt_weights[];
-__attribute__((visibility("hidden"))) extern const uint64_t sgcrt_weights_size;
-__attribute__((visibility("hidden"))) extern const sgcrt_kernel sgcrt_kernels[];
-struct sgcrt_gpu_blob {
-  const char* name;
-  const void* data;
-  uint64_t size;
-};
-__attribute__((visibility("hidden"))) extern const sgcrt_gpu_blob sgcrt_gpu_blobs[];
-__attribute__((visibility("hidden"))) extern const uint64_t sgcrt_gpu_blob_count;
-}
-
 using namespace sgc::rt;
 
 namespace {
 
 thread_local std::string lastError;
 
-sgc_status fail(sgc_status s, const std::string& msg) {
-  lastError = msg;
-  return s;
-}
 
 DLDataType dlType(const std::string& st) {
   static const std::map<std::string, DLDataType> m = {
@@ -71,49 +45,6 @@ std::string shapeText(const std::string& dtype, const int64_t* shape, int ndim) 
 
 } // namespace
 
-struct sgc_session {
-  Program prog;
-  void* arena = nullptr;
-  uint8_t* base[kNumRegions] = {};      ///< CPU: region starts in host memory
-  std::unique_ptr<CudaDevice> gpu;      ///< GPU: the device and its arena
-  uint64_t devBase[kNumRegions] = {};   ///< GPU: region starts in device memory
-  std::unique_ptr<ThreadPool> pool;
-  std::map<std::string, int> byName;
-  std::vector<int> lists[4]; ///< tensor ids per sgc_tensor_kind
-  std::vector<bool> inputSet;
-  std::unique_ptr<GpuStep> gpuStep;   ///< GPU: runs the steps (destroyed before the device)
-  mutable std::string describedAs;
-  std::unique_ptr<Communicator> comm; ///< data parallelism: the gradients' collectives (MPI, or NCCL on a GPU)
-  std::unique_ptr<Communicator> mpi;  ///< on a GPU launched by mpirun: what sent the NCCL id
-  std::vector<uint64_t> address;         ///< CPU: each tensor's address, by id
-  std::vector<std::vector<Span>> spans;  ///< per launch: what its all-reduce reduces (CPU)
-  std::vector<std::vector<int>> waits;   ///< per launch: the collectives that must finish before it
-  std::string broken;                    ///< why the communicator failed: every later step fails too
-  double lr = 1e-3;
-  bool paramsLoaded = true; ///< false until sgc_load for --weights none
-
-  ~sgc_session() {
-    if (gpu) gpu->dropGraph(); // the graph goes before the communicator whose work it holds
-    comm.reset();
-    mpi.reset();
-    std::free(arena);
-  }
-  uint8_t* data(int id) { return base[prog.tensors[id].region] + prog.tensors[id].offset; }
-  const uint8_t* data(int id) const { return base[prog.tensors[id].region] + prog.tensors[id].offset; }
-  uint64_t devData(int id) const { return devBase[prog.tensors[id].region] + prog.tensors[id].offset; }
-
-  /// Copies a tensor's bytes out of / into the arena, wherever it lives.
-  bool read(int id, void* dst, std::string& error) const {
-    if (gpu) return gpu->toHost(dst, devData(id), prog.tensors[id].bytes, error);
-    std::memcpy(dst, data(id), prog.tensors[id].bytes);
-    return true;
-  }
-  bool write(int id, const void* src, std::string& error) {
-    if (gpu) return gpu->toDevice(devData(id), src, prog.tensors[id].bytes, error);
-    std::memcpy(data(id), src, prog.tensors[id].bytes);
-    return true;
-  }
-};
 
 namespace {
 
@@ -214,6 +145,7 @@ bool readScalar(const sgc_session* s, int id, double& out, std::string& error) {
 
 sgc_status step(sgc_session* s, double* loss, bool train) {
   if (!s || !loss) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and loss must not be NULL");
+  if (s->decode) return fail(SGC_ERROR_INVALID_ARGUMENT, "this library decodes (compiled with --mode decode): use sgc_seq_add and sgc_decode_step");
   if (!s->paramsLoaded)
     return fail(SGC_ERROR_INVALID_ARGUMENT, "the parameters are not loaded: this library was compiled with --weights none; call sgc_load first");
   for (size_t i = 0; i < s->lists[SGC_TENSOR_INPUT].size(); ++i)
@@ -286,6 +218,15 @@ sgc_status connect(sgc_session* s, const sgc_session_options& o, int timeoutMs) 
 
 } // namespace
 
+sgc_status sgc::rt::fail(sgc_status s, const std::string& msg) {
+  lastError = msg;
+  return s;
+}
+
+bool sgc::rt::runStep(sgc_session* s, bool train, std::string& error) {
+  return s->gpu ? s->gpuStep->run(train, error) : runCpuStep(s, train, error);
+}
+
 extern "C" {
 
 uint32_t sgc_abi_version(void) { return SGC_ABI_VERSION; }
@@ -350,7 +291,8 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
       if (d.kind == TensorKind::Param) s->lists[SGC_TENSOR_PARAMETER].push_back(i);
       if (d.kind == TensorKind::State) s->lists[SGC_TENSOR_STATE].push_back(i);
     }
-    s->lists[SGC_TENSOR_OUTPUT].push_back(s->prog.loss);
+    s->lists[SGC_TENSOR_OUTPUT].push_back(s->prog.decode ? s->prog.decode->logits : s->prog.loss);
+    if (s->prog.decode) s->decode = std::make_unique<DecodeState>(*s->prog.decode);
     s->inputSet.assign(s->lists[SGC_TENSOR_INPUT].size(), false);
     s->lr = s->prog.lrDefault;
     s->paramsLoaded = s->prog.weightsMode != "none";

@@ -40,7 +40,9 @@ typedef enum {
   SGC_ERROR_IO = 6,               /* files: missing, unreadable, malformed */
   SGC_ERROR_OUT_OF_MEMORY = 7,
   SGC_ERROR_INTERNAL = 8,
-  SGC_ERROR_COMMUNICATION = 9     /* data parallelism: a peer rank failed, stopped answering or runs another program */
+  SGC_ERROR_COMMUNICATION = 9,    /* data parallelism: a peer rank failed, stopped answering or runs another program */
+  SGC_ERROR_OUT_OF_PAGES = 10     /* decoding: the key/value cache has no free page (or sequence slot) left; nothing
+                                     changed: free a sequence, or wait for one to finish, and call again */
 } sgc_status;
 
 /** The ABI version this library implements (SGC_ABI_VERSION). */
@@ -133,6 +135,50 @@ SGC_API sgc_status sgc_save(const sgc_session* session, const char* path);
  * values). Names, dtypes and shapes are checked before anything changes. A library compiled with
  * --weights none must load its parameters this way before the first step. */
 SGC_API sgc_status sgc_load(sgc_session* session, const char* path);
+
+/* ---- Decoding (libraries compiled with --mode decode) ----
+ * The library runs a decoder's step over a paged key/value cache: a pool of pages per layer,
+ * block tables and a free list, all sized at compile time. The host adds sequences (their prompts
+ * are prefilled), forks and frees them, and decodes one token of any set of live sequences per
+ * call (continuous batching: sequences join and leave between calls). A sequence is named by its
+ * slot, 0 <= seq < max_seqs. Logits are float32 [count, vocab]. */
+
+typedef struct {
+  int32_t block_size;      /* tokens per page */
+  int32_t blocks;          /* pages in the pool (of every layer) */
+  int32_t max_seqs;        /* sequence slots */
+  int32_t max_context;     /* the longest sequence: prompt and generated tokens */
+  int32_t tokens_per_step; /* tokens one step of the compiled program runs */
+  int32_t vocab;           /* logits per token */
+  int32_t layers;          /* caches, one per attention layer */
+  int32_t free_pages;      /* pages free now */
+  int32_t live_seqs;       /* sequences live now */
+  uint64_t pool_bytes;     /* the pages of all layers (in the memory plan) */
+  uint64_t table_bytes;    /* the block tables (in the memory plan) */
+  uint64_t free_list_bytes; /* the free list and reference counts (host) */
+} sgc_decode_info;
+
+/** The cache's sizes and occupancy; SGC_ERROR_INVALID_ARGUMENT for a library that trains. */
+SGC_API sgc_status sgc_decode_info_get(const sgc_session* session, sgc_decode_info* info);
+/** Adds a sequence: takes a slot and the pages of its prompt, and runs the prompt (prefill). `seq`
+ * gets its slot; `logits` (NULL or vocab floats) those of the prompt's last token. A prompt longer
+ * than max_context is SGC_ERROR_INVALID_ARGUMENT; no slot or too few free pages,
+ * SGC_ERROR_OUT_OF_PAGES (nothing changed). */
+SGC_API sgc_status sgc_seq_add(sgc_session* session, const int64_t* prompt, int32_t length, int32_t* seq, float* logits);
+/** A new sequence sharing every token of live `seq` (its pages, by reference count; the partly
+ * filled last page is copied when either sequence next writes to it). */
+SGC_API sgc_status sgc_seq_fork(sgc_session* session, int32_t seq, int32_t* child);
+/** Frees live `seq`: its slot, and its pages that no other sequence shares. */
+SGC_API sgc_status sgc_seq_free(sgc_session* session, int32_t seq);
+/** The tokens (prompt and decoded) live `seq` holds. */
+SGC_API sgc_status sgc_seq_length(const sgc_session* session, int32_t seq, int32_t* length);
+/** One decoding step: appends tokens[i] to live sequence seqs[i] (each at most once) and gives
+ * the logits [count, vocab] of the next token of each. A sequence at max_context is
+ * SGC_ERROR_INVALID_ARGUMENT, too few free pages SGC_ERROR_OUT_OF_PAGES (nothing changed). */
+SGC_API sgc_status sgc_decode_step(sgc_session* session, int32_t count, const int32_t* seqs, const int64_t* tokens, float* logits);
+/** Checks the cache's bookkeeping: every page free or held, reference counts equal to the block
+ * tables' entries, no page leaked. SGC_ERROR_INTERNAL with what is wrong. */
+SGC_API sgc_status sgc_kv_check(const sgc_session* session);
 
 #ifdef __cplusplus
 }

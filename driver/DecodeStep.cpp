@@ -1,0 +1,111 @@
+// The decode step (see DecodeStep.h).
+#include "driver/DecodeStep.h"
+
+#include "driver/TrainingFlags.h"
+#include "ir/passes/BindDims.h"
+#include "ir/passes/PagedKv.h"
+
+#include <cmath>
+
+namespace sgc::driver {
+namespace {
+
+/// A positive integer option below 2^31; `def` when absent (0: required).
+Expected<int64_t> countFlag(const Args& a, const std::string& name, int64_t def) {
+  if (!a.has(name)) {
+    if (def) return def;
+    return makeError("--mode decode needs --" + name);
+  }
+  auto v = numberFlag(a, name, 0);
+  if (!v) return v.takeError();
+  if (*v < 1 || *v != std::floor(*v) || *v >= 2147483648.0) return makeError("--" + name + " expects a positive integer, got '" + a.get(name) + "'");
+  return (int64_t)*v;
+}
+
+/// Binds the symbolic dims of the token input [batch, sequence] to [tokens, 1].
+Error bindTokens(ir::Graph& g, const ir::Value* ids, int64_t tokens, const std::string& model) {
+  const ir::Type& t = ids->type;
+  if (!t.ranked || t.rank() != 2 || !ir::isInteger(t.dtype))
+    return makeError(model + ": input %" + ids->name + " must be integer token ids [batch, sequence], is " + ir::toString(t));
+  std::map<std::string, int64_t> dims;
+  int64_t want[2] = {tokens, 1};
+  for (int d = 0; d < 2; ++d) {
+    const ir::Dim& dim = t.dims[d];
+    if (dim.isSymbolic()) dims[dim.symbol] = want[d];
+    else if (dim.value != want[d])
+      return makeError(model + ": input %" + ids->name + " has a static dim " + std::to_string(d) + " of " + std::to_string(dim.value) +
+                       "; a decode step needs [tokens, 1] = [" + std::to_string(tokens) + ", 1] (export it with dynamic axes)");
+  }
+  return ir::bindDims(g, dims);
+}
+
+} // namespace
+
+std::vector<OptionSpec> decodeFlagSpecs() {
+  return {{"mode", "MODE", "train (default) or decode: the decoding step of a decoder exported with past_key_values"},
+          {"kv-block-size", "N", "decode: tokens per page of the key/value cache (default 16)"},
+          {"max-seqs", "S", "decode: sequences decoded together (default 8)"},
+          {"max-context", "C", "decode: the longest sequence, prompt and generated tokens (required)"},
+          {"kv-blocks", "N", "decode: pages in the cache (default: enough for every sequence at max context)"},
+          {"kv-budget-mb", "M", "decode: the cache's size in MiB instead of --kv-blocks"},
+          {"max-tokens", "N", "decode: tokens one step runs, prompt tokens and decoded ones (default: max(S, block size))"},
+          {"input-ids", "NAME", "decode: the model's token input (default input_ids)"},
+          {"position-ids", "NAME", "decode: the model's position input (default position_ids; optional)"}};
+}
+
+Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const std::string& model) {
+  auto block = countFlag(a, "kv-block-size", 16), seqs = countFlag(a, "max-seqs", 8), context = countFlag(a, "max-context", 0);
+  if (!block) return block.takeError();
+  if (!seqs) return seqs.takeError();
+  if (!context) return context.takeError();
+  auto tokens = countFlag(a, "max-tokens", std::max(*seqs, *block));
+  if (!tokens) return tokens.takeError();
+  if (a.has("kv-blocks") && a.has("kv-budget-mb")) return makeError("--kv-blocks and --kv-budget-mb size the same cache: give one");
+  ir::PagedKvOptions o;
+  o.tokens = *tokens, o.seqs = *seqs, o.blockSize = *block;
+  o.maxBlocks = (*context + *block - 1) / *block;
+  if (a.has("kv-blocks")) {
+    auto blocks = countFlag(a, "kv-blocks", 0);
+    if (!blocks) return blocks.takeError();
+    o.blocks = *blocks;
+  } else if (a.has("kv-budget-mb")) {
+    auto mb = numberFlag(a, "kv-budget-mb", 0);
+    if (!mb) return mb.takeError();
+    if (!(*mb > 0) || *mb > 1e7) return makeError("--kv-budget-mb expects a positive size in MiB");
+    o.budgetBytes = (int64_t)(*mb * 1024 * 1024);
+  } else {
+    o.blocks = o.seqs * o.maxBlocks;
+  }
+  if (o.blocks && o.blocks < o.maxBlocks)
+    return makeError("--kv-blocks " + std::to_string(o.blocks) + " cannot hold one sequence of --max-context " + std::to_string(*context) + " (" +
+                     std::to_string(o.maxBlocks) + " pages)");
+  codegen::DecodeSpec spec;
+  spec.ids = a.get("input-ids", "input_ids");
+  ir::Value* ids = g.findValue(spec.ids);
+  if (!ids || ids->kind != ir::ValueKind::Input) return makeError(model + ": no input named '" + spec.ids + "' (the token ids; see --input-ids)");
+  spec.positions = a.get("position-ids", "position_ids");
+  ir::Value* positions = g.findValue(spec.positions);
+  if (!positions || positions->kind != ir::ValueKind::Input) {
+    if (a.has("position-ids")) return makeError(model + ": no input named '" + spec.positions + "' (see --position-ids)");
+    spec.positions.clear();
+  }
+  std::vector<ir::Value*> pools;
+  if (Error e = ir::pagedKv(g, o, &pools)) return makeError(model + ": " + errorText(std::move(e)));
+  for (const ir::Value* in : g.inputs)
+    if (in->name != spec.ids && in->name != spec.positions && in->name.rfind("sgc.kv.", 0) != 0)
+      return makeError(model + ": input %" + in->name + ": a decode step feeds only the token ids, their positions and the cache");
+  if (Error e = bindTokens(g, ids, o.tokens, model)) return makeError(model + ": " + errorText(std::move(e)));
+  if (positions && !spec.positions.empty() && positions->type.shape() != ids->type.shape())
+    return makeError(model + ": input %" + spec.positions + " must have the token ids' shape, is " + ir::toString(positions->type));
+  const ir::Value* logits = g.outputs.size() == 1 ? g.outputs[0] : nullptr;
+  if (!logits) return makeError(model + ": a decoder's outputs must be its logits and the present keys and values");
+  auto shape = logits->type.shape();
+  if (!ir::isFloat(logits->type.dtype) || shape.empty() || shape[0] != o.tokens || (shape.size() == 3 && shape[1] != 1) || shape.size() > 3)
+    return makeError(model + ": output %" + logits->name + " must be logits [batch, sequence, vocabulary], is " + ir::toString(logits->type));
+  spec.tokens = o.tokens, spec.seqs = o.seqs, spec.blockSize = o.blockSize, spec.maxBlocks = o.maxBlocks, spec.maxContext = *context;
+  spec.blocks = pools[0]->type.shape()[0];
+  for (const ir::Value* p : pools) spec.pools.push_back(p->name);
+  return spec;
+}
+
+} // namespace sgc::driver

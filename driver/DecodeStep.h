@@ -1,0 +1,21 @@
+// `sgc compile --mode decode`: the flags that size the paged key/value cache,
+// and the decode step built from a decoder exported with its cache.
+#pragma once
+#include "codegen/Program.h"
+#include "driver/Args.h"
+#include "ir/Error.h"
+#include "ir/Graph.h"
+
+#include <vector>
+
+namespace sgc::driver {
+
+/// The option specs of the decode flags, to append to a command's spec.
+std::vector<OptionSpec> decodeFlagSpecs();
+
+/// Rewrites `g` (a decoder with past_key_values inputs) into the decode step the flags size,
+/// with static shapes, and returns what the runtime needs to run it. `model` names the file in
+/// errors.
+Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const std::string& model);
+
+} // namespace sgc::driver

@@ -1,0 +1,59 @@
+// The bookkeeping of a paged key/value cache, on the host: which pages of the
+// pool each sequence holds (its row of the block tables), how many sequences
+// share each page (reference counts: a fork shares its parent's pages), and
+// the free list. Everything is sized when it is made (the compiled plan's
+// blocks, block size, sequences and pages per sequence); no call allocates.
+//
+// A sequence slot is live from addSequence or fork until release. Its pages
+// are tables()[slot * maxBlocks + i] for i < ceil(length / blockSize), the
+// rest -1. A page a sequence will write is never shared: appending to a
+// sequence whose partly filled last page is shared first gives it a copy of
+// that page (copy on write); the caller copies the bytes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sgc::rt {
+
+class KvPages {
+public:
+  KvPages(int32_t blocks, int32_t blockSize, int32_t seqs, int32_t maxBlocks);
+
+  int32_t blockSize() const { return blockSize_; }
+  int32_t maxLength() const { return maxBlocks_ * blockSize_; }
+  int32_t freePages() const { return (int32_t)freeList_.size(); }
+  bool live(int32_t seq) const { return seq >= 0 && seq < (int32_t)length_.size() && length_[seq] >= 0; }
+  int32_t length(int32_t seq) const { return length_[seq]; }
+  int32_t refs(int32_t page) const { return refs_[page]; }
+  /// The block tables, [seqs, maxBlocks] row-major; -1 where a sequence holds no page.
+  const std::vector<int32_t>& tables() const { return tables_; }
+
+  /// A free slot made live with no tokens; -1 when every slot is taken.
+  int32_t addSequence();
+  /// The pages appending `count` tokens to live `seq` takes from the free list.
+  int32_t pagesNeeded(int32_t seq, int32_t count) const;
+  /// Appends `count` tokens to live `seq` (its length must stay within maxLength(), and
+  /// pagesNeeded(seq, count) pages must be free): takes pages for them, and adds to `copies`
+  /// the (from, to) page of a copy on write.
+  void append(int32_t seq, int32_t count, std::vector<std::pair<int32_t, int32_t>>& copies);
+  /// A new live slot sharing every page of live `seq`; -1 when every slot is taken.
+  int32_t fork(int32_t seq);
+  /// Gives back live `seq`'s pages (each freed when no other sequence holds it) and its slot.
+  void release(int32_t seq);
+
+  /// "" when the invariants hold: each page is free (reference count 0, on the free list once)
+  /// or held (its count is the number of table entries naming it); a sequence holds exactly the
+  /// pages its length needs; free slots hold none. Else what is wrong.
+  std::string check() const;
+
+private:
+  int32_t blocks_, blockSize_, maxBlocks_;
+  std::vector<int32_t> tables_, refs_, freeList_, length_; ///< length -1: a free slot
+  int32_t take();
+  void drop(int32_t page);
+  int32_t* row(int32_t seq) { return tables_.data() + (size_t)seq * maxBlocks_; }
+};
+
+} // namespace sgc::rt

@@ -1,0 +1,340 @@
+"""Decoding with the paged key/value cache, against PyTorch's own greedy decoding.
+
+  decode_test.py prepare SGC WORK   export the decoder of gpt_decoder.py with its cache, compile it
+                                    with --mode decode (gen.so, and small.so with a tiny pool), and
+                                    write PyTorch's greedy tokens for every scenario to ref.json
+  decode_test.py check WORK DEVICE  run the scenarios through the C ABI (ctypes) on DEVICE (cpu or
+                                    cuda:0) and through `sgc generate` (SGC given: cpu only)
+  decode_test.py all SGC WORK       both, on the CPU (the CTest)
+
+Scenarios: prompts of different lengths decoded together; sequences joining and leaving mid-way;
+a fork whose child takes another token (copy on write of the shared, partly filled page); a
+randomized mix of add/fork/free/step on a tiny pool whose page accounting is checked after every
+call against a model of the pages kept here; and the statuses of bad calls.
+"""
+import ctypes
+import json
+import os
+import random
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [40], [30, 31, 32, 33, 34, 35, 36]]
+NEW = 12
+BLOCK = 4
+SMALL = dict(blocks=10, context=24, seqs=4)  # small.so
+OK, INVALID, NOT_FOUND, OUT_OF_PAGES = 0, 1, 2, 10
+
+
+def prepare(sgc, work):
+    sys.path.insert(0, HERE)
+    import torch
+    import gpt_decoder as g
+    os.makedirs(work, exist_ok=True)
+    m = g.make(0)
+    onnx_path = os.path.join(work, "gpt.onnx")
+    g.export(m, onnx_path)
+    targets = "cpu,sm_90" if os.path.exists("/usr/local/cuda/bin/ptxas") else "cpu"
+    base = [sgc, "compile", onnx_path, "--mode", "decode", "--kv-block-size", str(BLOCK), "--target", targets]
+    subprocess.run(base + ["--max-seqs", "4", "--max-context", "64", "--max-tokens", "8", "-o", os.path.join(work, "gen.so")], check=True)
+    subprocess.run(base + ["--max-seqs", str(SMALL["seqs"]), "--max-context", str(SMALL["context"]), "--kv-blocks", str(SMALL["blocks"]),
+                           "--max-tokens", "4", "-o", os.path.join(work, "small.so")], check=True)
+    # A model without a cache, and missing flags: errors that say what is wrong.
+    mlp = os.path.join(HERE, "..", "..", "samples", "mlp.onnx")
+    for args, words in [([mlp, "--max-context", "8", "--input-ids", "x"], "no attention reads a key/value cache"),
+                        ([onnx_path], "--mode decode needs --max-context"),
+                        ([onnx_path, "--max-context", "64", "--kv-blocks", "3", "--kv-block-size", "16"], "cannot hold one sequence")]:
+        r = subprocess.run([sgc, "compile", "--mode", "decode", "-o", os.path.join(work, "bad.so")] + args, capture_output=True, text=True)
+        if r.returncode == 0 or words not in r.stderr:
+            raise AssertionError("sgc compile %s: expected an error saying '%s', got status %d: %s" % (args, words, r.returncode, r.stderr))
+    runs = [g.greedy(m, p, NEW, with_logits=True) for p in PROMPTS]
+    ref = {"greedy": [r[0] for r in runs], "logits": [r[1] for r in runs]}
+    # The fork: prompt 3 and k generated tokens are cached; the parent appends its next greedy token,
+    # the child the runner-up of the same logits.
+    k = 4
+    seq = PROMPTS[3] + ref["greedy"][3][:k]
+    with torch.no_grad():
+        logits = m(torch.tensor([seq]), torch.arange(len(seq)).unsqueeze(0), *g.empty_cache(1))[0][0, -1]
+    alt = int(logits.topk(2).indices[1])
+    child, child_logits = g.greedy(m, seq + [alt], 6, with_logits=True)
+    ref["fork"] = {"k": k, "alt": alt, "child": child, "logits": child_logits}
+    ref["context"] = SMALL["context"]
+    with open(os.path.join(work, "ref.json"), "w") as f:
+        json.dump(ref, f)
+
+
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int32) for n in ("block_size", "blocks", "max_seqs", "max_context", "tokens_per_step", "vocab", "layers",
+                                               "free_pages", "live_seqs")] + [(n, ctypes.c_uint64) for n in ("pool_bytes", "table_bytes",
+                                                                                                           "free_list_bytes")]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("version", ctypes.c_uint32), ("device", ctypes.c_char_p), ("num_threads", ctypes.c_int32),
+                ("communicator", ctypes.c_char_p), ("timeout_ms", ctypes.c_int32), ("rank", ctypes.c_int32), ("world_size", ctypes.c_int32),
+                ("nccl_id", ctypes.c_uint8 * 128), ("cuda_stream", ctypes.c_void_p)]
+
+
+class Decoder:
+    def __init__(self, path, device):
+        self.lib = ctypes.CDLL(os.path.abspath(path))
+        self.lib.sgc_last_error.restype = ctypes.c_char_p
+        o = Options(ctypes.sizeof(Options), 1, device.encode(), 0, None, 0, 0, 1)
+        self.s = ctypes.c_void_p()
+        self.must(self.lib.sgc_session_create(ctypes.byref(o), ctypes.byref(self.s)))
+        self.info()
+
+    def must(self, status):
+        if status != OK:
+            raise RuntimeError("status %d: %s" % (status, self.lib.sgc_last_error().decode()))
+
+    def info(self):
+        i = Info()
+        self.must(self.lib.sgc_decode_info_get(self.s, ctypes.byref(i)))
+        self.vocab = i.vocab
+        return i
+
+    def add(self, prompt):
+        """(status, seq, logits)"""
+        seq, logits = ctypes.c_int32(-1), (ctypes.c_float * self.vocab)()
+        st = self.lib.sgc_seq_add(self.s, (ctypes.c_int64 * len(prompt))(*prompt), len(prompt), ctypes.byref(seq), logits)
+        return st, seq.value, list(logits)
+
+    def step(self, seqs, tokens):
+        """(status, [logits per sequence])"""
+        out = (ctypes.c_float * (self.vocab * max(1, len(seqs))))()
+        st = self.lib.sgc_decode_step(self.s, len(seqs), (ctypes.c_int32 * len(seqs))(*seqs), (ctypes.c_int64 * len(tokens))(*tokens), out)
+        return st, [list(out[i * self.vocab:(i + 1) * self.vocab]) for i in range(len(seqs))]
+
+    def fork(self, seq):
+        child = ctypes.c_int32(-1)
+        return self.lib.sgc_seq_fork(self.s, seq, ctypes.byref(child)), child.value
+
+    def free(self, seq):
+        return self.lib.sgc_seq_free(self.s, seq)
+
+    def length(self, seq):
+        n = ctypes.c_int32(-1)
+        return self.lib.sgc_seq_length(self.s, seq, ctypes.byref(n)), n.value
+
+    def check(self):
+        self.must(self.lib.sgc_kv_check(self.s))
+
+
+def argmax(v):
+    return max(range(len(v)), key=v.__getitem__)
+
+
+def close(what, got, want, tol=2e-3):
+    """Logits equal to PyTorch's within `tol` (float32 arithmetic in another order)."""
+    err = max(abs(a - b) for a, b in zip(got, want))
+    if not err <= tol:
+        raise AssertionError("%s: logits differ from PyTorch's by %g (tolerance %g)" % (what, err, tol))
+
+
+def expect(what, got, want):
+    if got != want:
+        raise AssertionError("%s: got %s, expected %s" % (what, got, want))
+
+
+def join_and_leave(d, ref):
+    """Prompt 0 alone, then 1 joins, 0 leaves when done, 2 joins: each must equal its greedy reference."""
+    live, out = {}, {}
+
+    def admit(i):
+        st, seq, logits = d.add(PROMPTS[i])
+        d.must(st)
+        close("prompt %d, prefill" % i, logits, ref["logits"][i][0])
+        live[i], out[i] = seq, [argmax(logits)]
+
+    def step(n):
+        for _ in range(n):
+            order = [i for i in sorted(live) if len(out[i]) < NEW]
+            if not order:
+                return
+            st, logits = d.step([live[i] for i in order], [out[i][-1] for i in order])
+            d.must(st)
+            for i, l in zip(order, logits):
+                close("prompt %d, token %d" % (i, len(out[i])), l, ref["logits"][i][len(out[i])])
+                out[i].append(argmax(l))
+            d.check()
+
+    admit(0)
+    step(3)
+    admit(1)
+    step(NEW - 4)  # prompt 0 is done now
+    expect("tokens of prompt 0", out[0], ref["greedy"][0])
+    d.must(d.free(live.pop(0)))
+    admit(2)
+    step(NEW)
+    for i in (1, 2):
+        expect("tokens of prompt %d" % i, out[i], ref["greedy"][i])
+        d.must(d.free(live.pop(i)))
+    d.check()
+    expect("free pages after all left", d.info().free_pages, d.info().blocks)
+
+
+def fork(d, ref):
+    f = ref["fork"]
+    st, parent, logits = d.add(PROMPTS[3])
+    d.must(st)
+    toks = [argmax(logits)]
+    for _ in range(f["k"]):
+        st, logits = d.step([parent], [toks[-1]])
+        d.must(st)
+        toks.append(argmax(logits[0]))
+    st, child = d.fork(parent)  # both hold prompt 3 and k tokens; the last page is partly filled
+    d.must(st)
+    expect("the child's length", d.length(child), (OK, len(PROMPTS[3]) + f["k"]))
+    kid = [f["alt"]]
+    for _ in range(6):
+        st, logits = d.step([parent, child], [toks[-1], kid[-1]])
+        d.must(st)
+        close("the parent after the fork, token %d" % len(toks), logits[0], ref["logits"][3][len(toks)])
+        close("the forked child, token %d" % len(kid), logits[1], f["logits"][len(kid) - 1])
+        toks.append(argmax(logits[0]))
+        kid.append(argmax(logits[1]))
+        d.check()
+    expect("the parent after the fork", toks, ref["greedy"][3][:len(toks)])
+    expect("the forked child", kid[1:], ref["fork"]["child"])
+    d.must(d.free(parent))
+    d.must(d.free(child))
+    d.check()
+
+
+def statuses(d, context):
+    expect("free of an unknown sequence", d.free(3), NOT_FOUND)
+    expect("fork of an unknown sequence", d.fork(-1)[0], NOT_FOUND)
+    expect("length of an unknown sequence", d.length(7)[0], NOT_FOUND)
+    expect("step of an unknown sequence", d.step([2], [1])[0], NOT_FOUND)
+    expect("a prompt longer than the context", d.add([1] * (context + 1))[0], INVALID)
+    expect("an empty prompt", d.add([])[0], INVALID)
+    expect("a token outside the vocabulary", d.add([d.vocab])[0], INVALID)
+    st, seq, _ = d.add([1, 2])
+    d.must(st)
+    expect("one sequence twice in a step", d.step([seq, seq], [1, 1])[0], INVALID)
+    d.must(d.free(seq))
+    expect("a freed sequence", d.step([seq], [1])[0], NOT_FOUND)
+    expect("training a decoding library", d.lib.sgc_train_step(d.s, ctypes.byref(ctypes.c_double())), INVALID)
+    d.check()
+
+
+def random_mix(d, rounds, seed):
+    """Random add/fork/free/step on a tiny pool; the pages are modelled here and compared."""
+    rng = random.Random(seed)
+    info = d.info()
+    B, blocks, slots, context = info.block_size, info.blocks, info.max_seqs, info.max_context
+    pages = {}  # seq -> list of page objects (shared by identity after a fork)
+    length = {}
+    fresh = iter(range(10 ** 9))
+    calls, short = 0, 0  # calls made, and of them out of pages
+
+    def held():
+        return len({p for ps in pages.values() for p in ps})
+
+    def append(seq, count):
+        n = length[seq]
+        if n % B and any(pages[seq][-1] in pages[o] for o in pages if o != seq):
+            pages[seq][-1] = next(fresh)
+        while len(pages[seq]) < (n + count + B - 1) // B:
+            pages[seq].append(next(fresh))
+        length[seq] = n + count
+
+    for _ in range(rounds):
+        op = rng.choice(["add", "add", "fork", "free", "step", "step", "step"])
+        if op == "add":
+            n = rng.randint(1, context)
+            st, seq, _ = d.add([rng.randrange(d.vocab) for _ in range(n)])
+            fits = len(pages) < slots and (n + B - 1) // B <= blocks - held()
+            expect("add of %d tokens (status)" % n, st, OK if fits else OUT_OF_PAGES)
+            if st == OK:
+                pages[seq], length[seq] = [], 0
+                append(seq, n)
+        elif op == "fork" and pages:
+            seq = rng.choice(sorted(pages))
+            st, child = d.fork(seq)
+            expect("fork (status)", st, OK if len(pages) < slots else OUT_OF_PAGES)
+            if st == OK:
+                pages[child], length[child] = list(pages[seq]), length[seq]
+        elif op == "free" and pages:
+            seq = rng.choice(sorted(pages))
+            d.must(d.free(seq))
+            del pages[seq], length[seq]
+        elif op == "step" and pages:
+            seqs = [s for s in sorted(pages) if length[s] < context and rng.random() < 0.8]
+            if not seqs:
+                continue
+            # The step appends to each sequence in turn; it fits when the pages then held do.
+            saved = {s: list(p) for s, p in pages.items()}, dict(length)
+            for s in seqs:
+                append(s, 1)
+            fits = held() <= blocks
+            st, _ = d.step(seqs, [rng.randrange(d.vocab) for _ in seqs])
+            expect("step of %d sequences (status)" % len(seqs), st, OK if fits else OUT_OF_PAGES)
+            if st != OK:
+                pages, length = saved
+        else:
+            continue
+        calls, short = calls + 1, short + (op != "free" and st == OUT_OF_PAGES)
+        d.check()
+        expect("free pages", d.info().free_pages, blocks - held())
+        expect("live sequences", d.info().live_seqs, len(pages))
+        for s in pages:
+            expect("length of sequence %d" % s, d.length(s), (OK, length[s]))
+    for s in sorted(pages):
+        d.must(d.free(s))
+    d.check()
+    expect("free pages at the end", d.info().free_pages, blocks)
+    return calls, short
+
+
+def check(work, device, sgc=None):
+    ref = json.load(open(os.path.join(work, "ref.json")))
+    d = Decoder(os.path.join(work, "gen.so"), device)
+    i = d.info()
+    print("gen.so: %d layers, %d pages of %d tokens (%d bytes), tables %d bytes, free list %d bytes" %
+          (i.layers, i.blocks, i.block_size, i.pool_bytes, i.table_bytes, i.free_list_bytes))
+    join_and_leave(d, ref)
+    print("join and leave: ok")
+    fork(d, ref)
+    print("fork: ok")
+    statuses(d, i.max_context)
+    print("statuses: ok")
+    small = Decoder(os.path.join(work, "small.so"), device)
+    calls, short = random_mix(small, 400, 1)
+    print("random add/fork/free/step on %d pages: ok (%d calls, %d out of pages)" % (small.info().blocks, calls, short))
+    if short == 0:
+        raise AssertionError("the random mix never ran out of pages: it tests too little")
+    # The cache was churned: a fresh sequence still decodes as PyTorch does.
+    st, seq, logits = small.add(PROMPTS[0])
+    small.must(st)
+    toks = [argmax(logits)]
+    while len(toks) < NEW:
+        st, logits = small.step([seq], [toks[-1]])
+        small.must(st)
+        toks.append(argmax(logits[0]))
+    expect("prompt 0 after the random mix", toks, ref["greedy"][0])
+    print("after the mix: ok")
+    if sgc:
+        cmd = [sgc, "generate", os.path.join(work, "small.so"), "--max-new-tokens", str(NEW), "--device", device]
+        for p in PROMPTS:
+            cmd += ["--prompt-ids", ",".join(map(str, p))]
+        lines = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()
+        got = [json.loads(line)["ids"] for line in lines]
+        expect("sgc generate (4 prompts on a 10-page cache: some wait, some are preempted)", got, ref["greedy"])
+        print("sgc generate: ok")
+
+
+def main():
+    if sys.argv[1] == "prepare":
+        prepare(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "check":
+        check(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+    else:
+        prepare(sys.argv[2], sys.argv[3])
+        check(sys.argv[3], "cpu", sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()
