@@ -2,6 +2,8 @@
 // histogram) or of a safetensors file.
 #include "driver/Args.h"
 #include "driver/Common.h"
+#include "driver/LibraryApi.h"
+#include "runtime/Program.h"
 
 #include <cstdio>
 #include <map>
@@ -9,9 +11,11 @@
 namespace sgc::driver {
 namespace {
 
-const CommandSpec kSpec{"inspect", "sgc inspect MODEL.onnx|MODEL.sgcir|FILE.safetensors",
-                        "Describes a model (inputs, outputs, parameters with shapes and bytes, op histogram)\n"
-                        "or a safetensors file (each tensor's dtype and shape, small tensors' values).",
+const CommandSpec kSpec{"inspect", "sgc inspect MODEL.onnx|MODEL.sgcir|FILE.safetensors|LIB.so",
+                        "Describes a model (inputs, outputs, parameters with shapes and bytes, op histogram),\n"
+                        "a safetensors file (each tensor's dtype and shape, small tensors' values) or a library\n"
+                        "compiled by sgc (its memory plan's regions, tensors and launches; for a decoding library\n"
+                        "the paged key/value cache: pool, block tables and free list).",
                         {}};
 
 int64_t bytesOf(const ir::Value* v) { return (int64_t)v->data->bytes.size(); }
@@ -65,6 +69,39 @@ int inspectSafetensors(const std::string& path) {
   return 0;
 }
 
+const char* kRegionNames[rt::kNumRegions] = {"inputs", "params", "state", "consts", "grads", "activations"};
+
+int inspectLibrary(const std::string& path) {
+  Api api;
+  if (Error e = loadApi(path, api)) return reportError(std::move(e));
+  const char* json = nullptr;
+  uint64_t size = 0;
+  rt::Program p;
+  std::string error;
+  if (api.sgc_program_json(&json, &size) || !rt::parseProgram(json, size, UINT64_MAX, p, error)) return reportError(path + ": a bad program: " + error);
+  printf("library: %s (%s, program hash %s)\n", path.c_str(), p.decode ? "decoding step" : "training step", p.hash.c_str());
+  uint64_t total = 0;
+  for (uint64_t r : p.regions) total += r;
+  printf("memory plan: %s bytes\n", withCommas((int64_t)total).c_str());
+  for (int r = 0; r < rt::kNumRegions; ++r) printf("  %-12s %16s bytes\n", kRegionNames[r], withCommas((int64_t)p.regions[r]).c_str());
+  printf("kernels: %d, launches per step: %zu, weights: %s\n", p.numKernels, p.launches.size(), p.weightsMode.c_str());
+  if (!p.decode) return 0;
+  const rt::Decode& d = *p.decode;
+  uint64_t pool = 0;
+  for (int t : d.pools) pool += p.tensors[t].bytes;
+  const rt::TensorDesc& first = p.tensors[d.pools[0]];
+  printf("paged key/value cache: %zu layers, %lld pages of %lld tokens, %lld sequences of up to %lld tokens (%lld pages), %lld tokens per step, vocabulary %lld\n",
+         d.pools.size(), (long long)d.blocks, (long long)d.blockSize, (long long)d.seqs, (long long)d.maxContext, (long long)d.maxBlocks,
+         (long long)d.tokens, (long long)d.vocab);
+  printf("  page pool     %16s bytes  (state region: %zu x %s [%lld, 2, %lld, %lld, %lld])\n", withCommas((int64_t)pool).c_str(), d.pools.size(),
+         first.dtype.c_str(), (long long)first.shape[0], (long long)first.shape[2], (long long)first.shape[3], (long long)first.shape[4]);
+  printf("  block tables  %16s bytes  (inputs region: I32 [%lld, %lld])\n", withCommas((int64_t)p.tensors[d.tables].bytes).c_str(), (long long)d.seqs,
+         (long long)d.maxBlocks);
+  printf("  free list     %16s bytes  (host: a page id and a reference count per page, a length per sequence)\n",
+         withCommas(d.blocks * 8 + d.seqs * 4).c_str());
+  return 0;
+}
+
 } // namespace
 
 int inspectMain(int argc, char** argv) {
@@ -73,6 +110,7 @@ int inspectMain(int argc, char** argv) {
   if (!args) return status;
   const std::string& path = args->positional()[0];
   if (path.size() > 12 && path.substr(path.size() - 12) == ".safetensors") return inspectSafetensors(path);
+  if (path.size() > 3 && path.substr(path.size() - 3) == ".so") return inspectLibrary(path);
   return inspectModel(path);
 }
 

@@ -230,6 +230,13 @@ bool sgc::rt::runStep(sgc_session* s, bool train, std::string& error) {
 extern "C" {
 
 uint32_t sgc_abi_version(void) { return SGC_ABI_VERSION; }
+
+sgc_status sgc_program_json(const char** json, uint64_t* size) {
+  if (!json || !size) return fail(SGC_ERROR_INVALID_ARGUMENT, "json and size must not be NULL");
+  *json = sgcrt_program;
+  *size = sgcrt_program_size;
+  return SGC_OK;
+}
 const char* sgc_last_error(void) { return lastError.c_str(); }
 
 sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** out) {

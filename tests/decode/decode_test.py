@@ -317,6 +317,11 @@ def check(work, device, sgc=None):
     expect("prompt 0 after the random mix", toks, ref["greedy"][0])
     print("after the mix: ok")
     if sgc:
+        shown = subprocess.run([sgc, "inspect", os.path.join(work, "gen.so")], check=True, capture_output=True, text=True).stdout
+        for words in ["page pool %16s bytes" % "{:,}".format(i.pool_bytes), "block tables %16s bytes" % "{:,}".format(i.table_bytes)]:
+            if " ".join(words.split()) not in " ".join(shown.split()):
+                raise AssertionError("sgc inspect gen.so does not show '%s':\n%s" % (words, shown))
+        print("sgc inspect: ok")
         cmd = [sgc, "generate", os.path.join(work, "small.so"), "--max-new-tokens", str(NEW), "--device", device]
         for p in PROMPTS:
             cmd += ["--prompt-ids", ",".join(map(str, p))]

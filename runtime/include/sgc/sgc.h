@@ -53,6 +53,12 @@ SGC_API const char* sgc_last_error(void);
 
 typedef struct sgc_session sgc_session;
 
+/** The compiled program this library carries, as JSON: its tensors and their places in the
+ * regions of the static memory plan, the kernel launches of a step, and for a decoding library
+ * the paged cache's sizes (what `sgc inspect lib.so` prints). No session is needed; the text
+ * lives as long as the library is loaded. */
+SGC_API sgc_status sgc_program_json(const char** json, uint64_t* size);
+
 typedef struct {
   uint32_t struct_size; /* sizeof(sgc_session_options); hosts built before the fields below pass a smaller size */
   uint32_t version;     /* SGC_ABI_VERSION */
