@@ -131,7 +131,7 @@ std::string canonicalFlags(const Args& a) {
   std::string s;
   for (const char* f : {"dim", "target", "weights", "recompute", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
                         "clip-grad-norm", "loss", "freeze", "precision", "attention", "data-parallel", "bucket-mb", "ranks", "mode",
-                        "kv-block-size", "max-seqs", "max-context", "kv-blocks", "kv-budget-mb", "max-tokens", "input-ids", "position-ids"})
+                        "kv-block-size", "max-seqs", "max-context", "kv-blocks", "kv-budget-mb", "max-tokens", "kv-cache-dtype", "input-ids", "position-ids"})
     if (a.has(f)) s += std::string("--") + f + "=" + a.get(f) + "\n";
   return s;
 }
@@ -176,8 +176,10 @@ int compileMain(int argc, char** argv) {
   if (stepMode != "train" && stepMode != "decode") return reportError("--mode " + stepMode + ": expected train or decode");
   std::optional<codegen::DecodeSpec> decode;
   if (stepMode == "decode") {
-    if (args->has("train") || hasTrainingFlags(*args) || args->has("dim") || args->has("recompute"))
-      return reportError("--mode decode builds a decoding step: training flags, --dim and --recompute do not apply");
+    bool training = false;
+    for (const auto& f : trainingFlagSpecs()) training = training || (args->has(f.name) && f.name != "precision");
+    if (args->has("train") || training || args->has("dim") || args->has("recompute"))
+      return reportError("--mode decode builds a decoding step: training flags (but --precision), --dim and --recompute do not apply");
     auto spec = buildDecodeStep(**g, *args, model);
     if (!spec) return reportError(spec.takeError());
     decode = std::move(*spec);

@@ -2,6 +2,7 @@
 #include "driver/DecodeStep.h"
 
 #include "driver/TrainingFlags.h"
+#include "ir/passes/Autocast.h"
 #include "ir/passes/BindDims.h"
 #include "ir/passes/PagedKv.h"
 
@@ -49,6 +50,7 @@ std::vector<OptionSpec> decodeFlagSpecs() {
           {"kv-blocks", "N", "decode: pages in the cache (default: enough for every sequence at max context)"},
           {"kv-budget-mb", "M", "decode: the cache's size in MiB instead of --kv-blocks"},
           {"max-tokens", "N", "decode: tokens one step runs, prompt tokens and decoded ones (default: max(S, block size))"},
+          {"kv-cache-dtype", "T", "decode: f32 or bf16, the cache's dtype (default: bf16 with --precision bf16, else f32)"},
           {"input-ids", "NAME", "decode: the model's token input (default input_ids)"},
           {"position-ids", "NAME", "decode: the model's position input (default position_ids; optional)"}};
 }
@@ -79,6 +81,11 @@ Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const
   if (o.blocks && o.blocks < o.maxBlocks)
     return makeError("--kv-blocks " + std::to_string(o.blocks) + " cannot hold one sequence of --max-context " + std::to_string(*context) + " (" +
                      std::to_string(o.maxBlocks) + " pages)");
+  std::string precision = a.get("precision", "f32");
+  if (precision != "f32" && precision != "bf16") return makeError("--precision " + precision + ": expected f32 or bf16");
+  std::string cache = a.get("kv-cache-dtype", precision);
+  if (cache != "f32" && cache != "bf16") return makeError("--kv-cache-dtype " + cache + ": expected f32 or bf16");
+  o.bf16 = cache == "bf16";
   codegen::DecodeSpec spec;
   spec.ids = a.get("input-ids", "input_ids");
   ir::Value* ids = g.findValue(spec.ids);
@@ -95,6 +102,8 @@ Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const
     if (in->name != spec.ids && in->name != spec.positions && in->name.rfind("sgc.kv.", 0) != 0)
       return makeError(model + ": input %" + in->name + ": a decode step feeds only the token ids, their positions and the cache");
   if (Error e = bindTokens(g, ids, o.tokens, model)) return makeError(model + ": " + errorText(std::move(e)));
+  if (precision == "bf16") // the products in bf16, as torch.autocast runs them
+    if (Error e = ir::autocastBf16(g)) return makeError(model + ": " + errorText(std::move(e)));
   if (positions && !spec.positions.empty() && positions->type.shape() != ids->type.shape())
     return makeError(model + ": input %" + spec.positions + " must have the token ids' shape, is " + ir::toString(positions->type));
   const ir::Value* logits = g.outputs.size() == 1 ? g.outputs[0] : nullptr;

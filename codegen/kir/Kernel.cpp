@@ -52,10 +52,11 @@ ExprRef cast(ExprRef a, Scalar t) {
   return make({ExprKind::Cast, t, 0, 0, 0, "", {std::move(a)}});
 }
 
-ExprRef warpReduce(const std::string& op, ExprRef a, int lanes) {
-  assert(lanes >= 2 && lanes <= 32 && (lanes & (lanes - 1)) == 0 && "a warp reduction spans 2, 4, ..., 32 lanes");
+ExprRef warpReduce(const std::string& op, ExprRef a, int lanes, int stride) {
+  assert(lanes >= 2 && stride >= 1 && lanes * stride <= 32 && (lanes & (lanes - 1)) == 0 && (stride & (stride - 1)) == 0 &&
+         "a warp reduction spans 2, 4, ..., 32 lanes, a power of two apart");
   Scalar t = a->type;
-  return make({ExprKind::WarpReduce, t, 0, lanes, 0, op, {std::move(a)}});
+  return make({ExprKind::WarpReduce, t, 0, lanes, stride, op, {std::move(a)}});
 }
 
 namespace {
@@ -126,7 +127,8 @@ std::string exprText(const Expr& e) {
   case ExprKind::Select: return "select(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ", " + exprText(*e.args[2]) + ")";
   case ExprKind::Cast: return std::string(scalarName(e.type)) + "(" + exprText(*e.args[0]) + ")";
   case ExprKind::WarpReduce:
-    return "warp_" + e.op + (e.bits == 32 ? "" : std::to_string(e.bits)) + "(" + exprText(*e.args[0]) + ")";
+    return "warp_" + e.op + (e.bits == 32 ? "" : std::to_string(e.bits)) + (e.id > 1 ? "x" + std::to_string(e.id) : "") + "(" +
+           exprText(*e.args[0]) + ")";
   }
   return "?";
 }

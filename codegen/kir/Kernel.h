@@ -51,8 +51,10 @@ ExprRef select(ExprRef cond, ExprRef a, ExprRef b);
 /// "add" or "max" of an f32 over the 32 lanes of a GPU warp (32 consecutive parallel iterations,
 /// aligned): every lane gets the result. Only in gpuOnly kernels whose parallel extent is a
 /// multiple of 32, so that whole warps run every iteration together. With `lanes` (a power of
-/// two below 32), over each aligned group of that many lanes instead.
-ExprRef warpReduce(const std::string& op, ExprRef a, int lanes = 32);
+/// two below 32), over each aligned group of that many lanes instead; with `stride` (a power of
+/// two, lanes * stride <= 32) too, over the lanes `stride` apart in each aligned group of
+/// lanes * stride (lanes whose index differs in those bits only).
+ExprRef warpReduce(const std::string& op, ExprRef a, int lanes = 32, int stride = 1);
 ExprRef cast(ExprRef a, Scalar t);
 
 struct Stmt;

@@ -399,6 +399,7 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
   case Op::LayerNormGrad: return layerNormGradGpu(name, n);
   case Op::SceLossGrad: return sceGpu(name, n);
   case Op::FusedAttention: case Op::FusedAttentionGrad: return attentionGpu(name, n);
+  case Op::PagedAttention: return pagedAttentionGpu(name, n);
   case Op::SoftmaxCrossEntropyLoss:
     if (auto ks = sceGpu(name, n)) return ks;
     [[fallthrough]];

@@ -51,6 +51,11 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
 /// when it does not apply (operands other than bf16, sizes not multiples of 16).
 Expected<std::optional<std::vector<Kernel>>> attentionGpu(const std::string& name, const ir::Node& n);
 
+/// The GPU form of PagedAttention (LowerPaged.cpp): a warp per token and head, reading 16 bytes
+/// a lane; none when it does not apply (a cache other than bf16, a head dim not a multiple of 64,
+/// pages not a multiple of 8 tokens).
+Expected<std::optional<std::vector<Kernel>>> pagedAttentionGpu(const std::string& name, const ir::Node& n);
+
 /// A row-wise op with the elementwise nodes fused around it on a GPU: `prologue` computes one
 /// of its operands (nothing else reads the prologue's values); `epilogue` applies to its result;
 /// `storeResult`: nodes outside the group read the row op's result too.

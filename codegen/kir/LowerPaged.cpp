@@ -6,6 +6,14 @@
 // block table with the online softmax of flash attention. Indices read from
 // the tables are clamped into their buffers, and a token whose sequence,
 // position or page is out of range writes nothing and reads as zero.
+//
+// On a GPU, a bf16 cache with heads of 64, 128, ... elements and pages of a
+// multiple of 8 tokens runs a warp per (token, head): lanes 8r..8r+7 read
+// key rows j = r (mod 4) of the sequence, each lane a chunk of D/8 elements
+// (16 bytes or more, whole loads), two rows per step so that a warp has 2 KB
+// of keys and 2 KB of values in flight; the dot products are sums over the
+// 8 lanes of a row, each group of 8 keeps its own online softmax, and the
+// four are merged at the end (sums over the lanes 8 apart).
 #include "codegen/kir/Builder.h"
 #include "codegen/kir/LowerOps.h"
 
@@ -110,7 +118,102 @@ Kernel attention(const std::string& name, const ir::Node& n) {
   return b.finish(loop(r, g.tokens * g.heads, true, std::move(body)));
 }
 
+/// The warp-per-(token, head) form (see the top of the file).
+Kernel warpAttention(const std::string& name, const ir::Node& n) {
+  Paged g(n, 1, 2);
+  const ir::Value *q = n.input(0), *y = n.outputs[0];
+  const int64_t width = g.dim / 8, rowsPerStep = 8; // a lane's chunk; keys a warp reads per step
+  auto f = [](double x) { return B::c(x, Scalar::F32); };
+  auto lf = [](int id) { return local(id, Scalar::F32); };
+  B b(name);
+  int iv = b.newLoopVar(), step = b.newLoopVar();
+  int s = b.newLocal(), p = b.newLocal(), len = b.newLocal(), blk = b.newLocal(), m = b.newLocal(), l = b.newLocal();
+  ExprRef warp = binary("idiv", loopVar(iv), B::i(32)), lane = binary("imod", loopVar(iv), B::i(32));
+  ExprRef tok = binary("idiv", warp, B::i(g.heads)), head = binary("imod", warp, B::i(g.heads));
+  ExprRef group = binary("idiv", lane, B::i(8)), chunk = B::mul(binary("imod", lane, B::i(8)), B::i(width));
+  ExprRef S = local(s, Scalar::I64), P = local(p, Scalar::I64), Len = local(len, Scalar::I64), Blk = local(blk, Scalar::I64);
+  std::vector<StmtRef> body{let(s, g.slot(b, tok)), let(p, g.position(b, tok)),
+                            let(len, select(g.validToken(S, P), B::add(P, B::i(1)), B::i(0))), let(m, f(-INFINITY)), let(l, f(0))};
+  std::vector<int> qs, os;
+  ExprRef qRow = B::add(B::mul(warp, B::i(g.dim)), chunk);
+  for (int64_t e = 0; e < width; ++e) {
+    qs.push_back(b.newLocal());
+    body.push_back(let(qs.back(), B::mul(b.ld(q, B::add(qRow, B::i(e))), f(n.getFloat("scale", 1.0)))));
+    os.push_back(b.newLocal());
+    body.push_back(let(os.back(), f(0)));
+  }
+  // One step: keys j0 + group and j0 + 4 + group, all in the page of j0 (pages hold a multiple of 8).
+  ExprRef j0 = B::mul(loopVar(step), B::i(rowsPerStep));
+  std::vector<StmtRef> st{let(blk, g.pageOf(b, S, j0))};
+  struct Key {
+    ExprRef j, valid;
+    std::vector<int> k, v;
+    int score, w;
+  };
+  std::vector<Key> keys(2);
+  for (int u = 0; u < 2; ++u) {
+    Key& key = keys[u];
+    key.j = B::add(j0, B::add(group, B::i(4 * u)));
+    key.valid = binary("lt", key.j, Len);
+    for (int64_t e = 0; e < width; ++e) { // every load first: 4 rows of keys and values in flight
+      key.k.push_back(b.newLocal());
+      st.push_back(let(key.k.back(), b.ld(g.pool, g.at(Blk, 0, key.j, head, B::add(chunk, B::i(e))))));
+    }
+    for (int64_t e = 0; e < width; ++e) {
+      key.v.push_back(b.newLocal());
+      st.push_back(let(key.v.back(), b.ld(g.pool, g.at(Blk, 1, key.j, head, B::add(chunk, B::i(e))))));
+    }
+  }
+  for (Key& key : keys) {
+    std::vector<ExprRef> terms;
+    for (int64_t e = 0; e < width; ++e) terms.push_back(B::mul(lf(qs[e]), lf(key.k[e])));
+    while (terms.size() > 1) {
+      std::vector<ExprRef> next;
+      for (size_t i = 0; i + 1 < terms.size(); i += 2) next.push_back(B::add(terms[i], terms[i + 1]));
+      if (terms.size() % 2) next.push_back(terms.back());
+      terms = std::move(next);
+    }
+    key.score = b.newLocal();
+    st.push_back(let(key.score, select(key.valid, warpReduce("add", terms[0], 8), f(-INFINITY))));
+  }
+  int mn = b.newLocal(), corr = b.newLocal();
+  st.push_back(let(mn, binary("max", lf(m), binary("max", lf(keys[0].score), lf(keys[1].score)))));
+  ExprRef none = binary("eq", lf(mn), f(-INFINITY)); // no visible key yet (a short context's later groups)
+  st.push_back(let(corr, select(none, f(1), unary("exp", B::sub(lf(m), lf(mn))))));
+  for (Key& key : keys) {
+    key.w = b.newLocal();
+    st.push_back(let(key.w, select(key.valid, unary("exp", B::sub(lf(key.score), lf(mn))), f(0))));
+  }
+  st.push_back(set(l, B::add(B::mul(lf(l), lf(corr)), B::add(lf(keys[0].w), lf(keys[1].w)))));
+  for (int64_t e = 0; e < width; ++e) {
+    ExprRef add = f(0);
+    for (Key& key : keys) add = B::add(add, select(key.valid, B::mul(lf(key.w), lf(key.v[e])), f(0))); // rows past the end: stale bytes
+    st.push_back(set(os[e], B::add(B::mul(lf(os[e]), lf(corr)), add)));
+  }
+  st.push_back(set(m, lf(mn)));
+  body.push_back(loopUpTo(step, g.maxBlocks * g.page / rowsPerStep, binary("idiv", B::add(Len, B::i(rowsPerStep - 1)), B::i(rowsPerStep)), std::move(st)));
+  // The four groups' softmaxes merged: the lanes 8 apart hold the same chunk.
+  int top = b.newLocal(), scale = b.newLocal(), sum = b.newLocal();
+  body.push_back(let(top, warpReduce("max", lf(m), 4, 8)));
+  body.push_back(let(scale, select(binary("eq", lf(m), f(-INFINITY)), f(0), unary("exp", B::sub(lf(m), lf(top))))));
+  body.push_back(let(sum, warpReduce("add", B::mul(lf(l), lf(scale)), 4, 8)));
+  for (int64_t e = 0; e < width; ++e) {
+    ExprRef o = warpReduce("add", B::mul(lf(os[e]), lf(scale)), 4, 8);
+    body.push_back(b.st(y, B::add(qRow, B::i(e)), select(binary("gt", lf(sum), f(0)), B::div(o, lf(sum)), f(0))));
+  }
+  Kernel k = b.finish(loop(iv, g.tokens * g.heads * 32, true, std::move(body)));
+  k.gpuOnly = true;
+  k.threads = 128;
+  return k;
+}
+
 } // namespace
+
+Expected<std::optional<std::vector<Kernel>>> pagedAttentionGpu(const std::string& name, const ir::Node& n) {
+  Paged g(n, 1, 2);
+  if (n.input(0)->type.dtype != ir::DType::BF16 || g.dim % 64 != 0 || g.page % 8 != 0) return std::optional<std::vector<Kernel>>();
+  return std::optional<std::vector<Kernel>>(std::vector<Kernel>{warpAttention(name, n)});
+}
 
 Expected<std::vector<Kernel>> lowerPaged(const std::string& name, const ir::Node& n) {
   if (n.op == ir::Op::KvCacheWrite) return std::vector<Kernel>{cacheWrite(name, n)};

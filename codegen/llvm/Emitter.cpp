@@ -517,9 +517,9 @@ private:
 
   /// A butterfly over aligned groups of `lanes` lanes with shfl.sync: every lane ends with its
   /// group's result.
-  Expected<llvm::Value*> warpReduce(const std::string& op, llvm::Value* v, int lanes) {
+  Expected<llvm::Value*> warpReduce(const std::string& op, llvm::Value* v, int lanes, int stride) {
     if (t_.kind != Target::NVPTX || !v->getType()->isFloatTy()) return fail("warp reductions are generated for GPUs, on f32, only");
-    for (int offset = lanes / 2; offset >= 1; offset /= 2) {
+    for (int offset = lanes / 2 * stride; offset >= stride; offset /= 2) {
       llvm::Value* other = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
                                               {b_.getInt32(-1), v, b_.getInt32(offset), b_.getInt32(31)});
       auto combined = binaryOp(op, v, other);
@@ -552,7 +552,7 @@ private:
     case ExprKind::Binary: r = binaryOp(e.op, a[0], a[1]); break;
     case ExprKind::Select: r = b_.CreateSelect(a[0], a[1], a[2]); break;
     case ExprKind::Cast: r = convert(a[0], e.args[0]->type, e.type); break;
-    case ExprKind::WarpReduce: r = warpReduce(e.op, a[0], (int)e.bits); break;
+    case ExprKind::WarpReduce: r = warpReduce(e.op, a[0], (int)e.bits, std::max(1, e.id)); break;
     }
     if (r) cache_[&e] = *r;
     return r;

@@ -115,18 +115,36 @@ struct Matcher {
     if (!past.dims[1].isStatic() || !past.dims[3].isStatic() || vcat->inputs[0]->type != past)
       return stopped(*kcat, "cached keys and values of one type with static heads and head dim");
     int64_t heads = past.dims[1].value, dim = past.dims[3].value;
-    Value* pool = g.addState(g.uniqueName("kv_cache." + std::to_string(pools.size())),
-                             Tensor(past.dtype, {o.blocks, 2, o.blockSize, heads, dim}));
+    DType type = o.bf16 ? DType::BF16 : past.dtype;
+    Value* pool = g.addState(g.uniqueName("kv_cache." + std::to_string(pools.size())), Tensor(type, {o.blocks, 2, o.blockSize, heads, dim}));
     pools.push_back(pool);
+    std::vector<Node*> added;
+    auto as = [&](Value* v, DType t) { // v in dtype t (a Cast when it is not)
+      if (v->type.dtype == t) return v;
+      Node* c = g.addNode(Op::Cast, {v}, 1, pv.name + ".to_" + std::string(dtypeName(t)));
+      c->attrs["to"] = std::string(dtypeName(t));
+      added.push_back(c);
+      return c->outputs[0];
+    };
     Value *tables = g.findValue("sgc.kv.tables"), *seq = g.findValue("sgc.kv.seq"), *pos = g.findValue("sgc.kv.pos");
-    Node* w = g.addNode(Op::KvCacheWrite, {pool, kcat->inputs[1], vcat->inputs[1], tables, seq, pos}, 1, pv.name + ".kv_write");
-    Node* a = g.addNode(Op::PagedAttention, {qk->inputs[0], w->outputs[0], tables, seq, pos}, 1, pv.name + ".paged");
+    Value *k = as(kcat->inputs[1], type), *v = as(vcat->inputs[1], type), *q = as(qk->inputs[0], type);
+    Node* w = g.addNode(Op::KvCacheWrite, {pool, k, v, tables, seq, pos}, 1, pv.name + ".kv_write");
+    Node* a = g.addNode(Op::PagedAttention, {q, w->outputs[0], tables, seq, pos}, 1, pv.name + ".paged");
     a->attrs["scale"] = scale;
+    added.push_back(w);
+    added.push_back(a);
     g.updates.push_back({pool, w->outputs[0]});
-    g.replaceAllUses(pv.outputs[0], a->outputs[0]);
+    Value* y = a->outputs[0];
+    if (type != pv.outputs[0]->type.dtype) { // the result back in the model's dtype
+      Node* c = g.addNode(Op::Cast, {y}, 1, pv.name + ".from_" + std::string(dtypeName(type)));
+      c->attrs["to"] = std::string(dtypeName(pv.outputs[0]->type.dtype));
+      added.push_back(c);
+      y = c->outputs[0];
+    }
+    g.replaceAllUses(pv.outputs[0], y);
     caches.insert(kcat->inputs[0]);
     caches.insert(vcat->inputs[0]);
-    return std::optional<std::vector<Node*>>(std::vector<Node*>{w, a});
+    return std::optional<std::vector<Node*>>(added);
   }
 };
 

@@ -12,7 +12,8 @@
 //   kv' = KvCacheWrite(kv, k_new, v_new, tables, seq, pos)      kv: a state pool per layer
 //   y   = PagedAttention(q, kv', tables, seq, pos) {scale}
 //
-// with the update kv <- kv', and the past inputs and present outputs are
+// with the update kv <- kv' (with bf16, the pool is bf16 and q, k_new and
+// v_new are cast to it, y back), and the past inputs and present outputs are
 // gone. Three inputs are added: sgc.kv.tables (i32 [seqs, max blocks]),
 // sgc.kv.seq and sgc.kv.pos (i32 [tokens]). Every row of the batch is then one
 // token (bind the sequence dim to 1): the block tables say which sequence
@@ -41,6 +42,7 @@ struct PagedKvOptions {
   int64_t blockSize = 16;
   int64_t blocks = 0;    ///< pages in each layer's pool; 0: as many as `budgetBytes` holds
   int64_t budgetBytes = 0; ///< the pools' bytes (all layers), when `blocks` is 0
+  bool bf16 = false;       ///< keep the cache in bf16 (the tokens' keys, values and queries cast to it)
   int64_t maxBlocks = 0; ///< pages of one sequence (max context / block size)
 };
 

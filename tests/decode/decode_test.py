@@ -55,11 +55,20 @@ def prepare(sgc, work):
     k = 4
     seq = PROMPTS[3] + ref["greedy"][3][:k]
     with torch.no_grad():
-        logits = m(torch.tensor([seq]), torch.arange(len(seq)).unsqueeze(0), *g.empty_cache(1))[0][0, -1]
+        logits = m(torch.tensor([seq]), torch.arange(len(seq)).unsqueeze(0), *g.empty_cache(m, 1))[0][0, -1]
     alt = int(logits.topk(2).indices[1])
     child, child_logits = g.greedy(m, seq + [alt], 6, with_logits=True)
     ref["fork"] = {"k": k, "alt": alt, "child": child, "logits": child_logits}
     ref["context"] = SMALL["context"]
+    # A bf16 cache with heads of 64 (the GPU's warp-per-head paged attention; the products stay
+    # float32): PyTorch's float32 logits along its greedy path, which the library is fed.
+    m64 = g.make(1, "test64")
+    g.export(m64, os.path.join(work, "gpt64.onnx"))
+    subprocess.run([sgc, "compile", os.path.join(work, "gpt64.onnx"), "--mode", "decode", "--kv-block-size", "8", "--target", targets,
+                    "--kv-cache-dtype", "bf16", "--max-seqs", "4", "--max-context", "64", "--max-tokens", "8", "-o", os.path.join(work, "gen64.so")],
+                   check=True)
+    runs = [g.greedy(m64, p, NEW, with_logits=True) for p in PROMPTS]
+    ref["bf16"] = {"greedy": [r[0] for r in runs], "logits": [r[1] for r in runs]}
     with open(os.path.join(work, "ref.json"), "w") as f:
         json.dump(ref, f)
 
@@ -289,6 +298,45 @@ def random_mix(d, rounds, seed):
     return calls, short
 
 
+def teacher_forced(d, ref):
+    """All prompts together, fed PyTorch's greedy tokens: the logits of every step, per prompt."""
+    seqs, out = [], [[] for _ in PROMPTS]
+    for i, p in enumerate(PROMPTS):
+        st, seq, logits = d.add(p)
+        d.must(st)
+        seqs.append(seq)
+        out[i].append(logits)
+    for t in range(NEW - 1):
+        st, logits = d.step(seqs, [ref["greedy"][i][t] for i in range(len(PROMPTS))])
+        d.must(st)
+        for i, l in enumerate(logits):
+            out[i].append(l)
+    for seq in seqs:
+        d.must(d.free(seq))
+    return out
+
+
+def bf16_heads64(work, device):
+    """gen64.so (bf16 cache, heads of 64): on the CPU against PyTorch's float32 logits (within
+    the cache's rounding); on a GPU, where the warp-per-head kernel runs, against the CPU's."""
+    ref = json.load(open(os.path.join(work, "ref.json")))["bf16"]
+    lib = os.path.join(work, "gen64.so")
+    cpu = teacher_forced(Decoder(lib, "cpu"), ref)
+    # Relative to each step's largest logit: the cache keeps 8 bits of each key and value.
+    worst = max(max(abs(a - b) for a, b in zip(got, want)) / max(map(abs, want))
+                for i in range(len(PROMPTS)) for got, want in zip(cpu[i], ref["logits"][i]))
+    if not worst < 0.015:
+        raise AssertionError("bf16 logits on the CPU differ from PyTorch's float32 ones by %.1f%% of the largest" % (100 * worst))
+    msg = "bf16 cache, heads of 64: cpu within %.2f%% of PyTorch's float32 logits" % (100 * worst)
+    if device != "cpu":
+        dev = teacher_forced(Decoder(lib, device), ref)
+        for i in range(len(PROMPTS)):
+            for t, (got, want) in enumerate(zip(dev[i], cpu[i])):
+                close("bf16 cache, prompt %d, token %d, %s against cpu" % (i, t, device), got, want, 2e-3)
+        msg += "; %s within 2e-3 of cpu" % device
+    print(msg)
+
+
 def check(work, device, sgc=None):
     ref = json.load(open(os.path.join(work, "ref.json")))
     d = Decoder(os.path.join(work, "gen.so"), device)
@@ -316,6 +364,7 @@ def check(work, device, sgc=None):
         toks.append(argmax(logits[0]))
     expect("prompt 0 after the random mix", toks, ref["greedy"][0])
     print("after the mix: ok")
+    bf16_heads64(work, device)
     if sgc:
         shown = subprocess.run([sgc, "inspect", os.path.join(work, "gen.so")], check=True, capture_output=True, text=True).stdout
         for words in ["page pool %16s bytes" % "{:,}".format(i.pool_bytes), "block tables %16s bytes" % "{:,}".format(i.table_bytes)]:
