@@ -217,7 +217,17 @@ nlohmann::json gemmJson(const kir::GemmShape& g, const std::map<std::string, int
 
 std::string hexHash(const ir::Graph& g, const std::string& options) {
   llvm::SHA256 sha;
-  sha.update(ir::print(g));
+  // The graph's text without its tensors' bytes, then the bytes of the parameters and constants in
+  // their order (state starts at zero: its type says all), so that large weights and a large
+  // cache are never printed as text.
+  ir::PrintOptions elided;
+  elided.elideDataAbove = 0;
+  sha.update(ir::print(g, elided));
+  for (const auto* list : {&g.params, &g.consts})
+    for (const ir::Value* v : *list) {
+      sha.update(v->name);
+      sha.update(llvm::ArrayRef<uint8_t>(v->data->bytes.data(), v->data->bytes.size()));
+    }
   sha.update(options);
   sha.update("sgc 0.1.0; LLVM " LLVM_VERSION_STRING);
   auto digest = sha.final();
