@@ -14,6 +14,14 @@ bool isView(const ir::Node& n) {
   case ir::Op::Reshape: case ir::Op::Flatten: case ir::Op::Squeeze: case ir::Op::Unsqueeze: case ir::Op::Identity: return true;
   case ir::Op::SumTo: // to its own shape (autodiff could not tell before the dims were bound): a copy
     return n.inputs[0]->type.isStatic() && n.outputs[0]->type.isStatic() && n.inputs[0]->type == n.outputs[0]->type;
+  case ir::Op::Transpose: { // moving only dims of size 1 keeps every element where it was
+    if (!n.inputs[0]->type.isStatic() || !n.has("perm")) return false;
+    std::vector<int64_t> shape = n.inputs[0]->type.shape(), kept;
+    for (int64_t d : n.getInts("perm"))
+      if (d < 0 || d >= (int64_t)shape.size()) return false;
+      else if (shape[d] != 1) kept.push_back(d);
+    return std::is_sorted(kept.begin(), kept.end());
+  }
   default: return false;
   }
 }

@@ -47,7 +47,8 @@ struct MemoryPlan {
 };
 
 /// Nodes whose result is their input's bytes seen with another shape
-/// (reshapes, identities, a SumTo to the input's own shape): the plan gives a
+/// (reshapes, identities, a SumTo to the input's own shape, a transpose that
+/// moves only dims of size 1): the plan gives a
 /// view of an activation its input's bytes (nothing runs for it).
 bool isView(const ir::Node& n);
 
