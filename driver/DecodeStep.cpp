@@ -4,6 +4,8 @@
 #include "driver/TrainingFlags.h"
 #include "ir/passes/Autocast.h"
 #include "ir/passes/BindDims.h"
+#include "ir/passes/FuseGelu.h"
+#include "ir/passes/NarrowParams.h"
 #include "ir/passes/PagedKv.h"
 
 #include <cmath>
@@ -102,8 +104,11 @@ Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const
     if (in->name != spec.ids && in->name != spec.positions && in->name.rfind("sgc.kv.", 0) != 0)
       return makeError(model + ": input %" + in->name + ": a decode step feeds only the token ids, their positions and the cache");
   if (Error e = bindTokens(g, ids, o.tokens, model)) return makeError(model + ": " + errorText(std::move(e)));
-  if (precision == "bf16") // the products in bf16, as torch.autocast runs them
+  if (Error e = ir::fuseGelu(g)) return makeError(model + ": " + errorText(std::move(e)));
+  if (precision == "bf16") { // the products in bf16, as torch.autocast runs them, from weights kept in bf16
     if (Error e = ir::autocastBf16(g)) return makeError(model + ": " + errorText(std::move(e)));
+    if (Error e = ir::narrowParams(g)) return makeError(model + ": " + errorText(std::move(e)));
+  }
   if (positions && !spec.positions.empty() && positions->type.shape() != ids->type.shape())
     return makeError(model + ": input %" + spec.positions + " must have the token ids' shape, is " + ir::toString(positions->type));
   const ir::Value* logits = g.outputs.size() == 1 ? g.outputs[0] : nullptr;

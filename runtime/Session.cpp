@@ -216,6 +216,18 @@ sgc_status connect(sgc_session* s, const sgc_session_options& o, int timeoutMs) 
   return SGC_OK;
 }
 
+/// float32 bytes rounded to bfloat16 (to nearest, ties to even; NaN stays NaN).
+std::vector<uint8_t> toBf16(const std::vector<uint8_t>& f32) {
+  std::vector<uint8_t> out(f32.size() / 2);
+  for (size_t i = 0; i < f32.size() / 4; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, f32.data() + 4 * i, 4);
+    uint16_t h = (bits & 0x7fffffff) > 0x7f800000 ? (uint16_t)((bits >> 16) | 0x40) : (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  return out;
+}
+
 } // namespace
 
 sgc_status sgc::rt::fail(sgc_status s, const std::string& msg) {
@@ -476,7 +488,8 @@ sgc_status sgc_load(sgc_session* s, const char* path) {
         if (it == file.end()) return fail(SGC_ERROR_IO, std::string(path) + ": no tensor '" + d.name + "'");
         std::vector<int64_t> want = d.shape; // sharded state: every rank's shard
         if (d.shards > 1) want[0] *= world;
-        if (it->second.dtype != d.dtype || it->second.shape != want)
+        bool narrowed = it->second.dtype == "F32" && d.dtype == "BF16" && kind == SGC_TENSOR_PARAMETER; // rounded as it loads
+        if ((it->second.dtype != d.dtype && !narrowed) || it->second.shape != want)
           return fail(SGC_ERROR_SHAPE_MISMATCH, std::string(path) + ": tensor '" + d.name + "' is " +
                                                     shapeText(it->second.dtype, it->second.shape.data(), (int)it->second.shape.size()) +
                                                     ", expected " + shapeText(d.dtype, want.data(), (int)want.size()));
@@ -488,6 +501,7 @@ sgc_status sgc_load(sgc_session* s, const char* path) {
         const TensorDesc& d = s->prog.tensors[id];
         auto it = file.find(d.name);
         uint64_t mine = d.shards > 1 ? (uint64_t)rank * d.bytes : 0; // sharded state: this rank's part
+        if (it != file.end() && it->second.dtype != d.dtype) it->second.data = toBf16(it->second.data);
         if (it != file.end() && !s->write(id, it->second.data.data() + mine, error)) return fail(SGC_ERROR_DEVICE, error);
       }
     s->paramsLoaded = true;

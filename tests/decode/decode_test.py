@@ -69,6 +69,15 @@ def prepare(sgc, work):
                    check=True)
     runs = [g.greedy(m64, p, NEW, with_logits=True) for p in PROMPTS]
     ref["bf16"] = {"greedy": [r[0] for r in runs], "logits": [r[1] for r in runs]}
+    # All of it in bf16 (products and weights): with its weights embedded, and without them, loaded
+    # from PyTorch's float32 ones (rounded as they load).
+    for weights in ("embedded", "none"):
+        subprocess.run([sgc, "compile", os.path.join(work, "gpt64.onnx"), "--mode", "decode", "--kv-block-size", "8", "--target", targets,
+                        "--precision", "bf16", "--max-seqs", "4", "--max-context", "64", "--weights", weights,
+                        "-o", os.path.join(work, "gen64_bf16_%s.so" % weights)], check=True)
+    sys.path.insert(0, os.path.join(HERE, "..", "pyutil"))
+    import st
+    st.write(os.path.join(work, "gpt64.safetensors"), {k: v.detach().numpy() for k, v in m64.state_dict().items()})
     with open(os.path.join(work, "ref.json"), "w") as f:
         json.dump(ref, f)
 
@@ -337,6 +346,22 @@ def bf16_heads64(work, device):
     print(msg)
 
 
+def all_bf16(work, device):
+    """gen64 with --precision bf16: its weights embedded, or loaded from float32 safetensors, give
+    the same logits; both within bf16's rounding of PyTorch's float32 ones."""
+    ref = json.load(open(os.path.join(work, "ref.json")))["bf16"]
+    embedded = Decoder(os.path.join(work, "gen64_bf16_embedded.so"), device)
+    loaded = Decoder(os.path.join(work, "gen64_bf16_none.so"), device)
+    loaded.must(loaded.lib.sgc_load(loaded.s, os.path.join(work, "gpt64.safetensors").encode()))
+    a, b = teacher_forced(embedded, ref), teacher_forced(loaded, ref)
+    expect("logits with the weights embedded and loaded", a, b)
+    worst = max(max(abs(x - y) for x, y in zip(got, want)) / max(map(abs, want))
+                for i in range(len(PROMPTS)) for got, want in zip(a[i], ref["logits"][i]))
+    if not worst < 0.06:
+        raise AssertionError("bf16 logits differ from PyTorch's float32 ones by %.1f%% of the largest" % (100 * worst))
+    print("all bf16, heads of 64, %s: weights embedded = loaded; within %.1f%% of PyTorch's float32 logits" % (device, 100 * worst))
+
+
 def check(work, device, sgc=None):
     ref = json.load(open(os.path.join(work, "ref.json")))
     d = Decoder(os.path.join(work, "gen.so"), device)
@@ -365,6 +390,7 @@ def check(work, device, sgc=None):
     expect("prompt 0 after the random mix", toks, ref["greedy"][0])
     print("after the mix: ok")
     bf16_heads64(work, device)
+    all_bf16(work, device)
     if sgc:
         shown = subprocess.run([sgc, "inspect", os.path.join(work, "gen.so")], check=True, capture_output=True, text=True).stdout
         for words in ["page pool %16s bytes" % "{:,}".format(i.pool_bytes), "block tables %16s bytes" % "{:,}".format(i.table_bytes)]:

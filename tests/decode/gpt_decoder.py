@@ -15,6 +15,7 @@ SIZES = {  # vocabulary, context, width, heads, layers
     "test": (96, 64, 32, 4, 2),
     "test64": (96, 64, 128, 2, 2),  # heads of 64: the GPU's warp-per-head paged attention
     "gpt2": (50257, 1024, 768, 12, 12),  # GPT-2 small's sizes
+    "attn": (512, 4096, 4096, 32, 1),  # one layer of 32 heads of 128: the paged attention benchmark's
 }
 
 
@@ -108,7 +109,7 @@ def export(m, path):
     for n in names:
         dyn[n] = {0: "batch", 2: "past"}
     torch.onnx.export(m, (ids, pos, *past), path, input_names=["input_ids", "position_ids"] + names, output_names=outs,
-                      dynamic_axes=dyn, opset_version=14)
+                      dynamic_axes=dyn, opset_version=17)
 
 
 def greedy(m, prompt, new_tokens, with_logits=False):

@@ -138,7 +138,8 @@ SGC_API sgc_status sgc_set_tensor(sgc_session* session, const char* name, const 
  * --data-parallel zero1 is gathered from all ranks (and sgc_load gives each rank its part). */
 SGC_API sgc_status sgc_save(const sgc_session* session, const char* path);
 /** Loads a checkpoint: every parameter, and optionally optimizer state (state it lacks keeps its
- * values). Names, dtypes and shapes are checked before anything changes. A library compiled with
+ * values). Names, dtypes and shapes are checked before anything changes; a float32 tensor loads
+ * into a bf16 parameter (a decoding library keeps its weights in bf16) rounded to nearest. A library compiled with
  * --weights none must load its parameters this way before the first step. */
 SGC_API sgc_status sgc_load(sgc_session* session, const char* path);
 
