@@ -77,6 +77,7 @@ int generateMain(int argc, char** argv) {
   }
   Api api;
   if (Error e = loadApi(path, api)) return reportError(std::move(e));
+  if (!api.complete()) return reportError(path + ": built by an sgc without decoding; compile it again with --mode decode");
   sgc_session_options o = SGC_SESSION_OPTIONS_INIT;
   std::string device = args->get("device", "cpu");
   o.device = device.c_str();

@@ -74,6 +74,7 @@ const char* kRegionNames[rt::kNumRegions] = {"inputs", "params", "state", "const
 int inspectLibrary(const std::string& path) {
   Api api;
   if (Error e = loadApi(path, api)) return reportError(std::move(e));
+  if (!api.complete()) return reportError(path + ": built by an older sgc (no sgc_program_json); compile it again to inspect it");
   const char* json = nullptr;
   uint64_t size = 0;
   rt::Program p;
