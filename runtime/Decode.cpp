@@ -94,6 +94,10 @@ void logitsRow(const sgc_session* s, size_t row, float* out) {
   const std::string& dtype = s->prog.tensors[d.logits].dtype;
   size_t width = dtype == "F32" ? 4 : 2;
   const uint8_t* p = s->decode->logits.data() + row * d.vocab * width;
+  if (dtype == "F32") {
+    std::memcpy(out, p, d.vocab * sizeof(float));
+    return;
+  }
   for (int64_t v = 0; v < d.vocab; ++v) out[v] = toFloat(p + v * width, dtype);
 }
 

@@ -17,6 +17,7 @@ GpuStep::~GpuStep() {
 bool GpuStep::prepare(std::string& error) {
   const char* graphs = std::getenv("SGC_CUDA_GRAPHS");
   if (const char* profile = std::getenv("SGC_PROFILE")) profile_ = profile;
+  if (const char* from = std::getenv("SGC_PROFILE_FROM")) profileFrom_ = std::max(0, std::atoi(from));
   useGraphs_ = !(graphs && std::string(graphs) == "0") && profile_.empty();
   gemmPlans_.assign(prog_.launches.size(), -1);
   if (!gpu_.hasGemms()) return true;
@@ -95,6 +96,7 @@ bool GpuStep::enqueue(bool train, std::string& error) {
   if (train)
     for (auto& [target, source] : prog_.updates)
       if (!gpu_.copy(address_[target], address_[source], prog_.tensors[target].bytes, error)) return false;
+  if (profiling && train && stepsSeen_++ < profileFrom_) return gpu_.synchronize(error); // not profiled yet
   if (profiling && train) {
     if (!gpu_.recordEvent(2 * n + 1, error) || !gpu_.synchronize(error)) return false;
     profileMs_.resize(n + 1, 0.0);

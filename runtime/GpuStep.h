@@ -51,6 +51,8 @@ private:
   std::vector<double> profileMs_; ///< per launch, then the whole step
   std::vector<double> profileStartMs_; ///< per launch: its start in the last profiled step
   int profileSteps_ = 0;
+  int profileFrom_ = 0;  ///< SGC_PROFILE_FROM: the steps before this one are not profiled
+  int stepsSeen_ = 0;
   std::vector<uint64_t> args_;
   Communicator* comm_ = nullptr;
   std::vector<std::vector<Span>> spans_; ///< per launch: what its collective reduces

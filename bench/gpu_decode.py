@@ -1,0 +1,216 @@
+# Decoding on the GPU, against PyTorch in the same run (bench/gpu_decode_build.sh made the
+# libraries). Three measurements; prints a table and writes JSON to $OUT/gpu_decode.json:
+#
+#   kernel  paged decode attention (attn.so: one layer, 32 heads of 128, bf16 cache in 16-token
+#           pages) for 64 sequences at contexts 4081..4096, timed per launch (SGC_PROFILE) over 16
+#           decode steps, against F.scaled_dot_product_attention over a contiguous [64, 32, 4096,
+#           128] cache: bytes of cache read per second, and the ratio.
+#   e2e     greedy decoding with the GPT-2-small-size decoder (gpt2.so, bf16) at batch 64: 64
+#           prompts of 128 tokens, then 128 decode steps; tokens per second of the decode steps,
+#           against the same model in PyTorch eager (bf16, its past_key_values cache grown by cat).
+#   waste   the cache memory allocated but unused for 64 sequences of mixed lengths (1..896 tokens,
+#           plus 64 decoded): paged (16-token pages) against a contiguous cache per sequence of the
+#           max context, and one padded to the batch's longest sequence.
+#
+# Both sides use the same weights: PyTorch's model (tests/decode/gpt_decoder.py, seed 0) is
+# written to a safetensors file that the library loads.
+# Usage: python3 bench/gpu_decode.py bench/out/decode [kernel,e2e,waste]
+import ctypes, json, os, subprocess, sys, time
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "decode"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "pyutil"))
+import gpt_decoder as g
+import st
+from decode_test import Decoder
+from gpu_train import library_env, unpacked
+
+BATCH, HEADS, HEAD_DIM, CONTEXT, KERNEL_STEPS = 64, 32, 128, 4096, 16
+PROMPT, NEW = 128, 128
+
+
+def weights(size, path):
+    """The PyTorch model's parameters (float32), as the library loads them."""
+    m = g.make(0, size)
+    st.write(path, {k: v.detach().numpy() for k, v in m.state_dict().items()})
+    return m
+
+
+def session(so, wfile):
+    d = Decoder(so, "cuda:0")
+    d.must(d.lib.sgc_load(d.s, wfile.encode()))
+    return d
+
+
+def logits_step(d, seqs, tokens):
+    """One decode step; the logits as a [len(seqs), vocab] array (no Python lists)."""
+    out = np.empty((len(seqs), d.vocab), np.float32)
+    st_ = d.lib.sgc_decode_step(d.s, len(seqs), (ctypes.c_int32 * len(seqs))(*seqs), (ctypes.c_int64 * len(tokens))(*tokens),
+                                out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+    d.must(st_)
+    return out
+
+
+def add(d, prompt):
+    out = np.empty(d.vocab, np.float32)
+    seq = ctypes.c_int32(-1)
+    d.must(d.lib.sgc_seq_add(d.s, (ctypes.c_int64 * len(prompt))(*prompt), len(prompt), ctypes.byref(seq), out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))))
+    return seq.value, out
+
+
+# ---- kernel: in a child process (its profile is written when its session ends) ----
+def kernel_child(so, wfile, prof):
+    d = session(so, wfile)
+    rng = np.random.default_rng(0)
+    prompt = CONTEXT - KERNEL_STEPS
+    seqs = [add(d, rng.integers(0, d.vocab, prompt).tolist())[0] for _ in range(BATCH)]
+    for _ in range(KERNEL_STEPS):
+        logits_step(d, seqs, rng.integers(0, d.vocab, BATCH).tolist())
+    d.lib.sgc_session_destroy(d.s)  # writes the profile
+
+
+def kernel(out_dir, env):
+    so = unpacked(os.path.join(out_dir, "attn.so"))
+    wfile = os.path.join(out_dir, "attn_init.safetensors")
+    weights("attn", wfile)
+    prof = os.path.join(os.environ.get("OUT", "."), "attn_profile.tsv")
+    # Profile only the decode steps: the prefill steps come first.
+    probe = subprocess.run([sys.executable, __file__, "--kernel-child", so, wfile, prof], capture_output=True, text=True,
+                           env=dict(env, SGC_PROFILE=prof, SGC_PROFILE_FROM=str(BATCH * -(-(CONTEXT - KERNEL_STEPS) // 256))))
+    if probe.returncode:
+        return {"error": probe.stderr[-2000:]}
+    rows = [l.split("\t") for l in open(prof).read().splitlines()[1:]]
+    attn_ms = sum(float(r[3]) for r in rows if "PagedAttention" in r[1])
+    step_ms = sum(float(r[3]) for r in rows if r[2] == "step")
+    # Bytes of keys and values read per step: contexts 4081..4096, averaged over the steps.
+    ctx = np.mean(np.arange(CONTEXT - KERNEL_STEPS + 1, CONTEXT + 1))
+    read = BATCH * HEADS * ctx * HEAD_DIM * 2 * 2
+    q = torch.randn(BATCH, HEADS, 1, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(BATCH, HEADS, CONTEXT, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    sdpa_ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v), warm=5, iters=50)
+    sdpa_tbps = 2 * k.numel() * 2 / (sdpa_ms * 1e-3) / 1e12
+    sgc_tbps = read / (attn_ms * 1e-3) / 1e12
+    return {"sgc_ms": attn_ms, "sgc_ms_at_4096": attn_ms * CONTEXT / ctx, "sgc_TBps": sgc_tbps, "sgc_step_ms": step_ms, "sdpa_ms": sdpa_ms,
+            "sdpa_TBps": sdpa_tbps, "throughput_ratio": sgc_tbps / sdpa_tbps}
+
+
+def median_ms(fn, warm=3, iters=10):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e))
+    return sorted(ts)[len(ts) // 2]
+
+
+# ---- e2e ----
+def e2e_child(so, wfile):
+    d = session(so, wfile)
+    rng = np.random.default_rng(1)
+    prompts = rng.integers(0, d.vocab, (BATCH, PROMPT))
+    seqs, nxt = [], []
+    for p in prompts:
+        seq, logits = add(d, p.tolist())
+        seqs.append(seq)
+        nxt.append(int(logits.argmax()))
+    out = [nxt]
+    t0 = time.perf_counter()
+    in_step = 0.0
+    for _ in range(NEW - 1):
+        t1 = time.perf_counter()
+        logits = logits_step(d, seqs, out[-1])
+        in_step += time.perf_counter() - t1
+        out.append(logits.argmax(axis=1).tolist())
+    secs = time.perf_counter() - t0
+    d.lib.sgc_session_destroy(d.s)  # writes the profile, if asked for
+    print(json.dumps({"decode_s": secs, "in_decode_step_s": in_step, "tokens_per_s": BATCH * (NEW - 1) / secs, "tokens": np.array(out).T.tolist()}))
+
+
+def e2e(out_dir, env):
+    so = unpacked(os.path.join(out_dir, "gpt2.so"))
+    wfile = os.path.join(out_dir, "gpt2_init.safetensors")
+    m = weights("gpt2", wfile)
+    proc = subprocess.run([sys.executable, __file__, "--e2e-child", so, wfile], capture_output=True, text=True, env=env)
+    if proc.returncode:
+        return {"error": proc.stderr[-2000:]}
+    sgc = json.loads(proc.stdout.splitlines()[-1])
+    prof = os.path.join(os.environ.get("OUT", "."), "gpt2_profile.tsv")  # the decode steps' launches, without a CUDA graph
+    subprocess.run([sys.executable, __file__, "--e2e-child", so, wfile], capture_output=True, text=True,
+                   env=dict(env, SGC_PROFILE=prof, SGC_PROFILE_FROM=str(BATCH * -(-PROMPT // 64))))
+    m = m.to("cuda").to(torch.bfloat16)
+    rng = np.random.default_rng(1)
+    prompts = torch.tensor(rng.integers(0, m.wte.num_embeddings, (BATCH, PROMPT)), device="cuda")
+    with torch.no_grad():
+        pos = torch.arange(PROMPT, device="cuda").expand(BATCH, PROMPT)
+        logits, *past = m(prompts, pos, *g.empty_cache(m, BATCH, torch.bfloat16, "cuda"))
+        nxt = logits[:, -1].argmax(-1, keepdim=True)
+        out = [nxt]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for t in range(NEW - 1):
+            logits, *past = m(nxt, torch.full((BATCH, 1), PROMPT + t, device="cuda"), *past)
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+            out.append(nxt)
+        torch.cuda.synchronize()
+        secs = time.perf_counter() - t0
+    eager = torch.cat(out, 1).tolist()
+    same = np.mean([a == b for x, y in zip(sgc["tokens"], eager) for a, b in zip(x, y)])
+    first = np.mean([x[0] == y[0] for x, y in zip(sgc["tokens"], eager)])
+    return {"sgc_in_decode_step_s": sgc["in_decode_step_s"], "sgc_decode_s": sgc["decode_s"], "eager_decode_s": secs, "sgc_tokens_per_s": sgc["tokens_per_s"], "eager_tokens_per_s": BATCH * (NEW - 1) / secs, "ratio": sgc["tokens_per_s"] / (BATCH * (NEW - 1) / secs),
+            "same_tokens": same, "same_first_token": first}
+
+
+def waste(out_dir, env):
+    so = unpacked(os.path.join(out_dir, "gpt2.so"))
+    wfile = os.path.join(out_dir, "gpt2_init.safetensors")
+    if not os.path.exists(wfile):
+        weights("gpt2", wfile)
+    proc = subprocess.run([sys.executable, __file__, "--waste-child", so, wfile], capture_output=True, text=True, env=env)
+    return json.loads(proc.stdout.splitlines()[-1]) if proc.returncode == 0 else {"error": proc.stderr[-2000:]}
+
+
+def waste_child(so, wfile):
+    d = session(so, wfile)
+    info = d.info()
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(1, 897, BATCH)
+    seqs = [add(d, rng.integers(0, d.vocab, n).tolist())[0] for n in lengths]
+    for _ in range(64):
+        logits_step(d, seqs, rng.integers(0, d.vocab, BATCH).tolist())
+    held = [d.length(s)[1] for s in seqs]
+    pages = info.blocks - d.info().free_pages
+    used = sum(held)
+    print(json.dumps({"tokens": used, "paged_slots": pages * info.block_size, "paged_waste": 1 - used / (pages * info.block_size),
+                      "contiguous_max_context_waste": 1 - used / (BATCH * info.max_context),
+                      "padded_to_longest_waste": 1 - used / (BATCH * max(held))}))
+
+
+def main():
+    if sys.argv[1] == "--kernel-child":
+        return kernel_child(*sys.argv[2:4], sys.argv[4])
+    if sys.argv[1] == "--e2e-child":
+        return e2e_child(*sys.argv[2:4])
+    if sys.argv[1] == "--waste-child":
+        return waste_child(*sys.argv[2:4])
+    out_dir, parts = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "kernel,e2e,waste").split(",")
+    env = library_env()
+    res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    for part in parts:
+        res[part] = {"kernel": kernel, "e2e": e2e, "waste": waste}[part](out_dir, env)
+        print(part, json.dumps(res[part]), flush=True)
+    json.dump(res, open(os.path.join(os.environ.get("OUT", "."), "gpu_decode.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+#!/bin/sh
+# The half of the decoding benchmark that runs here, without a GPU: exports the
+# decoders of tests/decode/gpt_decoder.py with their key/value cache (attn: one
+# layer of 32 heads of 128; gpt2: GPT-2 small's sizes) and compiles each with
+# --mode decode for sm_90 (bf16, 16-token pages, no weights: the device side
+# loads PyTorch's), packed as .so.xz. Then, on the device:
+#   python3 bench/gpu_decode.py bench/out/decode
+# Usage: bench/gpu_decode_build.sh [SGC]   (from the project root)
+set -eu
+sgc=${1:-build/driver/sgc}
+out=bench/out/decode
+mkdir -p "$out"
+for size in attn gpt2; do
+  [ -f "$out/$size.onnx" ] || /usr/bin/python3 tests/decode/gpt_decoder.py export "$out/$size.onnx" 0 $size
+done
+# attn: 64 sequences of 4096 tokens (prefilled 256 tokens a step); gpt2: 64 of its 1024.
+"$sgc" compile "$out/attn.onnx" -o "$out/attn.so" --mode decode --precision bf16 --kv-block-size 16 --max-seqs 64 --max-context 4096 \
+  --max-tokens 256 --weights none --target sm_90 --stats
+"$sgc" compile "$out/gpt2.onnx" -o "$out/gpt2.so" --mode decode --precision bf16 --kv-block-size 16 --max-seqs 64 --max-context 1024 \
+  --max-tokens 64 --weights none --target sm_90 --stats
+for size in attn gpt2; do xz -1 -k -f "$out/$size.so"; done
+ls -la "$out"/*.so.xz
