@@ -3,7 +3,7 @@
 # on the GPU through the C ABI (train_ctypes.py) and requires the losses to
 # agree within 1e-4 relative (fp32 models) or 2e-2 (bf16 models); the
 # data-parallel builds (_dp) run their all-reduces through NCCL as one rank on
-# the GPU. Prints SKIP
+# the GPU; the decoding test's checks run on the GPU (decode/). Prints SKIP
 # where there is no GPU.
 # Usage: check_gpu.sh [BUNDLE_DIR]
 cd "${1:-$(dirname "$0")}" || exit 1
@@ -12,6 +12,13 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   exit 0
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# make_bundle.sh packs the libraries (a device call carries 64 MiB).
+python3 -c "
+import glob, lzma, os
+for f in glob.glob('*.so.xz'):
+    with lzma.open(f) as src, open(f[:-3], 'wb') as dst:
+        dst.write(src.read())
+"
 # NCCL for the data-parallel builds: the CUDA toolkit's, else the one PyTorch's wheels carry.
 if [ -z "${SGC_NCCL:-}" ] && [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
   SGC_NCCL=$(python3 -c "import glob, site; print(next(iter(sorted(f for p in site.getsitepackages() for f in glob.glob(p + '/nvidia/nccl*/lib/libnccl.so.2'))), ''))" 2>/dev/null)
@@ -48,6 +55,9 @@ worst = max(abs(a - b) / abs(b) for a, b in zip(host, own))
 print(f"gptw on the host's stream: 12 steps, max relative loss difference against the session's stream {worst:.2e}")
 sys.exit(0 if worst <= 1e-4 else 1)
 PY
+# Decoding over the paged cache on the GPU: PyTorch's greedy tokens and logits, the fork, the
+# page accounting, and the warp-per-head attention against the CPU's.
+(cd decode && python3 -u decode_test.py check . cuda:0) || { echo "decode on the GPU FAILED"; status=1; }
 # A peer that never comes: rank 0 of 2 alone must fail within its 5 s time-out, not hang.
 start=$(date +%s)
 timeout 120 python3 -u train_ctypes.py gptw_dp.so gptw_data.safetensors 1 cuda:0 nccl:0:2:nccl.lonely.id:5000 > lonely.out 2> lonely.err

@@ -2,7 +2,8 @@
 # Compiles the GPU test models (the bundled training sample, and the MLP, CNN
 # and GPT of tests/training/torch_equivalence.py) for the CPU and sm_90 into
 # DIR with their data, ready to carry to a GPU machine; and a small GPT whose
-# rows fit GPU warps (export_warp_model.py), also with fused attention.
+# rows fit GPU warps (export_warp_model.py), also with fused attention; and
+# the decoders of the decoding test.
 # Usage: make_bundle.sh SGC SOURCE_DIR MODELS_DIR OUT_DIR
 set -eu
 sgc=$1 src=$2 models=$3 out=$4
@@ -37,4 +38,11 @@ cp "$out/gptw_data.safetensors" "$out/gptw_fused_bf16_data.safetensors"
 cp "$out/gptw_data.safetensors" "$out/gptw_dp_data.safetensors"
 cp "$out/gptw_data.safetensors" "$out/gptw_z1_data.safetensors"
 cp "$out/gptw_data.safetensors" "$out/gptw_dp_bf16_data.safetensors"
+# Decoding over the paged key/value cache (tests/decode/decode_test.py): its libraries and
+# PyTorch's reference tokens and logits.
+/usr/bin/python3 "$src/tests/decode/decode_test.py" prepare "$sgc" "$out/decode"
+rm -f "$out/decode/"*.onnx
+xz -f "$out/decode/"*.so # decode_test.py unpacks them
+cp "$src/tests/decode/decode_test.py" "$out/decode/"
 cp "$src/tests/gpu/check_gpu.sh" "$src/samples/train_ctypes.py" "$out/"
+xz -f "$out/"*.so # a device call carries 64 MiB: check_gpu.sh unpacks them
