@@ -292,13 +292,84 @@ std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const i
   return std::vector<Kernel>{warpKernel(b, e, rows, std::move(body))};
 }
 
-/// LayerNormGrad: dx a warp per row; dscale and dbias as chunks of rows meeting in atomic adds.
+constexpr int64_t kLayerNormRows = 8; ///< rows a warp of the one-pass LayerNormGrad walks
+
+/// LayerNormGrad in one pass over x and dy: a warp walks kLayerNormRows rows, each lane holding
+/// its columns (16 bytes a load where the width allows) in registers: the row's two sums, dx, and
+/// the lane's running sums of dscale and dbias, which meet in atomic adds once per warp (after
+/// zeroing kernels).
+std::vector<Kernel> layerNormGradOnePass(const std::string& name, const ir::Node& n, int64_t M, int64_t rows) {
+  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4);
+  const ir::Value *dx = n.outputs[0], *ds = n.outputs.size() > 1 ? n.outputs[1] : nullptr, *db = n.outputs.size() > 2 ? n.outputs[2] : nullptr;
+  Scalar t = Scalar::F32;
+  auto f = [&](double v) { return B::c(v, t); };
+  int64_t v = M % 128 == 0 ? 4 : M % 64 == 0 ? 2 : 1, steps = M / (32 * v), width = steps * v;
+  B b(name + "_onepass");
+  int e = b.newLoopVar(), r = b.newLoopVar();
+  ExprRef warp = binary("idiv", loopVar(e), B::i(32)), lane = binary("imod", loopVar(e), B::i(32));
+  auto colOf = [&](int64_t i) { return B::add(B::mul(lane, B::i(v)), B::i((i / v) * 32 * v + i % v)); }; // element i of the lane
+  std::vector<StmtRef> body;
+  auto locals = [&](std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& init) {
+    std::vector<int> ids;
+    for (int64_t i = 0; i < width; ++i) {
+      ids.push_back(b.newLocal());
+      out.push_back(let(ids.back(), init(i)));
+    }
+    return ids;
+  };
+  auto sc = locals(body, [&](int64_t i) { return b.ld(scale, colOf(i)); });
+  auto ads = locals(body, [&](int64_t) { return f(0); });
+  auto adb = locals(body, [&](int64_t) { return f(0); });
+  std::vector<StmtRef> st;
+  int row = b.newLocal(), base = b.newLocal(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
+  st.push_back(let(row, B::add(B::mul(warp, B::i(kLayerNormRows)), loopVar(r))));
+  ExprRef R = local(row, Scalar::I64);
+  st.push_back(let(base, B::add(B::mul(R, B::i(M)), B::mul(lane, B::i(v))))); // neighbours: base + constants
+  auto at = [&](int64_t i) { return B::add(local(base, Scalar::I64), B::i((i / v) * 32 * v + i % v)); };
+  auto xs = locals(st, [&](int64_t i) { return b.ld(x, at(i)); });
+  auto dys = locals(st, [&](int64_t i) { return b.ld(dy, at(i)); });
+  st.push_back(let(mean, cast(b.ld(meanV, R), t)));
+  st.push_back(let(inv, cast(b.ld(invV, R), t)));
+  auto xh = locals(st, [&](int64_t i) { return B::mul(B::sub(local(xs[i], t), local(mean, t)), local(inv, t)); });
+  auto g = locals(st, [&](int64_t i) { return B::mul(local(dys[i], t), local(sc[i], t)); });
+  ExprRef sum1 = f(0), sum2 = f(0);
+  for (int64_t i = 0; i < width; ++i) {
+    sum1 = B::add(sum1, local(g[i], t));
+    sum2 = B::add(sum2, B::mul(local(g[i], t), local(xh[i], t)));
+  }
+  st.push_back(let(s1, warpReduce("add", sum1)));
+  st.push_back(let(s2, warpReduce("add", sum2)));
+  auto out = locals(st, [&](int64_t i) {
+    return B::mul(B::div(local(inv, t), f((double)M)),
+                  B::sub(B::sub(B::mul(f((double)M), local(g[i], t)), local(s1, t)), B::mul(local(xh[i], t), local(s2, t))));
+  });
+  if (dx)
+    for (int64_t i = 0; i < width; ++i) st.push_back(b.st(dx, at(i), local(out[i], t)));
+  for (int64_t i = 0; i < width; ++i) {
+    if (ds) st.push_back(set(ads[i], B::add(local(ads[i], t), B::mul(local(dys[i], t), local(xh[i], t)))));
+    if (db) st.push_back(set(adb[i], B::add(local(adb[i], t), local(dys[i], t))));
+  }
+  body.push_back(loop(r, kLayerNormRows, false, std::move(st)));
+  for (int64_t i = 0; i < width; ++i) {
+    if (ds) body.push_back(b.atomic(ds, colOf(i), local(ads[i], t)));
+    if (db) body.push_back(b.atomic(db, colOf(i), local(adb[i], t)));
+  }
+  std::vector<Kernel> ks;
+  if (ds) ks.push_back(zeroKernel(name + "_zero_dscale", ds));
+  if (db) ks.push_back(zeroKernel(name + "_zero_dbias", db));
+  ks.push_back(warpKernel(b, e, rows / kLayerNormRows, std::move(body)));
+  return ks;
+}
+
+/// LayerNormGrad: in one pass (above) when a warp's columns fit its registers; else dx a warp per
+/// row, and dscale and dbias as chunks of rows meeting in atomic adds.
 std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, const ir::Node& n) {
   const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4);
   int64_t M = normalizedSize(n, x), rows = x->type.staticNumel().value() / std::max<int64_t>(M, 1);
   if (!warpable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || !meanV || !invV) return std::nullopt;
   for (size_t o = 1; o < n.outputs.size(); ++o)
     if (n.outputs[o] && n.outputs[o]->type.dtype != ir::DType::F32) return std::nullopt;
+  if (rows % kLayerNormRows == 0 && M <= 768) return layerNormGradOnePass(name, n, M, rows);
   Scalar t = Scalar::F32;
   std::vector<Kernel> ks;
   if (n.outputs[0]) {
@@ -337,6 +408,36 @@ std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, con
   return ks;
 }
 
+/// The row's maximum (into local `mx`) and its sum of exp(x - max) (into `sum`) in one pass over
+/// it (the online softmax's rescaling: each step's elements against the running maximum), for
+/// every lane of the warp.
+std::vector<StmtRef> onlineLogSumExp(const WarpRows& rows, int mx, int sum, int j, const std::function<ExprRef(int)>& element) {
+  Scalar t = Scalar::F32;
+  B& b = rows.b;
+  auto f = [&](double v) { return B::c(v, t); };
+  std::vector<StmtRef> step;
+  std::vector<int> xs;
+  ExprRef top = local(mx, t);
+  for (int u = 0; u < rows.v; ++u) {
+    xs.push_back(b.newLocal());
+    step.push_back(let(xs.back(), element(u)));
+    top = binary("max", top, local(xs.back(), t));
+  }
+  int mn = b.newLocal();
+  step.push_back(let(mn, top));
+  ExprRef fresh = binary("eq", local(mn, t), f(-INFINITY)); // nothing but -inf yet: no scaling, nothing to add
+  ExprRef add = local(sum, t);
+  add = select(fresh, f(0), B::mul(add, unary("exp", B::sub(local(mx, t), local(mn, t)))));
+  for (int x : xs) add = B::add(add, select(fresh, f(0), unary("exp", B::sub(local(x, t), local(mn, t)))));
+  step.push_back(set(sum, add));
+  step.push_back(set(mx, local(mn, t)));
+  int all = b.newLocal();
+  return {let(mx, f(-INFINITY)), let(sum, f(0)), rows.each(j, std::move(step)), let(all, warpReduce("max", local(mx, t))),
+          set(sum, warpReduce("add", select(binary("eq", local(mx, t), f(-INFINITY)), f(0),
+                                            B::mul(local(sum, t), unary("exp", B::sub(local(mx, t), local(all, t))))))),
+          set(mx, local(all, t))};
+}
+
 /// Softmax cross-entropy over [N, C] scores (C and N multiples of 32), a warp per position: the
 /// loss (its terms meeting in the zeroed result by atomic adds from lane 0) or its gradient.
 std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Node& n) {
@@ -349,7 +450,7 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
     return std::nullopt;
   Scalar t = Scalar::F32;
   B b(name);
-  int e = b.newLoopVar(), jq = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar();
+  int e = b.newLoopVar(), jq = b.newLoopVar(), j1 = b.newLoopVar(), j3 = b.newLoopVar();
   int wsum = b.newLocal(), mx = b.newLocal(), sum = b.newLocal(), wt = b.newLocal();
   WarpRows rows{b, e, C, laneWidth(C)};
   auto tgt = [&](ExprRef pos) { return cast(b.ld(target, std::move(pos)), Scalar::I64); };
@@ -360,9 +461,7 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
     body.push_back(loop(jq, P / 32, false, {set(wsum, B::add(local(wsum, t), weight(tgt(B::add(rows.lane(), B::mul(loopVar(jq), B::i(32)))))))}));
     body.push_back(set(wsum, warpReduce("add", local(wsum, t))));
   }
-  for (auto& st : rows.reduce(mx, "max", -INFINITY, j1, [&](int u) { return b.ld(x, rows.at(j1, u)); })) body.push_back(st);
-  for (auto& st : rows.reduce(sum, "add", 0, j2, [&](int u) { return unary("exp", B::sub(b.ld(x, rows.at(j2, u)), local(mx, t))); }))
-    body.push_back(st);
+  for (auto& st : onlineLogSumExp(rows, mx, sum, j1, [&](int u) { return b.ld(x, rows.at(j1, u)); })) body.push_back(st);
   ExprRef tp = tgt(rows.row());
   body.push_back(let(wt, weight(tp)));
   auto logProb = [&](ExprRef at) { return B::sub(B::sub(b.ld(x, std::move(at)), local(mx, t)), unary("log", local(sum, t))); };
