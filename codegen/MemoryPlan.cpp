@@ -143,8 +143,12 @@ struct Planner {
         buf(out.aliasOf).last = std::max(buf(out.aliasOf).last, out.last);
         continue;
       }
-      if (!isElementwise(n.op)) continue;
-      for (const Value* in : n.inputs) {
+      // A cross-entropy gradient may also write over its scores: each row's scores are all read
+      // (for the row's maximum and sum) before any of its gradient is written, and element by
+      // element after that (CPU and GPU kernels alike).
+      bool rowInPlace = n.op == Op::SceLossGrad;
+      if (!isElementwise(n.op) && !rowInPlace) continue;
+      for (const Value* in : rowInPlace ? std::vector<Value*>{n.inputs[0]} : n.inputs) {
         if (!in || in->kind != ValueKind::Result || lastUse[in] != i) continue;
         const Value* r = root(in);
         Buffer& rb = buf(r);

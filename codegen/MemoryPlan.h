@@ -9,8 +9,9 @@
 //                gradient communication the data-parallel issue adds)
 //   activations  every other result, placed by liveness over the schedule:
 //                tensors whose lifetimes do not overlap share bytes.
-// An elementwise result may reuse the buffer of an input that dies at that
-// node (same dtype and byte size), and an optimizer update (or a paged-cache write) writes into the
+// An elementwise result (or a cross-entropy gradient, over its scores) may
+// reuse the buffer of an input that dies at that node (same dtype and byte
+// size), and an optimizer update (or a paged-cache write) writes into the
 // parameter or state it updates. Other updates (the step counter, running
 // statistics) get their own buffer, copied after the step, so a forward-only
 // step changes nothing.

@@ -92,3 +92,51 @@ TEST(MemoryPlan, ViewsShareTheirInputsBytes) {
   EXPECT_EQ(root("t"), "a");
   EXPECT_EQ(root("sum"), "sum");
 }
+
+namespace {
+/// The value whose bytes `name` uses in `plan`.
+std::string rootOf(const codegen::MemoryPlan& plan, const std::string& name) {
+  std::map<std::string, const codegen::Buffer*> by;
+  for (const auto& b : plan.buffers) by[b.value->name] = &b;
+  const ir::Value* v = by.at(name)->value;
+  while (by.at(v->name)->aliasOf) v = by.at(v->name)->aliasOf;
+  return v->name;
+}
+
+std::unique_ptr<ir::Graph> parsedGraph(const std::string& text) {
+  auto g = ir::parse(text, "plan");
+  EXPECT_TRUE(!!g) << errorText(g.takeError());
+  EXPECT_FALSE(ir::inferShapes(**g, false));
+  return std::move(*g);
+}
+} // namespace
+
+TEST(MemoryPlan, TransposesOfUnitDimsAreViews) {
+  // [4, 1, 3, 2] -> [4, 3, 1, 2] moves only a dim of size 1: the same bytes; [4, 1, 3, 2] ->
+  // [4, 1, 2, 3] reorders elements: bytes of its own.
+  auto g = parsedGraph("graph @g { input %x : f32[4, 1, 3, 2]\n %a : ?[*] = Neg(%x)\n"
+                       " %unit : ?[*] = Transpose(%a) {perm = [0, 2, 1, 3]}\n %swap : ?[*] = Transpose(%a) {perm = [0, 1, 3, 2]}\n"
+                       " %y : ?[*] = Neg(%unit)\n output %y, %swap }");
+  EXPECT_TRUE(codegen::isView(*(*g).findValue("unit")->producer));
+  EXPECT_FALSE(codegen::isView(*(*g).findValue("swap")->producer));
+  auto plan = codegen::planMemory(*g);
+  ASSERT_TRUE(!!plan) << errorText(plan.takeError());
+  EXPECT_EQ(errorText(codegen::checkPlan(*plan)), "");
+  EXPECT_EQ(rootOf(*plan, "unit"), "a");
+  EXPECT_EQ(rootOf(*plan, "swap"), "swap");
+}
+
+TEST(MemoryPlan, CrossEntropyGradientWritesOverItsScores) {
+  // The scores die at the gradient, which takes their bytes; scores still read later keep theirs.
+  auto dies = parsedGraph("graph @g { input %x : f32[4, 8]\n input %t : i64[4]\n input %d : f32[]\n %s : ?[*] = Neg(%x)\n"
+                          " %g : ?[*] = SceLossGrad(%s, %t, %d)\n %y : ?[*] = Neg(%g)\n output %y }");
+  auto plan = codegen::planMemory(*dies);
+  ASSERT_TRUE(!!plan) << errorText(plan.takeError());
+  EXPECT_EQ(errorText(codegen::checkPlan(*plan)), "");
+  EXPECT_EQ(rootOf(*plan, "g"), "s");
+  auto kept = parsedGraph("graph @g { input %x : f32[4, 8]\n input %t : i64[4]\n input %d : f32[]\n %s : ?[*] = Neg(%x)\n"
+                          " %g : ?[*] = SceLossGrad(%s, %t, %d)\n %y : ?[*] = Add(%g, %s)\n output %y }");
+  auto plan2 = codegen::planMemory(*kept);
+  ASSERT_TRUE(!!plan2) << errorText(plan2.takeError());
+  EXPECT_EQ(rootOf(*plan2, "g"), "g");
+}
