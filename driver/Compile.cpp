@@ -38,7 +38,7 @@ const CommandSpec kCompile{
                                 {"stats", "", "print kernels, launches and bytes moved per step"},
                                 {"weights", "WHERE", "embedded (default), external (a .weights.safetensors file beside the .so) or none"},
                                 {"cache-dir", "DIR", "reuse (and store) compiled .so files keyed by their content hash"},
-                                {"recompute", "MODE", "activation recomputation: none (default), selective or full"},
+                                {"recompute", "MODE", "activation recomputation: none (default), cheap, selective or full"},
                                 {"train", "", "build the training step (implied by any training flag)"},
                                 {"dim", "N=SIZE,...", "bind symbolic input dims to sizes"},
                                 {"o", "FILE", "write the output to FILE instead of standard output"},

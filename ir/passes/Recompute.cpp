@@ -30,16 +30,26 @@ bool full(Op op) {
   }
 }
 
+bool elementwise(Op op) { return selective(op) && op != Op::Reshape && op != Op::Flatten && op != Op::Squeeze && op != Op::Unsqueeze &&
+                                  op != Op::Transpose && op != Op::Expand && op != Op::Identity; }
+
 struct Recomputer {
   Graph& g;
-  bool fullMode;
+  std::string mode;
   std::set<const Node*> forward;
+  std::set<const Value*> keptForBackward; ///< cheap: forward values a backward node reads
   std::map<const Value*, Value*> clones; ///< forward value -> its recomputed copy
   std::vector<Node*> created;            ///< in creation order (dependencies first)
 
   bool eligible(const Value* v) const {
-    return v && v->kind == ValueKind::Result && forward.count(v->producer) &&
-           (fullMode ? full(v->producer->op) : selective(v->producer->op));
+    if (!v || v->kind != ValueKind::Result || !forward.count(v->producer)) return false;
+    if (mode == "full") return full(v->producer->op);
+    if (mode == "selective") return selective(v->producer->op);
+    // cheap: an elementwise result whose operands stay alive for the backward pass anyway.
+    if (!elementwise(v->producer->op)) return false;
+    for (const Value* in : v->producer->inputs)
+      if (in && in->kind == ValueKind::Result && !keptForBackward.count(in)) return false;
+    return true;
   }
 
   /// The recomputed copy of `v` (its producer cloned; eligible inputs recomputed too).
@@ -84,9 +94,13 @@ std::set<const Node*> forwardOf(const Graph& g) {
 Error recompute(Graph& g, const std::string& mode, int* count) {
   if (count) *count = 0;
   if (mode == "none") return Error::success();
-  if (mode != "selective" && mode != "full") return makeError("--recompute " + mode + ": expected none, selective or full");
+  if (mode != "cheap" && mode != "selective" && mode != "full") return makeError("--recompute " + mode + ": expected none, cheap, selective or full");
   if (g.outputs.size() != 1) return makeError("recompute needs a training step (one loss output)");
-  Recomputer r{g, mode == "full", forwardOf(g), {}, {}};
+  Recomputer r{g, mode, forwardOf(g), {}, {}, {}};
+  for (auto& n : g.nodes())
+    if (!r.forward.count(n.get()))
+      for (const Value* in : n->inputs)
+        if (in && in->kind == ValueKind::Result && r.forward.count(in->producer)) r.keptForBackward.insert(in);
   // Each backward node reads recomputed copies; copies are placed right before their first reader.
   std::vector<Node*> order;
   for (auto& n : g.nodes()) order.push_back(n.get());

@@ -2,6 +2,9 @@
 // backward pass reads are computed again just before their first backward
 // use, instead of being kept alive from the forward pass, when their op is
 // cheap to repeat:
+//   cheap:     elementwise ops whose operands the backward pass keeps anyway
+//              (GELU's output, from the input its gradient reads): their
+//              memory is saved and the repeat needs no other value kept;
 //   selective: elementwise ops and pure data movement (GELU, masks, adds,
 //              reshapes, transposes);
 //   full:      also row-wise ops and lookups (softmax, layer and batch
@@ -20,7 +23,7 @@
 
 namespace sgc::ir {
 
-/// mode: none | selective | full. Returns the number of nodes repeated through `count`.
+/// mode: none | cheap | selective | full. Returns the number of nodes repeated through `count`.
 Error recompute(Graph& g, const std::string& mode, int* count = nullptr);
 
 } // namespace sgc::ir
