@@ -396,6 +396,23 @@ TEST(Kernel, GpuFormsMatchInterpreter) {
 
 namespace {
 
+/// Lowers node `n` and runs its kernels in order on this CPU (each parallel one in two thread-pool
+/// halves) over `buffers`, by value name.
+void runKernels(const ir::Node& n, const std::string& name, std::map<std::string, ir::Tensor>& buffers) {
+  auto ks = kir::lowerNode(name, n);
+  ASSERT_TRUE(!!ks) << errorText(ks.takeError());
+  Jit jit(*ks);
+  for (const kir::Kernel& k : *ks) {
+    std::vector<void*> args;
+    for (const kir::BufferArg& b : k.buffers) args.push_back(buffers.at(b.name).bytes.data());
+    auto fn = jit.fn(k.name);
+    ASSERT_TRUE(fn);
+    ASSERT_FALSE(kir::isSerial(k)) << k.name;
+    fn(args.data(), 0, k.body->extent / 2);
+    fn(args.data(), k.body->extent / 2, k.body->extent);
+  }
+}
+
 /// A FusedAttention node and its gradient over random [2, 3, T, *] operands of `dtype` (with
 /// `bthd`, [2, T, 3, *]).
 std::string attentionGraph(const char* dtype, int64_t tq, int64_t tk, bool causal, int64_t d = 8, int64_t dv = 5, bool bthd = false) {
@@ -435,18 +452,7 @@ TEST(Kernel, AttentionMatchesInterpreter) {
     std::map<std::string, ir::Tensor> buffers = in;
     for (const auto& n : (*g)->nodes()) {
       for (const ir::Value* v : n->outputs) buffers.emplace(v->name, ir::Tensor(v->type.dtype, v->type.shape()));
-      auto ks = kir::lowerNode("k" + std::to_string(buffers.size()), *n);
-      ASSERT_TRUE(!!ks) << errorText(ks.takeError());
-      Jit jit(*ks);
-      for (const kir::Kernel& k : *ks) {
-        std::vector<void*> args;
-        for (const kir::BufferArg& b : k.buffers) args.push_back(buffers.at(b.name).bytes.data());
-        auto fn = jit.fn(k.name);
-        ASSERT_TRUE(fn);
-        ASSERT_FALSE(kir::isSerial(k)) << k.name;
-        fn(args.data(), 0, k.body->extent / 2);
-        fn(args.data(), k.body->extent / 2, k.body->extent);
-      }
+      runKernels(*n, "k" + std::to_string(buffers.size()), buffers);
     }
     for (const ir::Value* v : (*g)->outputs) {
       const ir::Tensor &got = buffers.at(v->name), &ref = want->at(v->name);
@@ -478,19 +484,7 @@ TEST(Kernel, PagedCacheMatchesInterpreter) {
   std::map<std::string, ir::Tensor> buffers = in;
   buffers["w"] = in.at("pool"); // the write runs in place
   buffers.emplace("y", ir::Tensor(ir::DType::F32, {5, 2, 1, 8}));
-  for (const auto& n : (*g)->nodes()) {
-    auto ks = kir::lowerNode("k_" + n->outputs[0]->name, *n);
-    ASSERT_TRUE(!!ks) << errorText(ks.takeError());
-    Jit jit(*ks);
-    for (const kir::Kernel& k : *ks) {
-      std::vector<void*> args;
-      for (const kir::BufferArg& b : k.buffers) args.push_back(buffers.at(b.name).bytes.data());
-      auto fn = jit.fn(k.name);
-      ASSERT_TRUE(fn);
-      fn(args.data(), 0, k.body->extent / 2);
-      fn(args.data(), k.body->extent / 2, k.body->extent);
-    }
-  }
+  for (const auto& n : (*g)->nodes()) runKernels(*n, "k_" + n->outputs[0]->name, buffers);
   for (const char* name : {"w", "y"}) {
     const ir::Tensor &got = buffers.at(name), &ref = want->at(name);
     for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(got.getF(i), ref.getF(i), 1e-5 * (1 + std::fabs(ref.getF(i)))) << "%" << name << "[" << i << "]";
