@@ -13,10 +13,11 @@
 
 using namespace sgc::rt;
 
-DecodeState::DecodeState(const Decode& d)
+DecodeState::DecodeState(const Decode& d, uint64_t logitsBytes)
     : pages((int32_t)d.blocks, (int32_t)d.blockSize, (int32_t)d.seqs, (int32_t)d.maxBlocks), ids(d.tokens), positions(d.tokens), seq(d.tokens),
-      pos(d.tokens), narrow(d.tokens) {
-  copies.reserve(d.tokens);
+      pos(d.tokens), narrow(d.tokens), logits(logitsBytes) {
+  copies.reserve(d.seqs);
+  shared.reserve(d.seqs);
 }
 
 namespace {
@@ -84,7 +85,6 @@ bool runTokens(sgc_session* s, size_t n, std::string& error) {
   if (!s->write(d.seq, st.seq.data(), error) || !s->write(d.pos, st.pos.data(), error) || !s->write(d.tables, st.pages.tables().data(), error))
     return false;
   if (!runStep(s, true, error)) return false;
-  st.logits.resize(s->prog.tensors[d.logits].bytes);
   return s->read(d.logits, st.logits.data(), error);
 }
 
@@ -110,11 +110,12 @@ sgc_status checkToken(const sgc_session* s, int64_t token) {
 /// The pages appending one token to each of `seqs` takes: a new page per sequence whose last
 /// page is full, and a copy per sequence whose partly filled last page is shared, except that
 /// when every holder of a shared page appends, the last of them keeps the page.
-int32_t pagesForStep(const sgc_session* s, const int32_t* seqs, int32_t count) {
+int32_t pagesForStep(sgc_session* s, const int32_t* seqs, int32_t count) {
   const KvPages& pages = s->decode->pages;
   int64_t maxBlocks = s->prog.decode->maxBlocks;
   int32_t need = 0;
-  std::vector<int32_t> shared; // the shared last pages, one entry per appending holder
+  std::vector<int32_t>& shared = s->decode->shared; // the shared last pages, one entry per appending holder
+  shared.clear();
   for (int32_t i = 0; i < count; ++i) {
     int32_t len = pages.length(seqs[i]);
     if (len % pages.blockSize() == 0) {
@@ -134,120 +135,146 @@ int32_t pagesForStep(const sgc_session* s, const int32_t* seqs, int32_t count) {
   return need;
 }
 
+/// f(), with any exception turned into a status (none crosses the ABI).
+template <typename F>
+sgc_status guarded(F f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return fail(SGC_ERROR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(SGC_ERROR_INTERNAL, e.what());
+  }
+}
+
 } // namespace
 
 extern "C" {
 
 sgc_status sgc_decode_info_get(const sgc_session* s, sgc_decode_info* info) {
-  if (sgc_status st = decoding(s, "sgc_decode_info_get")) return st;
-  if (!info) return fail(SGC_ERROR_INVALID_ARGUMENT, "info must not be NULL");
-  const Decode& d = *s->prog.decode;
-  sgc_decode_info r{};
-  r.block_size = (int32_t)d.blockSize, r.blocks = (int32_t)d.blocks, r.max_seqs = (int32_t)d.seqs, r.max_context = (int32_t)d.maxContext;
-  r.tokens_per_step = (int32_t)d.tokens, r.vocab = (int32_t)d.vocab, r.layers = (int32_t)d.pools.size();
-  r.free_pages = s->decode->pages.freePages();
-  for (int32_t q = 0; q < (int32_t)d.seqs; ++q) r.live_seqs += s->decode->pages.live(q);
-  for (int pool : d.pools) r.pool_bytes += s->prog.tensors[pool].bytes;
-  r.table_bytes = s->prog.tensors[d.tables].bytes;
-  r.free_list_bytes = (uint64_t)d.blocks * 8 + (uint64_t)d.seqs * 4; // free list and counts per page, lengths per slot
-  *info = r;
-  return SGC_OK;
+  return guarded([&]() -> sgc_status {
+    if (sgc_status st = decoding(s, "sgc_decode_info_get")) return st;
+    if (!info) return fail(SGC_ERROR_INVALID_ARGUMENT, "info must not be NULL");
+    const Decode& d = *s->prog.decode;
+    sgc_decode_info r{};
+    r.block_size = (int32_t)d.blockSize, r.blocks = (int32_t)d.blocks, r.max_seqs = (int32_t)d.seqs, r.max_context = (int32_t)d.maxContext;
+    r.tokens_per_step = (int32_t)d.tokens, r.vocab = (int32_t)d.vocab, r.layers = (int32_t)d.pools.size();
+    r.free_pages = s->decode->pages.freePages();
+    for (int32_t q = 0; q < (int32_t)d.seqs; ++q) r.live_seqs += s->decode->pages.live(q);
+    for (int pool : d.pools) r.pool_bytes += s->prog.tensors[pool].bytes;
+    r.table_bytes = s->prog.tensors[d.tables].bytes;
+    r.free_list_bytes = (uint64_t)d.blocks * 8 + (uint64_t)d.seqs * 4; // free list and counts per page, lengths per slot
+    *info = r;
+    return SGC_OK;
+  });
 }
 
 sgc_status sgc_seq_add(sgc_session* s, const int64_t* prompt, int32_t length, int32_t* seq, float* logits) {
-  if (sgc_status st = decoding(s, "sgc_seq_add")) return st;
-  const Decode& d = *s->prog.decode;
-  if (!prompt || !seq) return fail(SGC_ERROR_INVALID_ARGUMENT, "prompt and seq must not be NULL");
-  if (length < 1 || length > d.maxContext)
-    return fail(SGC_ERROR_INVALID_ARGUMENT, "a prompt of " + std::to_string(length) + " tokens: expected 1 to max_context = " + std::to_string(d.maxContext));
-  for (int32_t i = 0; i < length; ++i)
-    if (sgc_status st = checkToken(s, prompt[i])) return st;
-  if (!s->paramsLoaded) return fail(SGC_ERROR_INVALID_ARGUMENT, "the parameters are not loaded: this library was compiled with --weights none; call sgc_load first");
-  DecodeState& st = *s->decode;
-  int32_t slot = st.pages.addSequence();
-  if (slot < 0) return fail(SGC_ERROR_OUT_OF_PAGES, "all " + std::to_string(d.seqs) + " sequence slots are live");
-  int32_t need = st.pages.pagesNeeded(slot, length);
-  if (need > st.pages.freePages()) {
-    st.pages.release(slot);
-    return fail(SGC_ERROR_OUT_OF_PAGES, "a prompt of " + std::to_string(length) + " tokens needs " + std::to_string(need) + " pages; " +
-                                            std::to_string(st.pages.freePages()) + " are free");
-  }
-  st.pages.append(slot, length, st.copies);
-  std::string error;
-  size_t n = 0;
-  for (int32_t start = 0; start < length; start += (int32_t)d.tokens) { // the prompt in steps of `tokens`
-    n = std::min<size_t>(d.tokens, length - start);
-    for (size_t i = 0; i < n; ++i) st.ids[i] = prompt[start + i], st.positions[i] = start + (int64_t)i, st.seq[i] = slot, st.pos[i] = start + (int32_t)i;
-    if (!runTokens(s, n, error)) {
+  return guarded([&]() -> sgc_status {
+    if (sgc_status st = decoding(s, "sgc_seq_add")) return st;
+    const Decode& d = *s->prog.decode;
+    if (!prompt || !seq) return fail(SGC_ERROR_INVALID_ARGUMENT, "prompt and seq must not be NULL");
+    if (length < 1 || length > d.maxContext)
+      return fail(SGC_ERROR_INVALID_ARGUMENT, "a prompt of " + std::to_string(length) + " tokens: expected 1 to max_context = " + std::to_string(d.maxContext));
+    for (int32_t i = 0; i < length; ++i)
+      if (sgc_status st = checkToken(s, prompt[i])) return st;
+    if (!s->paramsLoaded) return fail(SGC_ERROR_INVALID_ARGUMENT, "the parameters are not loaded: this library was compiled with --weights none; call sgc_load first");
+    DecodeState& st = *s->decode;
+    int32_t slot = st.pages.addSequence();
+    if (slot < 0) return fail(SGC_ERROR_OUT_OF_PAGES, "all " + std::to_string(d.seqs) + " sequence slots are live");
+    int32_t need = st.pages.pagesNeeded(slot, length);
+    if (need > st.pages.freePages()) {
       st.pages.release(slot);
-      return fail(SGC_ERROR_DEVICE, error);
+      return fail(SGC_ERROR_OUT_OF_PAGES, "a prompt of " + std::to_string(length) + " tokens needs " + std::to_string(need) + " pages; " +
+                                              std::to_string(st.pages.freePages()) + " are free");
     }
-  }
-  if (logits) logitsRow(s, n - 1, logits);
-  *seq = slot;
-  return SGC_OK;
+    st.pages.append(slot, length, st.copies);
+    std::string error;
+    size_t n = 0;
+    for (int32_t start = 0; start < length; start += (int32_t)d.tokens) { // the prompt in steps of `tokens`
+      n = std::min<size_t>(d.tokens, length - start);
+      for (size_t i = 0; i < n; ++i) st.ids[i] = prompt[start + i], st.positions[i] = start + (int64_t)i, st.seq[i] = slot, st.pos[i] = start + (int32_t)i;
+      if (!runTokens(s, n, error)) {
+        st.pages.release(slot);
+        return fail(SGC_ERROR_DEVICE, error);
+      }
+    }
+    if (logits) logitsRow(s, n - 1, logits);
+    *seq = slot;
+    return SGC_OK;
+  });
 }
 
 sgc_status sgc_seq_fork(sgc_session* s, int32_t seq, int32_t* child) {
-  if (sgc_status st = decoding(s, "sgc_seq_fork")) return st;
-  if (!child) return fail(SGC_ERROR_INVALID_ARGUMENT, "child must not be NULL");
-  if (!s->decode->pages.live(seq)) return unknownSeq(seq);
-  int32_t c = s->decode->pages.fork(seq);
-  if (c < 0) return fail(SGC_ERROR_OUT_OF_PAGES, "all " + std::to_string(s->prog.decode->seqs) + " sequence slots are live");
-  *child = c;
-  return SGC_OK;
+  return guarded([&]() -> sgc_status {
+    if (sgc_status st = decoding(s, "sgc_seq_fork")) return st;
+    if (!child) return fail(SGC_ERROR_INVALID_ARGUMENT, "child must not be NULL");
+    if (!s->decode->pages.live(seq)) return unknownSeq(seq);
+    int32_t c = s->decode->pages.fork(seq);
+    if (c < 0) return fail(SGC_ERROR_OUT_OF_PAGES, "all " + std::to_string(s->prog.decode->seqs) + " sequence slots are live");
+    *child = c;
+    return SGC_OK;
+  });
 }
 
 sgc_status sgc_seq_free(sgc_session* s, int32_t seq) {
-  if (sgc_status st = decoding(s, "sgc_seq_free")) return st;
-  if (!s->decode->pages.live(seq)) return unknownSeq(seq);
-  s->decode->pages.release(seq);
-  return SGC_OK;
+  return guarded([&]() -> sgc_status {
+    if (sgc_status st = decoding(s, "sgc_seq_free")) return st;
+    if (!s->decode->pages.live(seq)) return unknownSeq(seq);
+    s->decode->pages.release(seq);
+    return SGC_OK;
+  });
 }
 
 sgc_status sgc_seq_length(const sgc_session* s, int32_t seq, int32_t* length) {
-  if (sgc_status st = decoding(s, "sgc_seq_length")) return st;
-  if (!length) return fail(SGC_ERROR_INVALID_ARGUMENT, "length must not be NULL");
-  if (!s->decode->pages.live(seq)) return unknownSeq(seq);
-  *length = s->decode->pages.length(seq);
-  return SGC_OK;
+  return guarded([&]() -> sgc_status {
+    if (sgc_status st = decoding(s, "sgc_seq_length")) return st;
+    if (!length) return fail(SGC_ERROR_INVALID_ARGUMENT, "length must not be NULL");
+    if (!s->decode->pages.live(seq)) return unknownSeq(seq);
+    *length = s->decode->pages.length(seq);
+    return SGC_OK;
+  });
 }
 
 sgc_status sgc_decode_step(sgc_session* s, int32_t count, const int32_t* seqs, const int64_t* tokens, float* logits) {
-  if (sgc_status st = decoding(s, "sgc_decode_step")) return st;
-  const Decode& d = *s->prog.decode;
-  DecodeState& st = *s->decode;
-  if (count < 1 || count > d.seqs || !seqs || !tokens || !logits)
-    return fail(SGC_ERROR_INVALID_ARGUMENT, "expected 1 to max_seqs = " + std::to_string(d.seqs) + " sequences, and non-NULL seqs, tokens and logits");
-  for (int32_t i = 0; i < count; ++i) {
-    if (!st.pages.live(seqs[i])) return unknownSeq(seqs[i]);
-    if (std::count(seqs, seqs + i, seqs[i])) return fail(SGC_ERROR_INVALID_ARGUMENT, "sequence " + std::to_string(seqs[i]) + " appears twice in one step");
-    if (st.pages.length(seqs[i]) >= d.maxContext)
-      return fail(SGC_ERROR_INVALID_ARGUMENT, "sequence " + std::to_string(seqs[i]) + " is at max_context = " + std::to_string(d.maxContext));
-    if (sgc_status e = checkToken(s, tokens[i])) return e;
-  }
-  int32_t need = pagesForStep(s, seqs, count);
-  if (need > st.pages.freePages())
-    return fail(SGC_ERROR_OUT_OF_PAGES, "this step needs " + std::to_string(need) + " new pages; " + std::to_string(st.pages.freePages()) + " are free");
-  for (int32_t i = 0; i < count; ++i) st.pages.append(seqs[i], 1, st.copies);
-  std::string error;
-  if (!copyPages(s, error)) return fail(SGC_ERROR_DEVICE, error);
-  for (int32_t start = 0; start < count; start += (int32_t)d.tokens) {
-    size_t n = std::min<size_t>(d.tokens, count - start);
-    for (size_t i = 0; i < n; ++i) {
-      int32_t q = seqs[start + i], p = st.pages.length(q) - 1;
-      st.ids[i] = tokens[start + i], st.positions[i] = p, st.seq[i] = q, st.pos[i] = p;
+  return guarded([&]() -> sgc_status {
+    if (sgc_status st = decoding(s, "sgc_decode_step")) return st;
+    const Decode& d = *s->prog.decode;
+    DecodeState& st = *s->decode;
+    if (count < 1 || count > d.seqs || !seqs || !tokens || !logits)
+      return fail(SGC_ERROR_INVALID_ARGUMENT, "expected 1 to max_seqs = " + std::to_string(d.seqs) + " sequences, and non-NULL seqs, tokens and logits");
+    for (int32_t i = 0; i < count; ++i) {
+      if (!st.pages.live(seqs[i])) return unknownSeq(seqs[i]);
+      if (std::count(seqs, seqs + i, seqs[i])) return fail(SGC_ERROR_INVALID_ARGUMENT, "sequence " + std::to_string(seqs[i]) + " appears twice in one step");
+      if (st.pages.length(seqs[i]) >= d.maxContext)
+        return fail(SGC_ERROR_INVALID_ARGUMENT, "sequence " + std::to_string(seqs[i]) + " is at max_context = " + std::to_string(d.maxContext));
+      if (sgc_status e = checkToken(s, tokens[i])) return e;
     }
-    if (!runTokens(s, n, error)) return fail(SGC_ERROR_DEVICE, error);
-    for (size_t i = 0; i < n; ++i) logitsRow(s, i, logits + (start + i) * d.vocab);
-  }
-  return SGC_OK;
+    int32_t need = pagesForStep(s, seqs, count);
+    if (need > st.pages.freePages())
+      return fail(SGC_ERROR_OUT_OF_PAGES, "this step needs " + std::to_string(need) + " new pages; " + std::to_string(st.pages.freePages()) + " are free");
+    for (int32_t i = 0; i < count; ++i) st.pages.append(seqs[i], 1, st.copies);
+    std::string error;
+    if (!copyPages(s, error)) return fail(SGC_ERROR_DEVICE, error);
+    for (int32_t start = 0; start < count; start += (int32_t)d.tokens) {
+      size_t n = std::min<size_t>(d.tokens, count - start);
+      for (size_t i = 0; i < n; ++i) {
+        int32_t q = seqs[start + i], p = st.pages.length(q) - 1;
+        st.ids[i] = tokens[start + i], st.positions[i] = p, st.seq[i] = q, st.pos[i] = p;
+      }
+      if (!runTokens(s, n, error)) return fail(SGC_ERROR_DEVICE, error);
+      for (size_t i = 0; i < n; ++i) logitsRow(s, i, logits + (start + i) * d.vocab);
+    }
+    return SGC_OK;
+  });
 }
 
 sgc_status sgc_kv_check(const sgc_session* s) {
-  if (sgc_status st = decoding(s, "sgc_kv_check")) return st;
-  std::string why = s->decode->pages.check();
-  return why.empty() ? SGC_OK : fail(SGC_ERROR_INTERNAL, "the key/value cache's bookkeeping: " + why);
+  return guarded([&]() -> sgc_status {
+    if (sgc_status st = decoding(s, "sgc_kv_check")) return st;
+    std::string why = s->decode->pages.check();
+    return why.empty() ? SGC_OK : fail(SGC_ERROR_INTERNAL, "the key/value cache's bookkeeping: " + why);
+  });
 }
 
 } // extern "C"

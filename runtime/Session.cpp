@@ -311,7 +311,7 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
       if (d.kind == TensorKind::State) s->lists[SGC_TENSOR_STATE].push_back(i);
     }
     s->lists[SGC_TENSOR_OUTPUT].push_back(s->prog.decode ? s->prog.decode->logits : s->prog.loss);
-    if (s->prog.decode) s->decode = std::make_unique<DecodeState>(*s->prog.decode);
+    if (s->prog.decode) s->decode = std::make_unique<DecodeState>(*s->prog.decode, s->prog.tensors[s->prog.decode->logits].bytes);
     s->inputSet.assign(s->lists[SGC_TENSOR_INPUT].size(), false);
     s->lr = s->prog.lrDefault;
     s->paramsLoaded = s->prog.weightsMode != "none";
