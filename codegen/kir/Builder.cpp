@@ -50,6 +50,25 @@ ExprRef lossWeight(Builder& b, const ir::Node& n, const ir::Value* weights, int6
   return valid ? select(valid, v, Builder::c(0, t)) : v;
 }
 
+ExprRef sumTree(std::vector<ExprRef> a) {
+  while (a.size() > 1) {
+    std::vector<ExprRef> next;
+    for (size_t i = 0; i + 1 < a.size(); i += 2) next.push_back(Builder::add(a[i], a[i + 1]));
+    if (a.size() % 2) next.push_back(a.back());
+    a = std::move(next);
+  }
+  return a[0];
+}
+
+std::vector<int> locals(Builder& b, int64_t count, std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& init) {
+  std::vector<int> ids;
+  for (int64_t e = 0; e < count; ++e) {
+    ids.push_back(b.newLocal());
+    out.push_back(let(ids.back(), init(e)));
+  }
+  return ids;
+}
+
 Kernel zeroKernel(const std::string& name, const ir::Value* y) {
   Builder b(name);
   int i = b.newLoopVar();

@@ -5,6 +5,7 @@
 #include "codegen/kir/Kernel.h"
 #include "ir/Graph.h"
 
+#include <functional>
 #include <map>
 
 namespace sgc::kir {
@@ -61,6 +62,13 @@ ExprRef gatheredIndex(Builder& b, const ir::Value* idx, ExprRef at, int64_t d);
 /// The weight of class `cls` in a loss node over C classes: its `weights` element (1 without
 /// them), 0 for the node's ignore_index.
 ExprRef lossWeight(Builder& b, const ir::Node& n, const ir::Value* weights, int64_t C, ExprRef cls);
+
+/// a[0] + a[1] + ... as a balanced tree: independent partial sums (and rounding that grows with
+/// log n rather than n). `a` must not be empty.
+ExprRef sumTree(std::vector<ExprRef> a);
+
+/// `count` new locals of `b`, each set to init(e) by a statement appended to `out`.
+std::vector<int> locals(Builder& b, int64_t count, std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& init);
 
 /// A kernel writing zeros over all of `y` (where partial results then meet by atomic adds).
 Kernel zeroKernel(const std::string& name, const ir::Value* y);

@@ -39,30 +39,8 @@ struct Attention : AttentionGeometry {
   }
 };
 
-/// a[0] + a[1] + ... as a balanced tree: independent partial sums (and rounding that grows with
-/// log n rather than n).
-ExprRef sumTree(std::vector<ExprRef> a) {
-  while (a.size() > 1) {
-    std::vector<ExprRef> next;
-    for (size_t i = 0; i + 1 < a.size(); i += 2) next.push_back(B::add(a[i], a[i + 1]));
-    if (a.size() % 2) next.push_back(a.back());
-    a = std::move(next);
-  }
-  return a[0];
-}
-
 /// Element e of row `row` in a row-major matrix `width` elements wide.
 ExprRef at(ExprRef row, int64_t width, int64_t e) { return B::add(B::mul(std::move(row), B::i(width)), B::i(e)); }
-
-/// `count` new locals, each set to init(e).
-std::vector<int> locals(B& b, int64_t count, std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& init) {
-  std::vector<int> ids;
-  for (int64_t e = 0; e < count; ++e) {
-    ids.push_back(b.newLocal());
-    out.push_back(let(ids.back(), init(e)));
-  }
-  return ids;
-}
 
 /// sum over e of local(row[e]) * load(e).
 ExprRef dot(const Attention& a, const std::vector<int>& row, const std::function<ExprRef(int64_t)>& load) {

@@ -309,29 +309,22 @@ std::vector<Kernel> layerNormGradOnePass(const std::string& name, const ir::Node
   ExprRef warp = binary("idiv", loopVar(e), B::i(32)), lane = binary("imod", loopVar(e), B::i(32));
   auto colOf = [&](int64_t i) { return B::add(B::mul(lane, B::i(v)), B::i((i / v) * 32 * v + i % v)); }; // element i of the lane
   std::vector<StmtRef> body;
-  auto locals = [&](std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& init) {
-    std::vector<int> ids;
-    for (int64_t i = 0; i < width; ++i) {
-      ids.push_back(b.newLocal());
-      out.push_back(let(ids.back(), init(i)));
-    }
-    return ids;
-  };
-  auto sc = locals(body, [&](int64_t i) { return b.ld(scale, colOf(i)); });
-  auto ads = locals(body, [&](int64_t) { return f(0); });
-  auto adb = locals(body, [&](int64_t) { return f(0); });
+  auto perLane = [&](std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& init) { return locals(b, width, out, init); };
+  auto sc = perLane(body, [&](int64_t i) { return b.ld(scale, colOf(i)); });
+  auto ads = perLane(body, [&](int64_t) { return f(0); });
+  auto adb = perLane(body, [&](int64_t) { return f(0); });
   std::vector<StmtRef> st;
   int row = b.newLocal(), base = b.newLocal(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
   st.push_back(let(row, B::add(B::mul(warp, B::i(kLayerNormRows)), loopVar(r))));
   ExprRef R = local(row, Scalar::I64);
   st.push_back(let(base, B::add(B::mul(R, B::i(M)), B::mul(lane, B::i(v))))); // neighbours: base + constants
   auto at = [&](int64_t i) { return B::add(local(base, Scalar::I64), B::i((i / v) * 32 * v + i % v)); };
-  auto xs = locals(st, [&](int64_t i) { return b.ld(x, at(i)); });
-  auto dys = locals(st, [&](int64_t i) { return b.ld(dy, at(i)); });
+  auto xs = perLane(st, [&](int64_t i) { return b.ld(x, at(i)); });
+  auto dys = perLane(st, [&](int64_t i) { return b.ld(dy, at(i)); });
   st.push_back(let(mean, cast(b.ld(meanV, R), t)));
   st.push_back(let(inv, cast(b.ld(invV, R), t)));
-  auto xh = locals(st, [&](int64_t i) { return B::mul(B::sub(local(xs[i], t), local(mean, t)), local(inv, t)); });
-  auto g = locals(st, [&](int64_t i) { return B::mul(local(dys[i], t), local(sc[i], t)); });
+  auto xh = perLane(st, [&](int64_t i) { return B::mul(B::sub(local(xs[i], t), local(mean, t)), local(inv, t)); });
+  auto g = perLane(st, [&](int64_t i) { return B::mul(local(dys[i], t), local(sc[i], t)); });
   ExprRef sum1 = f(0), sum2 = f(0);
   for (int64_t i = 0; i < width; ++i) {
     sum1 = B::add(sum1, local(g[i], t));
@@ -339,7 +332,7 @@ std::vector<Kernel> layerNormGradOnePass(const std::string& name, const ir::Node
   }
   st.push_back(let(s1, warpReduce("add", sum1)));
   st.push_back(let(s2, warpReduce("add", sum2)));
-  auto out = locals(st, [&](int64_t i) {
+  auto out = perLane(st, [&](int64_t i) {
     return B::mul(B::div(local(inv, t), f((double)M)),
                   B::sub(B::sub(B::mul(f((double)M), local(g[i], t)), local(s1, t)), B::mul(local(xh[i], t), local(s2, t))));
   });

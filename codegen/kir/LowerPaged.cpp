@@ -85,25 +85,14 @@ Kernel attention(const std::string& name, const ir::Node& n) {
   ExprRef S = local(s, Scalar::I64), P = local(p, Scalar::I64), Blk = local(blk, Scalar::I64);
   std::vector<StmtRef> body{let(s, g.slot(b, tok)), let(p, g.position(b, tok)),
                             let(len, select(g.validToken(S, P), B::add(P, B::i(1)), B::i(0))), let(m, c(-INFINITY)), let(l, c(0))};
-  std::vector<int> qs, os;
-  for (int64_t e = 0; e < g.dim; ++e) {
-    qs.push_back(b.newLocal());
-    body.push_back(let(qs.back(), B::mul(b.ld(q, B::add(B::mul(loopVar(r), B::i(g.dim)), B::i(e))), c(n.getFloat("scale", 1.0)))));
-    os.push_back(b.newLocal());
-    body.push_back(let(os.back(), c(0)));
-  }
+  auto qs = locals(b, g.dim, body, [&](int64_t e) { return B::mul(b.ld(q, B::add(B::mul(loopVar(r), B::i(g.dim)), B::i(e))), c(n.getFloat("scale", 1.0))); });
+  auto os = locals(b, g.dim, body, [&](int64_t) { return c(0); });
   ExprRef key = loopVar(j);
   std::vector<ExprRef> terms;
   for (int64_t e = 0; e < g.dim; ++e) terms.push_back(B::mul(local(qs[e], t), b.ld(g.pool, g.at(Blk, 0, key, head, B::i(e)))));
-  while (terms.size() > 1) { // a balanced sum: independent partial sums
-    std::vector<ExprRef> next;
-    for (size_t i = 0; i + 1 < terms.size(); i += 2) next.push_back(B::add(terms[i], terms[i + 1]));
-    if (terms.size() % 2) next.push_back(terms.back());
-    terms = std::move(next);
-  }
   // A page outside the pool reads as a score of -inf: it adds nothing.
   std::vector<StmtRef> step{let(blk, g.pageOf(b, S, key)),
-                            let(sc, select(g.validPage(Blk), terms[0], c(-INFINITY))),
+                            let(sc, select(g.validPage(Blk), sumTree(std::move(terms)), c(-INFINITY))),
                             let(mn, binary("max", local(m, t), local(sc, t))),
                             let(corr, select(binary("eq", local(mn, t), c(-INFINITY)), c(1), unary("exp", B::sub(local(m, t), local(mn, t))))),
                             let(w, select(binary("eq", local(sc, t), c(-INFINITY)), c(0), unary("exp", B::sub(local(sc, t), local(mn, t))))),
@@ -134,14 +123,9 @@ Kernel warpAttention(const std::string& name, const ir::Node& n) {
   ExprRef S = local(s, Scalar::I64), P = local(p, Scalar::I64), Len = local(len, Scalar::I64), Blk = local(blk, Scalar::I64);
   std::vector<StmtRef> body{let(s, g.slot(b, tok)), let(p, g.position(b, tok)),
                             let(len, select(g.validToken(S, P), B::add(P, B::i(1)), B::i(0))), let(m, f(-INFINITY)), let(l, f(0))};
-  std::vector<int> qs, os;
   ExprRef qRow = B::add(B::mul(warp, B::i(g.dim)), chunk);
-  for (int64_t e = 0; e < width; ++e) {
-    qs.push_back(b.newLocal());
-    body.push_back(let(qs.back(), B::mul(b.ld(q, B::add(qRow, B::i(e))), f(n.getFloat("scale", 1.0)))));
-    os.push_back(b.newLocal());
-    body.push_back(let(os.back(), f(0)));
-  }
+  auto qs = locals(b, width, body, [&](int64_t e) { return B::mul(b.ld(q, B::add(qRow, B::i(e))), f(n.getFloat("scale", 1.0))); });
+  auto os = locals(b, width, body, [&](int64_t) { return f(0); });
   // One step: keys j0 + group and j0 + 4 + group, all in the page of j0 (pages hold a multiple of 8).
   ExprRef j0 = B::mul(loopVar(step), B::i(rowsPerStep));
   std::vector<StmtRef> st{let(blk, g.pageOf(b, S, j0))};
@@ -155,26 +139,15 @@ Kernel warpAttention(const std::string& name, const ir::Node& n) {
     Key& key = keys[u];
     key.j = B::add(j0, B::add(group, B::i(4 * u)));
     key.valid = binary("lt", key.j, Len);
-    for (int64_t e = 0; e < width; ++e) { // every load first: 4 rows of keys and values in flight
-      key.k.push_back(b.newLocal());
-      st.push_back(let(key.k.back(), b.ld(g.pool, g.at(Blk, 0, key.j, head, B::add(chunk, B::i(e))))));
-    }
-    for (int64_t e = 0; e < width; ++e) {
-      key.v.push_back(b.newLocal());
-      st.push_back(let(key.v.back(), b.ld(g.pool, g.at(Blk, 1, key.j, head, B::add(chunk, B::i(e))))));
-    }
+    // Every load first: 4 rows of keys and values in flight.
+    key.k = locals(b, width, st, [&](int64_t e) { return b.ld(g.pool, g.at(Blk, 0, key.j, head, B::add(chunk, B::i(e)))); });
+    key.v = locals(b, width, st, [&](int64_t e) { return b.ld(g.pool, g.at(Blk, 1, key.j, head, B::add(chunk, B::i(e)))); });
   }
   for (Key& key : keys) {
     std::vector<ExprRef> terms;
     for (int64_t e = 0; e < width; ++e) terms.push_back(B::mul(lf(qs[e]), lf(key.k[e])));
-    while (terms.size() > 1) {
-      std::vector<ExprRef> next;
-      for (size_t i = 0; i + 1 < terms.size(); i += 2) next.push_back(B::add(terms[i], terms[i + 1]));
-      if (terms.size() % 2) next.push_back(terms.back());
-      terms = std::move(next);
-    }
     key.score = b.newLocal();
-    st.push_back(let(key.score, select(key.valid, warpReduce("add", terms[0], 8), f(-INFINITY))));
+    st.push_back(let(key.score, select(key.valid, warpReduce("add", sumTree(std::move(terms)), 8), f(-INFINITY))));
   }
   int mn = b.newLocal(), corr = b.newLocal();
   st.push_back(let(mn, binary("max", lf(m), binary("max", lf(keys[0].score), lf(keys[1].score)))));
