@@ -176,9 +176,7 @@ int compileMain(int argc, char** argv) {
   if (stepMode != "train" && stepMode != "decode") return reportError("--mode " + stepMode + ": expected train or decode");
   std::optional<codegen::DecodeSpec> decode;
   if (stepMode == "decode") {
-    bool training = false;
-    for (const auto& f : trainingFlagSpecs()) training = training || (args->has(f.name) && f.name != "precision");
-    if (args->has("train") || training || args->has("dim") || args->has("recompute"))
+    if (args->has("train") || hasTrainingFlags(*args, "precision") || args->has("dim") || args->has("recompute"))
       return reportError("--mode decode builds a decoding step: training flags (but --precision), --dim and --recompute do not apply");
     auto spec = buildDecodeStep(**g, *args, model);
     if (!spec) return reportError(spec.takeError());

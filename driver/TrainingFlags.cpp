@@ -28,9 +28,9 @@ std::vector<OptionSpec> trainingFlagSpecs() {
           {"ranks", "N", "--data-parallel zero1: the number of ranks the library will run on"}};
 }
 
-bool hasTrainingFlags(const Args& a) {
+bool hasTrainingFlags(const Args& a, const std::string& except) {
   for (const auto& f : trainingFlagSpecs())
-    if (a.has(f.name)) return true;
+    if (a.has(f.name) && f.name != except) return true;
   return false;
 }
 

@@ -15,8 +15,8 @@ std::vector<OptionSpec> trainingFlagSpecs();
 /// Parses the training flags (defaults as in PyTorch); `forGpu`: the library runs on a GPU too
 /// (--attention auto then fuses bf16 attention).
 Expected<ir::TrainingOptions> parseTrainingFlags(const Args& a, bool forGpu = false);
-/// True when any training flag is given.
-bool hasTrainingFlags(const Args& a);
+/// True when any training flag is given (but `except`).
+bool hasTrainingFlags(const Args& a, const std::string& except = "");
 /// Parses a number option; `def` when absent.
 Expected<double> numberFlag(const Args& a, const std::string& name, double def);
 /// Parses --dim N=32,T=128 into a map.

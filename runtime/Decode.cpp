@@ -31,20 +31,15 @@ sgc_status decoding(const sgc_session* s, const char* what) {
 
 sgc_status unknownSeq(int32_t seq) { return fail(SGC_ERROR_NOT_FOUND, "sequence " + std::to_string(seq) + " is not live"); }
 
-float toFloat(const uint8_t* p, const std::string& dtype) {
+/// A bf16 or f16 number as a float.
+float narrowToFloat(uint16_t h, bool bf16) {
   float f;
-  if (dtype == "F32") {
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  if (dtype == "BF16") {
+  if (bf16) {
     uint32_t bits = (uint32_t)h << 16;
     std::memcpy(&f, &bits, 4);
     return f;
   }
-  uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 31, man = h & 1023; // F16
+  uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 31, man = h & 1023;
   if (exp == 0) f = std::ldexp((float)man, -24);
   else if (exp == 31) f = man ? NAN : INFINITY;
   else f = std::ldexp((float)(man | 1024), (int)exp - 25);
@@ -98,7 +93,12 @@ void logitsRow(const sgc_session* s, size_t row, float* out) {
     std::memcpy(out, p, d.vocab * sizeof(float));
     return;
   }
-  for (int64_t v = 0; v < d.vocab; ++v) out[v] = toFloat(p + v * width, dtype);
+  bool bf16 = dtype == "BF16"; // else F16 (Program.cpp admits no other)
+  for (int64_t v = 0; v < d.vocab; ++v) {
+    uint16_t h;
+    std::memcpy(&h, p + v * width, 2);
+    out[v] = narrowToFloat(h, bf16);
+  }
 }
 
 sgc_status checkToken(const sgc_session* s, int64_t token) {
