@@ -94,19 +94,9 @@ class Options(ctypes.Structure):
                 ("nccl_id", ctypes.c_uint8 * 128), ("cuda_stream", ctypes.c_void_p)]
 
 
-def unpacked(path):
-    """`path`, from `path`.xz when only that is there (a GPU bundle carries its libraries packed)."""
-    if not os.path.exists(path) and os.path.exists(path + ".xz"):
-        import lzma
-        with lzma.open(path + ".xz") as src, open(path + ".tmp", "wb") as dst:
-            dst.write(src.read())
-        os.rename(path + ".tmp", path)
-    return path
-
-
 class Decoder:
     def __init__(self, path, device):
-        self.lib = ctypes.CDLL(os.path.abspath(unpacked(path)))
+        self.lib = ctypes.CDLL(os.path.abspath(path))
         self.lib.sgc_last_error.restype = ctypes.c_char_p
         o = Options(ctypes.sizeof(Options), 1, device.encode(), 0, None, 0, 0, 1)
         self.s = ctypes.c_void_p()

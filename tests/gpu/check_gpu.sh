@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 # make_bundle.sh packs the libraries (a device call carries 64 MiB).
 python3 -c "
 import glob, lzma, os
-for f in glob.glob('*.so.xz'):
+for f in glob.glob('*.so.xz') + glob.glob('decode/*.so.xz'):
     with lzma.open(f) as src, open(f[:-3], 'wb') as dst:
         dst.write(src.read())
 "

@@ -42,7 +42,7 @@ cp "$out/gptw_data.safetensors" "$out/gptw_dp_bf16_data.safetensors"
 # PyTorch's reference tokens and logits.
 /usr/bin/python3 "$src/tests/decode/decode_test.py" prepare "$sgc" "$out/decode"
 rm -f "$out/decode/"*.onnx
-xz -f "$out/decode/"*.so # decode_test.py unpacks them
+xz -f "$out/decode/"*.so # check_gpu.sh unpacks them
 cp "$src/tests/decode/decode_test.py" "$out/decode/"
 cp "$src/tests/gpu/check_gpu.sh" "$src/samples/train_ctypes.py" "$out/"
 xz -f "$out/"*.so # a device call carries 64 MiB: check_gpu.sh unpacks them
