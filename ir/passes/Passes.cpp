@@ -3,6 +3,7 @@
 
 #include "ir/Verifier.h"
 #include "ir/passes/AttentionLayout.h"
+#include "ir/passes/FoldTransposes.h"
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/FuseGelu.h"
 #include "ir/passes/InferShapes.h"
@@ -25,6 +26,7 @@ Error runAttentionLayout(Graph& g) { return attentionLayout(g); }
 Error runFuseGelu(Graph& g) { return fuseGelu(g); }
 Error runWidenSums(Graph& g) { return widenSums(g); }
 Error runNarrowMoves(Graph& g) { return narrowMoves(g); }
+Error runFoldTransposes(Graph& g) { return foldTransposes(g); }
 
 /// The training step with default options (SGD; the single scalar output is the loss).
 Error runTrainingStep(Graph& g) { return buildTrainingStep(g, TrainingOptions{}); }

@@ -5,6 +5,7 @@
 #include "ir/autodiff/Autodiff.h"
 #include "ir/passes/AttentionLayout.h"
 #include "ir/passes/Autocast.h"
+#include "ir/passes/FoldTransposes.h"
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/FuseGelu.h"
 #include "ir/passes/NarrowMoves.h"
@@ -198,6 +199,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   }
   g.outputs = {*loss};
   if (Error e = inferShapes(g)) return e;
+  if (Error e = foldTransposes(g)) return e; // the optimizer reads the weight gradients it rewrites
   g.removeDeadNodes();
   return verify(g);
 }
