@@ -49,11 +49,11 @@ bool allElementwise(const Group& g) {
   return std::all_of(g.begin(), g.end(), [](const ir::Node* n) { return kir::isFusibleElementwise(*n); });
 }
 
-/// A row-wise op (kir::isRowOp) takes in the elementwise group right before it when that group
-/// computes one of its operands and nothing else reads the group's values, and the elementwise
-/// group right after it when that group starts from its result: a GPU runs the three as one
-/// kernel (kir::lowerRowGroupGpu), a CPU as the same kernels as before, and the memory plan
-/// sees one step.
+/// A row-wise op (kir::isRowOp) takes in an earlier elementwise group that computes one of its
+/// operands when nothing else reads the group's values (the group moves to the row op), and the
+/// elementwise groups right after it while each starts from the result of the one before (the
+/// first from the row op's): a GPU runs them all as one kernel (kir::lowerRowGroupGpu), a CPU as
+/// the same kernels as before, and the memory plan sees one step.
 std::vector<Group> mergeRowGroups(std::vector<Group> groups, Readers& readers) {
   std::vector<Group> out;
   for (size_t i = 0; i < groups.size(); ++i) {
@@ -64,22 +64,24 @@ std::vector<Group> mergeRowGroups(std::vector<Group> groups, Readers& readers) {
     const ir::Node* row = groups[i][0];
     const ir::Value* y = row->outputs[0];
     Group merged;
-    if (!out.empty() && allElementwise(out.back())) {
-      const Group& pre = out.back();
+    for (size_t k = out.size(); k-- > 0;) {
+      const Group& pre = out[k];
       const ir::Value* v = pre.back()->outputs[0];
-      bool operand = std::count(row->inputs.begin(), row->inputs.end(), v) && v->type.shape() == y->type.shape();
+      if (!allElementwise(pre) || !std::count(row->inputs.begin(), row->inputs.end(), v) || v->type.shape() != y->type.shape()) continue;
       Group inside(pre);
       inside.push_back(row);
-      bool local = std::none_of(pre.begin(), pre.end(), [&](const ir::Node* n) { return readers.outside(n->outputs[0], inside); });
-      if (operand && local) {
-        merged = std::move(out.back());
-        out.pop_back();
+      if (std::none_of(pre.begin(), pre.end(), [&](const ir::Node* n) { return readers.outside(n->outputs[0], inside); })) {
+        merged = std::move(out[k]);
+        out.erase(out.begin() + (std::ptrdiff_t)k);
       }
+      break;
     }
     merged.push_back(row);
-    if (i + 1 < groups.size() && allElementwise(groups[i + 1]) && groups[i + 1][0]->outputs[0]->type.shape() == y->type.shape() &&
-        std::count(groups[i + 1][0]->inputs.begin(), groups[i + 1][0]->inputs.end(), y)) {
+    const ir::Value* last = y;
+    while (i + 1 < groups.size() && allElementwise(groups[i + 1]) && groups[i + 1][0]->outputs[0]->type.shape() == y->type.shape() &&
+           std::count(groups[i + 1][0]->inputs.begin(), groups[i + 1][0]->inputs.end(), last)) {
       merged.insert(merged.end(), groups[i + 1].begin(), groups[i + 1].end());
+      last = merged.back()->outputs[0];
       ++i;
     }
     out.push_back(std::move(merged));
@@ -244,7 +246,9 @@ std::string hexHash(const ir::Graph& g, const std::string& options) {
 std::optional<kir::RowGroup> rowGroup(const Group& group, Readers& readers) {
   auto row = std::find_if(group.begin(), group.end(), [](const ir::Node* n) { return kir::isRowOp(*n); });
   if (group.size() < 2 || row == group.end()) return std::nullopt;
-  return kir::RowGroup{Group(group.begin(), row), *row, Group(row + 1, group.end()), readers.outside((*row)->outputs[0], group)};
+  kir::RowGroup g{Group(group.begin(), row), *row, Group(row + 1, group.end()), readers.outside((*row)->outputs[0], group), {}};
+  for (const ir::Node* n : g.epilogue) g.storeEpilogue.push_back(n == g.epilogue.back() || readers.outside(n->outputs[0], group));
+  return g;
 }
 
 } // namespace
@@ -300,7 +304,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     std::optional<kir::RowGroup> rows = rowGroup(group, readers);
     size_t rowFirst = 0, rowLaunches = 0; // the row op's own kernels among ks
     if (rows) { // on a CPU, the prologue, the row op and the epilogue one after another
-      auto chain = [&](const Group& part, const char* suffix) -> Error {
+      auto chain = [&](const Group& part, const std::string& suffix) -> Error {
         if (part.empty()) return Error::success();
         auto k = kir::lowerElementwise(name + suffix, part);
         if (!k) return k.takeError();
@@ -312,7 +316,13 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       if (!own) return own.takeError();
       rowFirst = ks.size(), rowLaunches = own->size();
       for (kir::Kernel& k : *own) ks.push_back(std::move(k));
-      if (Error e = chain(rows->epilogue, "_post")) return e;
+      Group part; // the epilogue up to each result it stores, each part reading the one before
+      for (size_t k = 0, parts = 0; k < rows->epilogue.size(); ++k) {
+        part.push_back(rows->epilogue[k]);
+        if (!rows->storeEpilogue[k]) continue;
+        if (Error e = chain(part, "_post" + (parts++ ? std::to_string(parts) : ""))) return e;
+        part.clear();
+      }
     } else if (group.size() > 1 && !kir::isFusibleElementwise(*group[0])) {
       auto k = kir::lowerProductGroup(name, group);
       if (!k) return k.takeError();
@@ -390,6 +400,9 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     }
   }
   p.launches = (int64_t)launches.size();
+  std::set<std::string> kernelNames; // a module resolves kernels by name: one name, one kernel
+  for (const kir::Kernel& k : p.kernels)
+    if (!kernelNames.insert(k.name).second) return makeError("internal error: two kernels are named " + k.name);
   nlohmann::json updates = nlohmann::json::array();
   for (auto& [target, next] : g.updates) {
     const Buffer* nb = nullptr;

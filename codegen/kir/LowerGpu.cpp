@@ -195,12 +195,16 @@ struct RowIo {
     if (!g || g->prologue.empty() || v != g->prologue.back()->outputs[0]) return b.ld(v, at);
     return orZero(chainExpression(b, g->prologue, nullptr, nullptr, std::move(at)));
   }
-  /// What to store for the row op's result y = value at `at`.
+  /// What to store for the row op's result y = value at `at`: y and the epilogue's stored results.
   WarpRows::Outputs outputs(const ir::Value* y, ExprRef at, ExprRef value) {
     if (!g || g->epilogue.empty()) return {{y, value}};
     WarpRows::Outputs out;
     if (g->storeResult) out.push_back({y, value});
-    out.push_back({g->epilogue.back()->outputs[0], orZero(chainExpression(b, g->epilogue, y, value, std::move(at)))});
+    for (size_t k = 0; k < g->epilogue.size(); ++k)
+      if (k + 1 == g->epilogue.size() || (k < g->storeEpilogue.size() && g->storeEpilogue[k])) {
+        std::vector<const ir::Node*> upTo(g->epilogue.begin(), g->epilogue.begin() + (std::ptrdiff_t)k + 1);
+        out.push_back({g->epilogue[k]->outputs[0], orZero(chainExpression(b, upTo, y, value, at))});
+      }
     return out;
   }
   ExprRef orZero(Expected<ExprRef> e) {
@@ -268,101 +272,175 @@ int64_t normalizedSize(const ir::Node& n, const ir::Value* x) {
   return M;
 }
 
-/// LayerNormalization, a warp per row: mean and variance by warp sums, then the row.
-std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const ir::Node& n) {
+/// A warp's row of d held in registers: lane l's elements are its laneWidth(d) neighbours in each
+/// step of 32 * v (loaded once, read as often as needed).
+struct HeldRow {
+  WarpRows& w;
+  int64_t steps;
+  explicit HeldRow(WarpRows& rows) : w(rows), steps(rows.d / (32 * rows.v)) {}
+  int64_t size() const { return steps * w.v; }
+  /// Element i's index in the tensor and its column in the row (after w.begin()).
+  ExprRef at(int64_t i) const { return B::add(local(w.base, Scalar::I64), B::i((i / w.v) * 32 * w.v + i % w.v)); }
+  ExprRef col(int64_t i) const { return B::add(B::mul(w.lane(), B::i(w.v)), B::i((i / w.v) * 32 * w.v + i % w.v)); }
+  /// The row's elements of `value(i)` in new locals.
+  std::vector<int> load(std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& value) const {
+    return locals(w.b, size(), out, value);
+  }
+  /// Stores each element's (tensor, value) pairs of outputs(i), tensor by tensor, so that a
+  /// tensor's neighbouring stores are adjacent and merge.
+  void store(std::vector<StmtRef>& out, const std::function<WarpRows::Outputs(int64_t)>& outputs) const {
+    std::vector<WarpRows::Outputs> outs;
+    for (int64_t i = 0; i < size(); ++i) {
+      outs.push_back(outputs(i));
+      for (auto& [tensor, e] : outs.back()) {
+        int id = w.b.newLocal();
+        out.push_back(let(id, e));
+        e = local(id, e->type);
+      }
+    }
+    for (size_t k = 0; k < outs[0].size(); ++k)
+      for (int64_t i = 0; i < size(); ++i) out.push_back(w.b.st(outs[i][k].first, at(i), outs[i][k].second));
+  }
+};
+
+/// Rows of d a warp holds in registers: at most this many elements a lane.
+constexpr int64_t kHeldPerLane = 32;
+
+bool holdable(int64_t rows, int64_t d, ir::DType t) { return warpable(rows, d, t) && d / 32 <= kHeldPerLane; }
+
+/// LayerNormalization, a warp per row held in registers: mean and variance by warp sums, then
+/// the row; in a row group, x may come from a prologue and y go on through an epilogue.
+std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
   const ir::Value *x = n.input(0), *scale = n.input(1), *bias = n.input(2), *y = n.outputs[0];
   int64_t M = normalizedSize(n, x), rows = x->type.staticNumel().value() / std::max<int64_t>(M, 1);
-  if (!warpable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || (bias && bias->type.staticNumel() != M)) return std::nullopt;
+  if (!holdable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || (bias && bias->type.staticNumel() != M)) return std::nullopt;
   B b(name);
-  int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar(), mean = b.newLocal(), var = b.newLocal();
-  WarpRows w{b, e, M};
+  RowIo io{b, g, {}};
+  int e = b.newLoopVar(), mean = b.newLocal(), var = b.newLocal(), inv = b.newLocal();
+  WarpRows w{b, e, M, laneWidth(M)};
   Scalar t = Scalar::F32;
-  auto body = w.reduce(mean, "add", 0, j1, b.ld(x, w.at(j1)));
-  body.push_back(set(mean, B::div(local(mean, t), B::c((double)M, t))));
-  ExprRef dev = B::sub(b.ld(x, w.at(j2)), local(mean, t));
-  for (auto& st : w.reduce(var, "add", 0, j2, B::mul(dev, dev))) body.push_back(st);
-  int inv = b.newLocal();
-  body.push_back(let(inv, B::div(B::c(1, t), unary("sqrt", B::add(B::div(local(var, t), B::c((double)M, t)), B::c(n.getFloat("epsilon", 1e-5), t))))));
-  ExprRef v = B::mul(B::mul(B::sub(b.ld(x, w.at(j3)), local(mean, t)), local(inv, t)), b.ld(scale, w.col(j3)));
-  if (bias) v = B::add(v, b.ld(bias, w.col(j3)));
-  body.push_back(w.each(j3, {b.st(y, w.at(j3), v)}));
+  auto f = [&](double v) { return B::c(v, t); };
+  std::vector<StmtRef> body{w.begin()};
+  HeldRow row(w);
+  auto xs = row.load(body, [&](int64_t i) { return io.ld(x, row.at(i)); });
+  std::vector<ExprRef> terms;
+  for (int id : xs) terms.push_back(local(id, t));
+  body.push_back(let(mean, B::div(warpReduce("add", sumTree(terms)), f((double)M))));
+  terms.clear();
+  for (int id : xs) terms.push_back(B::mul(B::sub(local(id, t), local(mean, t)), B::sub(local(id, t), local(mean, t))));
+  body.push_back(let(var, warpReduce("add", sumTree(terms))));
+  body.push_back(let(inv, B::div(f(1), unary("sqrt", B::add(B::div(local(var, t), f((double)M)), f(n.getFloat("epsilon", 1e-5)))))));
+  row.store(body, [&](int64_t i) {
+    ExprRef v = B::mul(B::mul(B::sub(local(xs[i], t), local(mean, t)), local(inv, t)), b.ld(scale, row.col(i)));
+    if (bias) v = B::add(v, b.ld(bias, row.col(i)));
+    return io.outputs(y, row.at(i), v);
+  });
   // Every lane stores the same statistics (the same value to the same address).
   if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], w.row(), local(mean, t)));
   if (n.outputs.size() > 2 && n.outputs[2]) body.push_back(b.st(n.outputs[2], w.row(), local(inv, t)));
+  error = io.error;
   return std::vector<Kernel>{warpKernel(b, e, rows, std::move(body))};
 }
 
-constexpr int64_t kLayerNormRows = 8; ///< rows a warp of the one-pass LayerNormGrad walks
+constexpr int64_t kParamRows = 64; ///< rows one thread of LayerNormGrad's dscale/dbias kernel sums
+constexpr int64_t kParamUnroll = 8; ///< of which it loads this many at once
 
-/// LayerNormGrad in one pass over x and dy: a warp walks kLayerNormRows rows, each lane holding
-/// its columns (16 bytes a load where the width allows) in registers: the row's two sums, dx, and
-/// the lane's running sums of dscale and dbias, which meet in atomic adds once per warp (after
-/// zeroing kernels).
-std::vector<Kernel> layerNormGradOnePass(const std::string& name, const ir::Node& n, int64_t M, int64_t rows) {
-  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4);
-  const ir::Value *dx = n.outputs[0], *ds = n.outputs.size() > 1 ? n.outputs[1] : nullptr, *db = n.outputs.size() > 2 ? n.outputs[2] : nullptr;
+/// LayerNormGrad's dx, a warp per row held in registers: the row's two sums, then dx.
+Kernel layerNormGradDx(const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
+  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4), *dx = n.outputs[0];
   Scalar t = Scalar::F32;
   auto f = [&](double v) { return B::c(v, t); };
-  int64_t v = M % 128 == 0 ? 4 : M % 64 == 0 ? 2 : 1, steps = M / (32 * v), width = steps * v;
-  B b(name + "_onepass");
-  int e = b.newLoopVar(), r = b.newLoopVar();
-  ExprRef warp = binary("idiv", loopVar(e), B::i(32)), lane = binary("imod", loopVar(e), B::i(32));
-  auto colOf = [&](int64_t i) { return B::add(B::mul(lane, B::i(v)), B::i((i / v) * 32 * v + i % v)); }; // element i of the lane
-  std::vector<StmtRef> body;
-  auto perLane = [&](std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& init) { return locals(b, width, out, init); };
-  auto sc = perLane(body, [&](int64_t i) { return b.ld(scale, colOf(i)); });
-  auto ads = perLane(body, [&](int64_t) { return f(0); });
-  auto adb = perLane(body, [&](int64_t) { return f(0); });
-  std::vector<StmtRef> st;
-  int row = b.newLocal(), base = b.newLocal(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
-  st.push_back(let(row, B::add(B::mul(warp, B::i(kLayerNormRows)), loopVar(r))));
-  ExprRef R = local(row, Scalar::I64);
-  st.push_back(let(base, B::add(B::mul(R, B::i(M)), B::mul(lane, B::i(v))))); // neighbours: base + constants
-  auto at = [&](int64_t i) { return B::add(local(base, Scalar::I64), B::i((i / v) * 32 * v + i % v)); };
-  auto xs = perLane(st, [&](int64_t i) { return b.ld(x, at(i)); });
-  auto dys = perLane(st, [&](int64_t i) { return b.ld(dy, at(i)); });
-  st.push_back(let(mean, cast(b.ld(meanV, R), t)));
-  st.push_back(let(inv, cast(b.ld(invV, R), t)));
-  auto xh = perLane(st, [&](int64_t i) { return B::mul(B::sub(local(xs[i], t), local(mean, t)), local(inv, t)); });
-  auto g = perLane(st, [&](int64_t i) { return B::mul(local(dys[i], t), local(sc[i], t)); });
-  ExprRef sum1 = f(0), sum2 = f(0);
-  for (int64_t i = 0; i < width; ++i) {
-    sum1 = B::add(sum1, local(g[i], t));
-    sum2 = B::add(sum2, B::mul(local(g[i], t), local(xh[i], t)));
+  B& b = io.b;
+  int e = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
+  WarpRows w{b, e, M, laneWidth(M)};
+  std::vector<StmtRef> body{w.begin()};
+  HeldRow row(w);
+  auto xs = row.load(body, [&](int64_t i) { return b.ld(x, row.at(i)); });
+  auto dys = row.load(body, [&](int64_t i) { return io.ld(dy, row.at(i)); });
+  body.push_back(let(mean, cast(b.ld(meanV, w.row()), t)));
+  body.push_back(let(inv, cast(b.ld(invV, w.row()), t)));
+  auto xh = row.load(body, [&](int64_t i) { return B::mul(B::sub(local(xs[i], t), local(mean, t)), local(inv, t)); });
+  auto gs = row.load(body, [&](int64_t i) { return B::mul(local(dys[i], t), b.ld(scale, row.col(i))); });
+  std::vector<ExprRef> sum1, sum2;
+  for (int64_t i = 0; i < row.size(); ++i) {
+    sum1.push_back(local(gs[i], t));
+    sum2.push_back(B::mul(local(gs[i], t), local(xh[i], t)));
   }
-  st.push_back(let(s1, warpReduce("add", sum1)));
-  st.push_back(let(s2, warpReduce("add", sum2)));
-  auto out = perLane(st, [&](int64_t i) {
-    return B::mul(B::div(local(inv, t), f((double)M)),
-                  B::sub(B::sub(B::mul(f((double)M), local(g[i], t)), local(s1, t)), B::mul(local(xh[i], t), local(s2, t))));
+  body.push_back(let(s1, warpReduce("add", sumTree(sum1))));
+  body.push_back(let(s2, warpReduce("add", sumTree(sum2))));
+  row.store(body, [&](int64_t i) {
+    ExprRef v = B::mul(B::div(local(inv, t), f((double)M)),
+                       B::sub(B::sub(B::mul(f((double)M), local(gs[i], t)), local(s1, t)), B::mul(local(xh[i], t), local(s2, t))));
+    return io.outputs(dx, row.at(i), v);
   });
-  if (dx)
-    for (int64_t i = 0; i < width; ++i) st.push_back(b.st(dx, at(i), local(out[i], t)));
-  for (int64_t i = 0; i < width; ++i) {
-    if (ds) st.push_back(set(ads[i], B::add(local(ads[i], t), B::mul(local(dys[i], t), local(xh[i], t)))));
-    if (db) st.push_back(set(adb[i], B::add(local(adb[i], t), local(dys[i], t))));
-  }
-  body.push_back(loop(r, kLayerNormRows, false, std::move(st)));
-  for (int64_t i = 0; i < width; ++i) {
-    if (ds) body.push_back(b.atomic(ds, colOf(i), local(ads[i], t)));
-    if (db) body.push_back(b.atomic(db, colOf(i), local(adb[i], t)));
-  }
+  return warpKernel(b, e, rows, std::move(body));
+}
+
+/// LayerNormGrad's dscale and dbias: a thread per (v neighbouring columns, kParamRows rows), the
+/// columns fastest (each row's loads coalesce), kParamUnroll rows loaded at once; the threads'
+/// sums meet in atomic adds (after zeroing kernels).
+std::vector<Kernel> layerNormGradParams(const std::string& name, const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
+  const ir::Value *x = n.input(0), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4);
+  const ir::Value *ds = n.outputs.size() > 1 ? n.outputs[1] : nullptr, *db = n.outputs.size() > 2 ? n.outputs[2] : nullptr;
   std::vector<Kernel> ks;
+  if (!ds && !db) return ks;
+  Scalar t = Scalar::F32;
+  B& b = io.b;
+  int64_t v = M % 4 == 0 ? 4 : M % 2 == 0 ? 2 : 1, groups = M / v, chunk = kParamRows, unroll = kParamUnroll;
+  while (rows % chunk) chunk /= 2;
+  unroll = std::min(unroll, chunk);
+  int e = b.newLoopVar(), r = b.newLoopVar();
+  ExprRef c0 = B::mul(binary("imod", loopVar(e), B::i(groups)), B::i(v)), q = binary("idiv", loopVar(e), B::i(groups));
+  std::vector<StmtRef> body;
+  auto zeros = [&](int64_t) { return B::c(0, t); };
+  auto sds = locals(b, v, body, zeros), sdb = locals(b, v, body, zeros);
+  std::vector<StmtRef> step, sums;
+  for (int64_t k = 0; k < unroll; ++k) {
+    ExprRef row = B::add(B::add(B::mul(q, B::i(chunk)), B::mul(loopVar(r), B::i(unroll))), B::i(k));
+    int mean = b.newLocal(), inv = b.newLocal();
+    step.push_back(let(mean, cast(b.ld(meanV, row), t)));
+    step.push_back(let(inv, cast(b.ld(invV, row), t)));
+    auto at = [&](int64_t u) { return B::add(B::add(B::mul(row, B::i(M)), c0), B::i(u)); };
+    auto xs = locals(b, v, step, [&](int64_t u) { return b.ld(x, at(u)); });
+    auto dys = locals(b, v, step, [&](int64_t u) { return io.ld(dy, at(u)); });
+    for (int64_t u = 0; u < v; ++u) {
+      ExprRef xh = B::mul(B::sub(local(xs[u], t), local(mean, t)), local(inv, t));
+      sums.push_back(set(sds[u], B::add(local(sds[u], t), B::mul(local(dys[u], t), xh))));
+      sums.push_back(set(sdb[u], B::add(local(sdb[u], t), local(dys[u], t))));
+    }
+  }
+  step.insert(step.end(), sums.begin(), sums.end()); // every row's loads before any sum
+  body.push_back(loop(r, chunk / unroll, false, std::move(step)));
+  for (int64_t u = 0; u < v; ++u) {
+    ExprRef col = B::add(c0, B::i(u));
+    if (ds) body.push_back(b.atomic(ds, col, local(sds[u], t)));
+    if (db) body.push_back(b.atomic(db, col, local(sdb[u], t)));
+  }
   if (ds) ks.push_back(zeroKernel(name + "_zero_dscale", ds));
   if (db) ks.push_back(zeroKernel(name + "_zero_dbias", db));
-  ks.push_back(warpKernel(b, e, rows / kLayerNormRows, std::move(body)));
+  ks.push_back(b.finish(loop(e, groups * (rows / chunk), true, std::move(body))));
   return ks;
 }
 
-/// LayerNormGrad: in one pass (above) when a warp's columns fit its registers; else dx a warp per
-/// row, and dscale and dbias as chunks of rows meeting in atomic adds.
-std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, const ir::Node& n) {
+/// LayerNormGrad: dx a warp per row held in registers, dscale and dbias by chunks of rows (in a
+/// row group, dy may come from a prologue and dx go on through an epilogue); rows too long to
+/// hold: dx a warp per row read twice, and dscale and dbias a thread per column and chunk.
+std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
   const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4);
   int64_t M = normalizedSize(n, x), rows = x->type.staticNumel().value() / std::max<int64_t>(M, 1);
   if (!warpable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || !meanV || !invV) return std::nullopt;
   for (size_t o = 1; o < n.outputs.size(); ++o)
     if (n.outputs[o] && n.outputs[o]->type.dtype != ir::DType::F32) return std::nullopt;
-  if (rows % kLayerNormRows == 0 && M <= 768) return layerNormGradOnePass(name, n, M, rows);
+  if (holdable(rows, M, x->type.dtype)) {
+    std::vector<Kernel> ks;
+    B dxb(name + "_dx"), pb(name + "_dparams");
+    RowIo dxio{dxb, g, {}}, pio{pb, g, {}};
+    if (n.outputs[0]) ks.push_back(layerNormGradDx(n, M, rows, dxio));
+    for (Kernel& k : layerNormGradParams(name, n, M, rows, pio)) ks.push_back(std::move(k));
+    error = !dxio.error.empty() ? dxio.error : pio.error;
+    return ks;
+  }
+  if (g) return std::nullopt; // the group's kernels one after another
   Scalar t = Scalar::F32;
   std::vector<Kernel> ks;
   if (n.outputs[0]) {
@@ -486,9 +564,8 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
   switch (n.op) {
   case Op::SumTo: case Op::ReduceSum: case Op::ReduceMean: return reduceGpu(name, n);
   case Op::GatherGrad: return gatherGradGpu(name, n);
-  case Op::Softmax: case Op::LogSoftmax: case Op::SoftmaxGrad: return lowerRowGroupGpu(name, RowGroup{{}, &n, {}, true});
-  case Op::LayerNormalization: return layerNormGpu(name, n);
-  case Op::LayerNormGrad: return layerNormGradGpu(name, n);
+  case Op::Softmax: case Op::LogSoftmax: case Op::SoftmaxGrad: case Op::LayerNormalization: case Op::LayerNormGrad:
+    return lowerRowGroupGpu(name, RowGroup{{}, &n, {}, true, {}});
   case Op::SceLossGrad: return sceGpu(name, n);
   case Op::FusedAttention: case Op::FusedAttentionGrad: return attentionGpu(name, n);
   case Op::PagedAttention: return pagedAttentionGpu(name, n);
@@ -505,12 +582,24 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
   }
 }
 
-bool isRowOp(const ir::Node& n) { return n.op == ir::Op::Softmax || n.op == ir::Op::LogSoftmax || n.op == ir::Op::SoftmaxGrad; }
+bool isRowOp(const ir::Node& n) {
+  switch (n.op) {
+  case ir::Op::Softmax: case ir::Op::LogSoftmax: case ir::Op::SoftmaxGrad: case ir::Op::LayerNormalization: case ir::Op::LayerNormGrad:
+    return true;
+  default: return false;
+  }
+}
 
 Expected<std::optional<std::vector<Kernel>>> lowerRowGroupGpu(const std::string& name, const RowGroup& g) {
   std::string error;
   const RowGroup* fused = g.prologue.empty() && g.epilogue.empty() ? nullptr : &g;
-  auto ks = g.row->op == ir::Op::SoftmaxGrad ? softmaxGradGpu(name, *g.row, fused, error) : softmaxGpu(name, *g.row, fused, error);
+  std::optional<std::vector<Kernel>> ks;
+  switch (g.row->op) {
+  case ir::Op::SoftmaxGrad: ks = softmaxGradGpu(name, *g.row, fused, error); break;
+  case ir::Op::LayerNormalization: ks = layerNormGpu(name, *g.row, fused, error); break;
+  case ir::Op::LayerNormGrad: ks = layerNormGradGpu(name, *g.row, fused, error); break;
+  default: ks = softmaxGpu(name, *g.row, fused, error);
+  }
   if (!error.empty()) return makeError(error);
   return ks;
 }

@@ -63,7 +63,8 @@ struct RowGroup {
   std::vector<const ir::Node*> prologue;
   const ir::Node* row;
   std::vector<const ir::Node*> epilogue;
-  bool storeResult;
+  bool storeResult;                ///< whether the row op's result is stored (read outside the group)
+  std::vector<bool> storeEpilogue; ///< per epilogue node, whether its result is stored (the last's always)
 };
 
 /// Whether `n` is a row-wise op that takes a prologue and an epilogue (softmax, its gradient).
