@@ -217,6 +217,23 @@ nlohmann::json gemmJson(const kir::GemmShape& g, const std::map<std::string, int
           {"trans_a", g.transA}, {"trans_b", g.transB}, {"dtype", std::string(ir::dtypeSafetensorsName(g.y->type.dtype))}};
 }
 
+/// The bias of a product group that only adds one to the product (MatMul, then Add of it; or a
+/// Gemm whose C is it, alpha and beta 1): a vector of the result's columns and dtype, what
+/// cuBLASLt's BIAS epilogue adds itself; else null.
+const ir::Value* gemmBias(const Group& group, const kir::GemmShape& s) {
+  const ir::Value* bias = nullptr;
+  const ir::Node& head = *group[0];
+  if (group.size() == 1 && head.op == ir::Op::Gemm && head.getFloat("alpha", 1) == 1 && head.getFloat("beta", 1) == 1) bias = head.input(2);
+  if (group.size() == 2 && head.op == ir::Op::MatMul && group[1]->op == ir::Op::Add) {
+    const ir::Value *r = head.outputs[0], *x = group[1]->input(0), *y = group[1]->input(1);
+    bias = x == r ? y : y == r ? x : nullptr;
+    if (bias == r) bias = nullptr;
+  }
+  if (!bias || bias->type.dtype != s.y->type.dtype || bias->type.staticNumel() != s.n) return nullptr;
+  std::vector<int64_t> shape = bias->type.shape();
+  return !shape.empty() && shape.back() == s.n ? bias : nullptr;
+}
+
 std::string hexHash(const ir::Graph& g, const std::string& options) {
   llvm::SHA256 sha;
   // The graph's text without its tensors' bytes, then the bytes of the parameters and constants in
@@ -390,6 +407,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
         }
       nlohmann::json& launch = launches.back();
       launch["gemm"] = gemmJson(*gemm, tensorId);
+      if (const ir::Value* bias = gemmBias(group, *gemm)) launch["gemm"]["bias"] = tensorId.at(bias->name);
       ++p.gemms;
       if (*epilogue) {
         int64_t unused = 0;

@@ -20,10 +20,16 @@ bool GpuStep::prepare(std::string& error) {
   if (const char* from = std::getenv("SGC_PROFILE_FROM")) profileFrom_ = std::max(0, std::atoi(from));
   useGraphs_ = !(graphs && std::string(graphs) == "0") && profile_.empty();
   gemmPlans_.assign(prog_.launches.size(), -1);
+  biasInGemm_.assign(prog_.launches.size(), false);
   if (!gpu_.hasGemms()) return true;
   for (size_t i = 0; i < prog_.launches.size(); ++i)
     if (const auto& g = prog_.launches[i].gemm) {
-      gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], error);
+      if (g->bias >= 0) { // cuBLASLt adds the bias, or (no algorithm with the epilogue) the epilogue kernel does
+        std::string unused;
+        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], address_[g->bias], unused);
+        biasInGemm_[i] = gemmPlans_[i] >= 0;
+      }
+      if (gemmPlans_[i] < 0) gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], 0, error);
       if (gemmPlans_[i] < 0) return false;
     }
   return true;
@@ -87,7 +93,7 @@ bool GpuStep::enqueue(bool train, std::string& error) {
     } else {
       const Gemm& g = *l.gemm;
       if (!gpu_.gemm(gemmPlans_[i], address_[g.a], address_[g.b], address_[g.y], error)) return false;
-      if (l.epilogue.kernel >= 0 && !launch(l.epilogue.kernel, l.epilogue.args, l.epilogue.serial, l.epilogue.extent / l.epilogue.vector, error)) return false;
+      if (l.epilogue.kernel >= 0 && !biasInGemm_[i] && !launch(l.epilogue.kernel, l.epilogue.args, l.epilogue.serial, l.epilogue.extent / l.epilogue.vector, error)) return false;
     }
     if (profiling && !gpu_.recordEvent(2 * i + 1, error)) return false;
   }

@@ -45,6 +45,7 @@ private:
   CudaDevice& gpu_;
   std::vector<uint64_t> address_;
   std::vector<int> gemmPlans_; ///< per launch, its cuBLASLt plan (-1: our kernel)
+  std::vector<bool> biasInGemm_; ///< per launch, whether its plan adds the bias (no epilogue kernel)
   bool useGraphs_ = true;
   int trainSteps_ = 0;         ///< training steps run before the capture
   std::string profile_;        ///< SGC_PROFILE

@@ -56,10 +56,12 @@ bool holds(const Program& p, int id, const std::string& dtype, int64_t count, in
 bool parseGemm(const nlohmann::json& j, const Program& p, Gemm& g, std::string& error) {
   g = Gemm{j.at("a"), j.at("b"), j.at("y"), j.at("m"), j.at("n"), j.at("k"), j.at("batch"), j.at("stride_a"), j.at("stride_b"),
            j.at("trans_a"), j.at("trans_b"), j.at("dtype")};
+  g.bias = j.value("bias", -1);
   if (g.dtype != "F32" && g.dtype != "BF16" && g.dtype != "F16") return fail(error, "a GEMM of dtype " + g.dtype);
   if (!holds(p, g.a, g.dtype, g.batch, g.strideA, g.m, g.k) || !holds(p, g.b, g.dtype, g.batch, g.strideB, g.k, g.n) ||
       !holds(p, g.y, g.dtype, g.batch, g.m * g.n, g.m, g.n))
     return fail(error, "a GEMM's operands do not fit their tensors");
+  if (g.bias != -1 && !holds(p, g.bias, g.dtype, 1, 0, 1, g.n)) return fail(error, "a GEMM's bias does not fit its tensor");
   return true;
 }
 
@@ -145,6 +147,7 @@ std::vector<std::vector<int>> collectiveWaits(const Program& p, const std::vecto
   auto touched = [&](const Launch& l) {
     std::vector<int> ids = l.args;
     if (l.gemm) ids.insert(ids.end(), {l.gemm->a, l.gemm->b, l.gemm->y});
+    if (l.gemm && l.gemm->bias >= 0) ids.push_back(l.gemm->bias);
     ids.insert(ids.end(), l.epilogue.args.begin(), l.epilogue.args.end());
     if (l.gpu)
       for (const KernelCall& c : *l.gpu) ids.insert(ids.end(), c.args.begin(), c.args.end());

@@ -35,6 +35,9 @@ struct Gemm {
   int64_t m = 0, n = 0, k = 0, batch = 1, strideA = 0, strideB = 0;
   bool transA = false, transB = false;
   std::string dtype; ///< of all three: "F32", "BF16" or "F16"
+  /// When set (a tensor of n elements of dtype), the launch's epilogue kernel only adds this bias
+  /// to every row of y: cuBLASLt may add it itself (its BIAS epilogue) and the kernel is skipped.
+  int bias = -1;
 };
 
 /// A kernel run over `extent` parallel iterations (one call when serial) on its tensors.

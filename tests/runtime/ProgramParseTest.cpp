@@ -104,3 +104,23 @@ TEST(ProgramParse, RefusesMisalignedTensors) {
     }
   EXPECT_NE(parseError(j).find("aligned"), std::string::npos);
 }
+
+TEST(ProgramParse, GemmBiasesFitTheirTensors) {
+  // The sample's layers (MatMul, then Add of a bias) let cuBLASLt add the bias: the GEMM names it
+  // and keeps its epilogue kernel (for a cuBLASLt without an algorithm for the epilogue). A bias
+  // smaller than the GEMM's columns, or of another dtype, is refused.
+  nlohmann::json j = compiledSample();
+  int biases = 0;
+  for (const auto& l : j["launches"])
+    if (l.contains("gemm") && l["gemm"].contains("bias")) {
+      ++biases;
+      EXPECT_TRUE(l.contains("epilogue"));
+    }
+  EXPECT_GE(biases, 1);
+  for (const char* other : {"loss", "step"}) { // an f32 scalar; an i64 scalar
+    nlohmann::json bad = j;
+    for (auto& l : bad["launches"])
+      if (l.contains("gemm") && l["gemm"].contains("bias")) l["gemm"]["bias"] = bad[other];
+    EXPECT_NE(parseError(bad).find("bias does not fit"), std::string::npos) << other;
+  }
+}
