@@ -103,4 +103,18 @@ Error narrowMoves(Graph& g, int* count) {
   return Error::success();
 }
 
+int readNarrowGradients(Graph& g) {
+  int count = 0;
+  for (auto& n : g.nodes()) {
+    if (n->op != Op::SgdUpdate && n->op != Op::AdamUpdate) continue;
+    const Node* c = n->inputs[1]->producer;
+    if (!c || c->op != Op::Cast || n->inputs[1]->type.dtype != DType::F32) continue;
+    DType t = c->inputs[0]->type.dtype;
+    if (t != DType::BF16 && t != DType::F16) continue;
+    n->inputs[1] = c->inputs[0];
+    ++count;
+  }
+  return count;
+}
+
 } // namespace sgc::ir

@@ -33,4 +33,9 @@ namespace sgc::ir {
 /// Returns the number of casts made unnecessary through `count`.
 Error narrowMoves(Graph& g, int* count = nullptr);
 
+/// An optimizer update whose gradient is a narrow value widened to f32 reads the narrow value
+/// (its kernel widens what it loads: the same arithmetic, without the f32 copy; a linear
+/// layer's weight gradient under autocast). The casts are left unread. Returns how many.
+int readNarrowGradients(Graph& g);
+
 } // namespace sgc::ir

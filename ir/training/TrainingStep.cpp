@@ -200,6 +200,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   g.outputs = {*loss};
   if (Error e = inferShapes(g)) return e;
   if (Error e = foldTransposes(g)) return e; // the optimizer reads the weight gradients it rewrites
+  if (opts.precision == "bf16") readNarrowGradients(g);
   g.removeDeadNodes();
   return verify(g);
 }

@@ -7,6 +7,7 @@
 #include "ir/passes/InferShapes.h"
 #include "ir/passes/NarrowMoves.h"
 
+#include <cmath>
 #include <cstring>
 #include <gtest/gtest.h>
 
@@ -166,4 +167,36 @@ TEST(NarrowMoves, TheCrossEntropyReadsNarrowScores) {
   auto after = run(**g, {{"x", x}, {"t", t}});
   ASSERT_TRUE(!!after) << errorText(after.takeError());
   EXPECT_EQ(after->at((*g)->outputs[0]->name).getF(0), before->at("l").getF(0));
+}
+
+TEST(NarrowMoves, OptimizersReadNarrowGradients) {
+  // AdamW's gradient is a bf16 product widened to f32 (a weight gradient under autocast): the
+  // update reads the bf16 value, with the same new parameter and state.
+  auto g = parse("graph @g { input %p : f32[3, 4]\n input %a : bf16[3, 2]\n input %b : bf16[2, 4]\n input %m : f32[3, 4]\n"
+                 " input %v : f32[3, 4]\n input %lr : f32[]\n input %k : i64[]\n"
+                 " %gb : ?[*] = MatMul(%a, %b)\n %g : ?[*] = Cast(%gb) {to = \"f32\"}\n"
+                 " %p2 : ?[*], %m2 : ?[*], %v2 : ?[*] = AdamUpdate(%p, %g, %m, %v, %lr, %k) {decoupled = 1, weight_decay = 0.01}\n"
+                 " output %p2, %m2, %v2 }",
+                 "adam");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(inferShapes(**g, false));
+  std::map<std::string, Tensor> in;
+  for (const Value* v : (*g)->inputs) {
+    Tensor t(v->type.dtype, v->type.shape());
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (v->type.dtype == DType::I64) t.setI(i, 3);
+      else t.setF(i, v->name == "lr" ? 1e-2 : v->name == "v" ? 0.01 * (double)(i + 1) : std::sin(1.7 * (double)i + (double)v->name[0]));
+    in.emplace(v->name, std::move(t));
+  }
+  auto before = run(**g, in);
+  ASSERT_TRUE(!!before) << errorText(before.takeError());
+  EXPECT_EQ(readNarrowGradients(**g), 1);
+  (*g)->removeDeadNodes();
+  EXPECT_EQ(count(**g, Op::Cast), 0);
+  const Node* adam = (*g)->outputs[0]->producer;
+  EXPECT_EQ(adam->inputs[1]->type.dtype, DType::BF16);
+  auto after = run(**g, in);
+  ASSERT_TRUE(!!after) << errorText(after.takeError());
+  for (const char* name : {"p2", "m2", "v2"})
+    for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(after->at(name).getF(i), before->at(name).getF(i)) << name << " " << i;
 }
