@@ -131,6 +131,18 @@ struct WarpRows {
     return let(base, B::add(B::mul(row(), B::i(d)), B::mul(lane(), B::i(v))));
   }
   StmtRef each(int j, std::vector<StmtRef> body) const { return loop(j, d / (32 * v), false, std::move(body)); }
+  /// Steps taken `unroll` at a time (a divisor of the steps): element k (< unroll * v) of step j's
+  /// group, and the loop over the groups.
+  ExprRef atUnrolled(int j, int64_t unroll, int64_t k) const {
+    return B::add(B::add(local(base, Scalar::I64), B::mul(loopVar(j), B::i(unroll * 32 * v))), B::i((k / v) * 32 * v + k % v));
+  }
+  StmtRef eachUnrolled(int j, int64_t unroll, std::vector<StmtRef> body) const { return loop(j, d / (32 * v * unroll), false, std::move(body)); }
+  /// The most steps (up to `most`) that divide the row's steps.
+  int64_t unrollFor(int64_t most) const {
+    int64_t steps = d / (32 * v), u = std::min(most, steps);
+    while (steps % u) --u;
+    return u;
+  }
   /// local = op over the row of `term` (an expression of loop variable j; one element a step).
   std::vector<StmtRef> reduce(int localId, const std::string& op, double init, int j, ExprRef term) const {
     assert(v == 1);
@@ -164,6 +176,23 @@ struct WarpRows {
     for (size_t k = 0; k < outs[0].size(); ++k)
       for (int u = 0; u < v; ++u) step.push_back(b.st(outs[u][k].first, at(j, u), outs[u][k].second));
     return each(j, std::move(step));
+  }
+  /// The same over groups of `unroll` steps (a divisor of the steps), value(at) and outputs(at,
+  /// value) given each element's index: the group's loads, then its stores.
+  StmtRef storeEachUnrolled(int j, int64_t unroll, const std::function<ExprRef(ExprRef)>& value,
+                            const std::function<Outputs(ExprRef, ExprRef)>& outputs) const {
+    std::vector<StmtRef> step;
+    std::vector<Outputs> outs;
+    for (int64_t k = 0; k < unroll * v; ++k) {
+      int id = b.newLocal();
+      ExprRef e = value(atUnrolled(j, unroll, k));
+      Scalar t = e->type;
+      step.push_back(let(id, std::move(e)));
+      outs.push_back(outputs(atUnrolled(j, unroll, k), local(id, t)));
+    }
+    for (size_t o = 0; o < outs[0].size(); ++o)
+      for (int64_t k = 0; k < unroll * v; ++k) step.push_back(b.st(outs[k][o].first, atUnrolled(j, unroll, k), outs[k][o].second));
+    return eachUnrolled(j, unroll, std::move(step));
   }
 };
 
@@ -479,19 +508,22 @@ std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, con
   return ks;
 }
 
+constexpr int64_t kLogSumExpUnroll = 4; ///< steps of a row the online log-sum-exp loads at once
+
 /// The row's maximum (into local `mx`) and its sum of exp(x - max) (into `sum`) in one pass over
-/// it (the online softmax's rescaling: each step's elements against the running maximum), for
-/// every lane of the warp.
-std::vector<StmtRef> onlineLogSumExp(const WarpRows& rows, int mx, int sum, int j, const std::function<ExprRef(int)>& element) {
+/// it (the online softmax's rescaling: each group of kLogSumExpUnroll steps' elements against the
+/// running maximum), for every lane of the warp; element(at) reads the element at index `at`.
+std::vector<StmtRef> onlineLogSumExp(const WarpRows& rows, int mx, int sum, int j, const std::function<ExprRef(ExprRef)>& element) {
   Scalar t = Scalar::F32;
   B& b = rows.b;
   auto f = [&](double v) { return B::c(v, t); };
+  int64_t unroll = rows.unrollFor(kLogSumExpUnroll);
   std::vector<StmtRef> step;
   std::vector<int> xs;
   ExprRef top = local(mx, t);
-  for (int u = 0; u < rows.v; ++u) {
+  for (int64_t k = 0; k < unroll * rows.v; ++k) { // all the group's loads, then its arithmetic
     xs.push_back(b.newLocal());
-    step.push_back(let(xs.back(), element(u)));
+    step.push_back(let(xs.back(), element(rows.atUnrolled(j, unroll, k))));
     top = binary("max", top, local(xs.back(), t));
   }
   int mn = b.newLocal();
@@ -503,7 +535,7 @@ std::vector<StmtRef> onlineLogSumExp(const WarpRows& rows, int mx, int sum, int 
   step.push_back(set(sum, add));
   step.push_back(set(mx, local(mn, t)));
   int all = b.newLocal();
-  return {let(mx, f(-INFINITY)), let(sum, f(0)), rows.each(j, std::move(step)), let(all, warpReduce("max", local(mx, t))),
+  return {let(mx, f(-INFINITY)), let(sum, f(0)), rows.eachUnrolled(j, unroll, std::move(step)), let(all, warpReduce("max", local(mx, t))),
           set(sum, warpReduce("add", select(binary("eq", local(mx, t), f(-INFINITY)), f(0),
                                             B::mul(local(sum, t), unary("exp", B::sub(local(mx, t), local(all, t))))))),
           set(mx, local(all, t))};
@@ -532,7 +564,7 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
     body.push_back(loop(jq, P / 32, false, {set(wsum, B::add(local(wsum, t), weight(tgt(B::add(rows.lane(), B::mul(loopVar(jq), B::i(32)))))))}));
     body.push_back(set(wsum, warpReduce("add", local(wsum, t))));
   }
-  for (auto& st : onlineLogSumExp(rows, mx, sum, j1, [&](int u) { return b.ld(x, rows.at(j1, u)); })) body.push_back(st);
+  for (auto& st : onlineLogSumExp(rows, mx, sum, j1, [&](ExprRef at) { return b.ld(x, std::move(at)); })) body.push_back(st);
   ExprRef tp = tgt(rows.row());
   body.push_back(let(wt, weight(tp)));
   auto logProb = [&](ExprRef at) { return B::sub(B::sub(b.ld(x, std::move(at)), local(mx, t)), unary("log", local(sum, t))); };
@@ -547,11 +579,13 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
     ks.push_back(zeroKernel(name + "_zero", n.outputs[0]));
   } else {
     ExprRef up = red == "none" ? b.ld(dl, rows.row()) : red == "sum" ? b.ld(dl, B::i(0)) : B::div(b.ld(dl, B::i(0)), local(wsum, t));
-    auto g = [&](int u) {
-      ExprRef isT = cast(binary("eq", rows.col(j3, u), tp), t);
-      return B::mul(B::sub(unary("exp", logProb(rows.at(j3, u))), isT), B::mul(local(wt, t), up));
+    ExprRef rowStart = B::mul(rows.row(), B::i(C));
+    auto g = [&](ExprRef at) {
+      ExprRef isT = cast(binary("eq", B::sub(at, rowStart), tp), t);
+      return B::mul(B::sub(unary("exp", logProb(at)), isT), B::mul(local(wt, t), up));
     };
-    body.push_back(rows.storeEach(j3, g, [&](int, ExprRef v) { return WarpRows::Outputs{{n.outputs[0], v}}; }));
+    body.push_back(rows.storeEachUnrolled(j3, rows.unrollFor(kLogSumExpUnroll), g,
+                                          [&](ExprRef, ExprRef v) { return WarpRows::Outputs{{n.outputs[0], v}}; }));
   }
   ks.push_back(warpKernel(b, e, P, std::move(body)));
   return ks;
