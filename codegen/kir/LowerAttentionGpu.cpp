@@ -1,6 +1,6 @@
 // The GPU form of FusedAttention and its gradient in bf16: flash attention on
-// the tensor cores (mma.m16n8k16, see kir::mmaBf16). A warp owns 16 rows (of
-// queries; of keys in the dk/dv kernel) and walks the other side in blocks:
+// the tensor cores (mma.m16n8k16, see kir::mmaBf16). A warp owns 32 query rows
+// (forward), 16 (dq) or 16 key rows (dk/dv) and walks the other side in blocks:
 //
 //   forward  S = Q K^T, online softmax, O += P V           (keeps O, max, sum)
 //   dq       S = Q K^T, P from the log-sum-exp, dP = dO V^T,
@@ -182,28 +182,28 @@ public:
     return loopUpTo(j, extent, count, step(B::add(start, loopVar(j))));
   }
 
-  /// A warp's walk over blocks of kb keys for its 16 queries from q0: without a causal mask all
-  /// of them; with it the blocks wholly below the diagonal, then those the diagonal crosses
+  /// A warp's walk over blocks of kb keys for its `rows` queries from q0: without a causal mask
+  /// all of them; with it the blocks wholly below the diagonal, then those the diagonal crosses
   /// (masked), so that only those pay for the mask.
-  void causalWalk(const ExprRef& q0, int64_t kb, const std::function<std::vector<StmtRef>(ExprRef, bool)>& block) {
+  void causalWalk(const ExprRef& q0, int64_t kb, const std::function<std::vector<StmtRef>(ExprRef, bool)>& block, int64_t rows = 16) {
     int64_t extent = a.tk / kb;
     auto unmasked = [&](ExprRef jb) { return block(std::move(jb), false); };
     if (!a.causal) {
       body.push_back(walk(extent, B::i(0), B::i(extent), unmasked));
       return;
     }
-    ExprRef full = binary("idiv", B::add(q0, B::i(1)), B::i(kb)), all = binary("idiv", B::add(q0, B::i(16 + kb - 1)), B::i(kb));
+    ExprRef full = binary("idiv", B::add(q0, B::i(1)), B::i(kb)), all = binary("idiv", B::add(q0, B::i(rows + kb - 1)), B::i(kb));
     body.push_back(walk(extent, B::i(0), full, unmasked));
     body.push_back(walk(extent, full, B::sub(all, full), [&](ExprRef jb) { return block(std::move(jb), true); }));
   }
 
-  /// Blocks of 4 warps, 3 of them on an SM at once (about 168 registers a thread): more warps
-  /// to hide the loads' latency than 8-warp blocks at one per SM.
+  /// Blocks of 4 warps, 2 of them on an SM at once (up to 255 registers a thread: 3 blocks at
+  /// 168 spilled to local memory, through the L1 the fragment loads are bound by).
   Kernel finish(int iv, int64_t warps) {
     Kernel k = b.finish(loop(iv, warps * 32, true, std::move(body)));
     k.gpuOnly = true;
     k.threads = 128;
-    k.minBlocks = 3;
+    k.minBlocks = 2;
     return k;
   }
 };
@@ -219,67 +219,93 @@ ExprRef rowReduce(const std::string& op, const std::vector<Frag>& fs, int i, Exp
   return warpReduce(op, r, 4);
 }
 
-/// Forward: a warp per 16 queries, blocks of kb keys, the online softmax of flash attention.
+/// Forward: a warp per kForwardTiles x 16 queries, blocks of 32 keys, the online softmax of flash
+/// attention. The tiles' products with one key or value fragment are side by side, so that the
+/// emitter loads it once for all of them (half the loads per product of one tile a warp).
+constexpr int kForwardTiles = 2;
+
 Kernel forward(const std::string& name, const Geometry& a) {
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *y = a.n.outputs[0], *lse = a.n.outputs[1];
   Writer w(name, a);
   B& b = w.b;
   int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
-  int64_t tiles = a.tq / 16, kb = blockFor(a.tk, 64);
+  const int R = a.tq % (16 * kForwardTiles) == 0 ? kForwardTiles : 1;
+  int64_t rowsPerWarp = 16 * R, tiles = a.tq / rowsPerWarp, kb = blockFor(a.tk, 32);
   ExprRef head = binary("idiv", ln.warp, B::i(tiles));
-  ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary("imod", ln.warp, B::i(tiles))), B::i(16)); // the longest walks first
-  RowOf qrows = a.rows(head, q0, a.tq);
-  auto qf = w.operandRows(ln, q, qrows, a.d);
-  auto o = w.zeros(a.dv / 8, w.body);
-  int m[2], l[2];
-  for (int r = 0; r < 2; ++r) {
-    m[r] = b.newLocal(), l[r] = b.newLocal();
-    w.body.push_back(let(m[r], f(-INFINITY)));
-    w.body.push_back(let(l[r], f(0)));
+  ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary("imod", ln.warp, B::i(tiles))), B::i(rowsPerWarp)); // the longest walks first
+  std::vector<RowOf> qrows;
+  std::vector<std::vector<std::array<int, 8>>> qf;
+  std::vector<std::vector<Frag>> o;
+  std::vector<std::array<int, 2>> m(R), l(R);
+  for (int t = 0; t < R; ++t) {
+    qrows.push_back(a.rows(head, B::add(q0, B::i(16 * t)), a.tq));
+    qf.push_back(w.operandRows(ln, q, qrows[t], a.d));
+    o.push_back(w.zeros(a.dv / 8, w.body));
+    for (int r = 0; r < 2; ++r) {
+      m[t][r] = b.newLocal(), l[t][r] = b.newLocal();
+      w.body.push_back(let(m[t][r], f(-INFINITY)));
+      w.body.push_back(let(l[t][r], f(0)));
+    }
   }
   // One block of kb keys; `masked`: it crosses the causal diagonal.
   auto block = [&](const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
     ExprRef key0 = B::mul(jb, B::i(kb));
-    auto keys = [&](int64_t n) { return a.rows(head, B::add(key0, B::i(n * 8)), a.tk); };
-    auto s = w.zeros(kb / 8, step);
-    w.timesRowsOf(step, ln, s, qf, k, a.d, keys);
-    for (int64_t n = 0; n < kb / 8; ++n)
-      for (int i = 0; i < 4; ++i) {
-        ExprRef scaled = B::mul(lf(s[n][i]), f(a.scale));
-        if (masked) scaled = select(binary("le", colOf(ln, key0, n, i), B::add(q0, ln.row(i))), scaled, f(-INFINITY));
-        step.push_back(set(s[n][i], scaled));
+    std::vector<std::vector<Frag>> s;
+    for (int t = 0; t < R; ++t) s.push_back(w.zeros(kb / 8, step));
+    for (int64_t n = 0; n < kb / 8; ++n) { // S = Q K^T, each key fragment for every tile
+      RowOf keys = a.rows(head, B::add(key0, B::i(n * 8)), a.tk);
+      for (int64_t e = 0; e < a.d / 16; ++e) {
+        std::vector<ExprRef> kfrag = w.contracted(ln, k, keys, e, a.d);
+        for (int t = 0; t < R; ++t) step.push_back(mmaBf16({s[t][n].begin(), s[t][n].end()}, Writer::held(qf[t][e]), kfrag));
       }
-    int mx[2], corr[2];
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = b.newLocal(), corr[r] = b.newLocal();
-      step.push_back(let(mx[r], binary("max", lf(m[r]), rowReduce("max", s, 2 * r, f(-INFINITY)))));
-      step.push_back(let(corr[r], unary("exp", B::sub(lf(m[r]), lf(mx[r])))));
     }
-    for (int64_t n = 0; n < kb / 8; ++n)
-      for (int i = 0; i < 4; ++i) step.push_back(set(s[n][i], unary("exp", B::sub(lf(s[n][i]), lf(mx[i / 2])))));
-    for (int r = 0; r < 2; ++r) {
-      ExprRef sum = f(0);
-      for (const Frag& fr : s) sum = B::add(sum, B::add(lf(fr[2 * r]), lf(fr[2 * r + 1])));
-      step.push_back(set(l[r], B::add(B::mul(lf(l[r]), lf(corr[r])), sum)));
-      step.push_back(set(m[r], lf(mx[r])));
+    for (int t = 0; t < R; ++t) {
+      for (int64_t n = 0; n < kb / 8; ++n)
+        for (int i = 0; i < 4; ++i) {
+          ExprRef scaled = B::mul(lf(s[t][n][i]), f(a.scale));
+          if (masked) scaled = select(binary("le", colOf(ln, key0, n, i), B::add(B::add(q0, B::i(16 * t)), ln.row(i))), scaled, f(-INFINITY));
+          step.push_back(set(s[t][n][i], scaled));
+        }
+      int mx[2], corr[2];
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = b.newLocal(), corr[r] = b.newLocal();
+        step.push_back(let(mx[r], binary("max", lf(m[t][r]), rowReduce("max", s[t], 2 * r, f(-INFINITY)))));
+        step.push_back(let(corr[r], unary("exp", B::sub(lf(m[t][r]), lf(mx[r])))));
+      }
+      for (int64_t n = 0; n < kb / 8; ++n)
+        for (int i = 0; i < 4; ++i) step.push_back(set(s[t][n][i], unary("exp", B::sub(lf(s[t][n][i]), lf(mx[i / 2])))));
+      for (int r = 0; r < 2; ++r) {
+        ExprRef sum = f(0);
+        for (const Frag& fr : s[t]) sum = B::add(sum, B::add(lf(fr[2 * r]), lf(fr[2 * r + 1])));
+        step.push_back(set(l[t][r], B::add(B::mul(lf(l[t][r]), lf(corr[r])), sum)));
+        step.push_back(set(m[t][r], lf(mx[r])));
+      }
+      for (const Frag& fr : o[t])
+        for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
     }
-    for (const Frag& fr : o)
-      for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
-    auto sixteen = [&](int64_t e) { return a.rows(head, B::add(key0, B::i(e * 16)), a.tk); };
-    w.resultsTimesRows(step, ln, o, s, v, a.dv, sixteen);
+    for (int64_t e = 0; e < kb / 16; ++e) { // O += P V, each value fragment for every tile
+      RowOf values = a.rows(head, B::add(key0, B::i(e * 16)), a.tk);
+      for (size_t n = 0; n < o[0].size(); ++n) {
+        std::vector<ExprRef> vfrag = w.spreadRows(ln, v, values, (int64_t)n, a.dv);
+        for (int t = 0; t < R; ++t)
+          step.push_back(mmaBf16({o[t][n].begin(), o[t][n].end()}, Writer::fromResults(s[t][2 * e], s[t][2 * e + 1]), vfrag));
+      }
+    }
     return step;
   };
-  w.causalWalk(q0, kb, block);
-  for (int r = 0; r < 2; ++r) w.body.push_back(set(l[r], warpReduce("add", lf(l[r]), 4)));
-  for (int64_t n = 0; n < a.dv / 8; ++n)
-    for (int i = 0; i < 4; ++i) {
-      ExprRef row = qrows(ln.row(i));
-      w.body.push_back(b.st(y, B::add(B::mul(row, B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), B::div(lf(o[n][i]), lf(l[i / 2]))));
-    }
-  for (int r = 0; r < 2; ++r)
-    w.body.push_back(b.st(lse, qrows(ln.row(2 * r)), B::add(lf(m[r]), unary("log", lf(l[r])))));
+  w.causalWalk(q0, kb, block, rowsPerWarp);
+  for (int t = 0; t < R; ++t) {
+    for (int r = 0; r < 2; ++r) w.body.push_back(set(l[t][r], warpReduce("add", lf(l[t][r]), 4)));
+    for (int64_t n = 0; n < a.dv / 8; ++n)
+      for (int i = 0; i < 4; ++i) {
+        ExprRef row = qrows[t](ln.row(i));
+        w.body.push_back(b.st(y, B::add(B::mul(row, B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), B::div(lf(o[t][n][i]), lf(l[t][i / 2]))));
+      }
+    for (int r = 0; r < 2; ++r)
+      w.body.push_back(b.st(lse, qrows[t](ln.row(2 * r)), B::add(lf(m[t][r]), unary("log", lf(l[t][r])))));
+  }
   return w.finish(iv, a.heads * tiles);
 }
 

@@ -273,7 +273,7 @@ private:
     return b_.CreateBitCast(v, b_.getInt32Ty());
   }
 
-  static constexpr size_t kMmaRun = 8;
+  static constexpr size_t kMmaRun = 16;
 
   static bool readsLocal(const Expr& e, const std::set<int>& ids) {
     if (e.kind == ExprKind::Local && ids.count(e.id)) return true;
@@ -283,10 +283,12 @@ private:
   }
 
   /// Statements in order; a run of tensor-core products (mma.sync.m16n8k16.row.col.f32.bf16.
-  /// bf16.f32) first loads and packs the operands of all of them, then issues them: an mma is a
-  /// call LLVM does not move loads across, and loads side by side merge into 16-byte ones. A
-  /// run ends before a product whose operands read an earlier one's result, and after
-  /// kMmaRun products (enough for a lane's 16-byte loads; longer runs hold more registers).
+  /// bf16.f32) first loads and packs the operands of all of them (the B operands of the whole
+  /// run, then the A operands), then issues them: an mma is a call LLVM does not move loads
+  /// across, and loads side by side merge into 16-byte ones; an operand two products share is
+  /// loaded once. A run ends before a product whose operands read an earlier one's result, and
+  /// after kMmaRun products (enough for a lane's 16-byte loads of two tiles' products; longer
+  /// runs hold more registers).
   Error stmts(const std::vector<kir::StmtRef>& list) {
     for (size_t i = 0; i < list.size();) {
       if (list[i]->kind != StmtKind::Mma) {
@@ -303,14 +305,19 @@ private:
         bool dependent = false;
         for (const auto& o : s.operands) dependent = dependent || readsLocal(*o, written);
         if (dependent) break;
-        args.emplace_back();
-        for (size_t o = 0; o < s.operands.size(); o += 2) {
-          auto pair = packedPair(*s.operands[o], *s.operands[o + 1]);
-          if (!pair) return pair.takeError();
-          args.back().push_back(*pair);
-        }
         written.insert(s.acc.begin(), s.acc.end());
       }
+      // The B operands (loads, mostly) of the whole run first, side by side, then the A operands.
+      args.assign(j - i, std::vector<llvm::Value*>(6, nullptr));
+      for (size_t from : {size_t(8), size_t(0)})
+        for (size_t r = 0; r < j - i; ++r) {
+          const Stmt& s = *list[i + r];
+          for (size_t o = from; o < (from ? s.operands.size() : 8); o += 2) {
+            auto pair = packedPair(*s.operands[o], *s.operands[o + 1]);
+            if (!pair) return pair.takeError();
+            args[r][o / 2] = *pair;
+          }
+        }
       for (size_t r = 0; r < args.size(); ++r) {
         const Stmt& s = *list[i + r];
         for (int id : s.acc) args[r].push_back(b_.CreateLoad(b_.getFloatTy(), locals_.at(id)));
