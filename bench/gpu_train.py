@@ -2,9 +2,10 @@
 # made the .so files): for each model, PyTorch writes its initial weights
 # (seed 0) to a safetensors file; the compiled step loads them and trains on
 # the same batch; then PyTorch eager and torch.compile train from the same
-# weights (AdamW, bf16 autocast), in the same run. Prints ms/step (median of
-# 20 after 3 warm-up steps), peak memory, the first losses of each side and
-# the ratios; writes the results as JSON to $OUT/gpu_train.json.
+# weights (AdamW, bf16 autocast), in the same run. A model's other builds
+# beside it (gpt_rc.so: compiled with --recompute cheap) are timed too. Prints
+# ms/step (median of 20 after 3 warm-up steps), peak memory, the first losses
+# of each side and the ratios; writes the results as JSON to $OUT/gpu_train.json.
 # Usage: python3 bench/gpu_train.py bench/out [mlp,gpt]
 import ctypes, glob, json, os, subprocess, sys, time
 import torch
@@ -18,6 +19,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "pyutil"))
 import st  # the project's safetensors reader and writer
 
 STEPS, WARM, LOSSES = 20, 3, 3
+VARIANTS = [("rc", "--recompute cheap")]  # other builds of a model: NAME_rc.so, timed beside NAME.so
 
 
 # ---- the sgc side, in its own process (its own CUDA context and memory) ----
@@ -198,18 +200,28 @@ def main():
                               text=True, env=dict(env, SGC_PROFILE=prof))
         if proc.returncode == 0 and os.path.exists(prof):
             r["sgc_profile"] = profile_summary(prof)
+        for variant, flag in VARIANTS:
+            path = os.path.join(out_dir, f"{name}_{variant}.so")
+            if os.path.exists(path) or os.path.exists(path + ".xz"):
+                proc = subprocess.run([sys.executable, __file__, "--sgc", unpacked(path), wfile, name], capture_output=True, text=True, env=env)
+                lines = proc.stdout.splitlines()
+                r["sgc " + flag] = json.loads(lines[0]) if lines else {"error": proc.stderr[-2000:]}
         for mode in ("eager", "compile"):
             r[mode] = torch_side(name, mode, init)
         res[name] = r
         print(f"\n{name}: {r['sgc'].get('device', r['sgc'].get('error'))}")
-        print(f"{'':10} {'ms/step':>9} {'peak GiB':>9}  first losses")
-        for side in ("sgc", "eager", "compile"):
+        print(f"{'':26} {'ms/step':>9} {'peak GiB':>9}  first losses")
+        sgcs = [k for k in r if k.startswith("sgc") and k != "sgc_profile"]
+        for side in sgcs + ["eager", "compile"]:
             v = r[side]
             if "ms" in v:
-                print(f"{side:10} {v['ms']:9.2f} {v['peak_GiB']:9.2f}  {' '.join(f'{l:.5f}' for l in v['losses'])}")
-        if "ms" in r["sgc"]:
-            print(f"ratios: sgc/eager {r['sgc']['ms'] / r['eager']['ms']:.2f}x, sgc/compile {r['sgc']['ms'] / r['compile']['ms']:.2f}x time; "
-                  f"memory sgc/compile {r['sgc']['peak_GiB'] / r['compile']['peak_GiB']:.2f}x")
+                print(f"{side:26} {v['ms']:9.2f} {v['peak_GiB']:9.2f}  {' '.join(f'{l:.5f}' for l in v['losses'])}")
+            else:
+                print(f"{side:26} failed: {v.get('error', '')[-300:]}")
+        for side in sgcs:
+            if "ms" in r[side]:
+                print(f"ratios, {side}: /eager {r[side]['ms'] / r['eager']['ms']:.2f}x, /compile {r[side]['ms'] / r['compile']['ms']:.2f}x time; "
+                      f"memory /compile {r[side]['peak_GiB'] / r['compile']['peak_GiB']:.2f}x")
         if "sgc_profile" in r:
             p = r["sgc_profile"]
             print(f"sgc profile (events around each of {p['launches']} launches, no CUDA graph): step {p['step_ms']:.2f} ms")
