@@ -6,26 +6,14 @@
 #include "ir/interp/Interpreter.h"
 #include "ir/passes/AttentionLayout.h"
 #include "ir/passes/InferShapes.h"
+#include "tests/ir/RandomInputs.h"
 
 #include <gtest/gtest.h>
-#include <random>
 
 using namespace sgc;
 using namespace sgc::ir;
 
 namespace {
-
-std::map<std::string, Tensor> randomOperands(const Graph& g, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-2, 2);
-  std::map<std::string, Tensor> in;
-  for (const Value* v : g.inputs) {
-    Tensor t(v->type.dtype, v->type.shape());
-    for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
-    in.emplace(v->name, std::move(t));
-  }
-  return in;
-}
 
 std::unique_ptr<Graph> parsed(const std::string& text) {
   auto g = parse(text, "layout");
@@ -44,7 +32,7 @@ TEST(AttentionLayout, HeadTransposesFoldIntoTheNode) {
                   " %q : ?[*]" + t + "%qt" + p + " %k : ?[*]" + t + "%kt" + p + " %v : ?[*]" + t + "%vt" + p +
                   " %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.5}\n"
                   " %yt : ?[*]" + t + "%y" + p + " output %yt }");
-  auto in = randomOperands(*g, 3);
+  auto in = randomInputs(*g, 3);
   auto before = run(*g, in);
   ASSERT_TRUE(!!before) << errorText(before.takeError());
   int count = -1;
@@ -91,7 +79,7 @@ TEST(AttentionLayout, BthdGradientMatchesTheDefaultLayout) {
                   " %y2t : ?[*]" + t + "%y2" + p + " %dq2t : ?[*]" + t + "%dq2" + p + " %dk2t : ?[*]" + t + "%dk2" + p +
                   " %dv2t : ?[*]" + t + "%dv2" + p + " %l2t : ?[*] = Transpose(%l2) {perm = [0, 2, 1]}\n"
                   " output %y1, %dq1, %dk1, %dv1, %l1, %y2t, %dq2t, %dk2t, %dv2t, %l2t }");
-  auto in = randomOperands(*g, 9);
+  auto in = randomInputs(*g, 9);
   auto out = run(*g, in);
   ASSERT_TRUE(!!out) << errorText(out.takeError());
   for (auto [a, b] : {std::pair<const char*, const char*>{"y1", "y2t"}, {"dq1", "dq2t"}, {"dk1", "dk2t"}, {"dv1", "dv2t"}, {"l1", "l2t"}}) {

@@ -5,9 +5,9 @@
 #include "ir/interp/Interpreter.h"
 #include "ir/passes/FoldTransposes.h"
 #include "ir/passes/InferShapes.h"
+#include "tests/ir/RandomInputs.h"
 
 #include <gtest/gtest.h>
-#include <random>
 
 using namespace sgc;
 using namespace sgc::ir;
@@ -19,18 +19,6 @@ std::unique_ptr<Graph> parsed(const std::string& text) {
   EXPECT_TRUE(!!g) << errorText(g.takeError());
   EXPECT_FALSE(inferShapes(**g, false));
   return std::move(*g);
-}
-
-std::map<std::string, Tensor> randomInputs(const Graph& g, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-2, 2);
-  std::map<std::string, Tensor> in;
-  for (const Value* v : g.inputs) {
-    Tensor t(v->type.dtype, v->type.shape());
-    for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
-    in.emplace(v->name, std::move(t));
-  }
-  return in;
 }
 
 int countOp(const Graph& g, Op op) {
