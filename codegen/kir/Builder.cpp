@@ -69,6 +69,10 @@ std::vector<int> locals(Builder& b, int64_t count, std::vector<StmtRef>& out, co
   return ids;
 }
 
+StmtRef when(Builder& b, ExprRef cond, std::vector<StmtRef> body) {
+  return loopUpTo(b.newLoopVar(), 1, select(std::move(cond), Builder::i(1), Builder::i(0)), std::move(body));
+}
+
 Kernel zeroKernel(const std::string& name, const ir::Value* y) {
   Builder b(name);
   int i = b.newLoopVar();

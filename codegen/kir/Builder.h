@@ -70,6 +70,9 @@ ExprRef sumTree(std::vector<ExprRef> a);
 /// `count` new locals of `b`, each set to init(e) by a statement appended to `out`.
 std::vector<int> locals(Builder& b, int64_t count, std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& init);
 
+/// `body` run only where `cond` (an i1) holds: a serial loop of one iteration or none.
+StmtRef when(Builder& b, ExprRef cond, std::vector<StmtRef> body);
+
 /// A kernel writing zeros over all of `y` (where partial results then meet by atomic adds).
 Kernel zeroKernel(const std::string& name, const ir::Value* y);
 

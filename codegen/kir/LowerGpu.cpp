@@ -160,21 +160,28 @@ struct WarpRows {
   /// so that no store separates the step's loads nor another tensor's neighbouring stores
   /// (which then merge into vector loads and stores).
   using Outputs = std::vector<std::pair<const ir::Value*, ExprRef>>;
-  StmtRef storeEach(int j, const std::function<ExprRef(int)>& value, const std::function<Outputs(int, ExprRef)>& outputs) const {
-    std::vector<StmtRef> step;
+  /// Elements 0..count-1: outputs(k, value(k)) for each (value(k) kept in a local first), every
+  /// pair's value in a local, then the stores at at(k) tensor by tensor.
+  void storeByTensor(std::vector<StmtRef>& out, int64_t count, const std::function<ExprRef(int64_t)>& value,
+                     const std::function<Outputs(int64_t, ExprRef)>& outputs, const std::function<ExprRef(int64_t)>& at) const {
     auto keep = [&](ExprRef e) {
       int id = b.newLocal();
       Scalar t = e->type;
-      step.push_back(let(id, std::move(e)));
+      out.push_back(let(id, std::move(e)));
       return local(id, t);
     };
     std::vector<Outputs> outs;
-    for (int u = 0; u < v; ++u) {
-      outs.push_back(outputs(u, keep(value(u))));
+    for (int64_t k = 0; k < count; ++k) {
+      outs.push_back(outputs(k, keep(value(k))));
       for (auto& [tensor, e] : outs.back()) e = keep(e);
     }
-    for (size_t k = 0; k < outs[0].size(); ++k)
-      for (int u = 0; u < v; ++u) step.push_back(b.st(outs[u][k].first, at(j, u), outs[u][k].second));
+    for (size_t o = 0; o < outs[0].size(); ++o)
+      for (int64_t k = 0; k < count; ++k) out.push_back(b.st(outs[k][o].first, at(k), outs[k][o].second));
+  }
+  StmtRef storeEach(int j, const std::function<ExprRef(int)>& value, const std::function<Outputs(int, ExprRef)>& outputs) const {
+    std::vector<StmtRef> step;
+    storeByTensor(step, v, [&](int64_t u) { return value((int)u); }, [&](int64_t u, ExprRef e) { return outputs((int)u, std::move(e)); },
+                  [&](int64_t u) { return at(j, (int)u); });
     return each(j, std::move(step));
   }
   /// The same over groups of `unroll` steps (a divisor of the steps), value(at) and outputs(at,
@@ -182,16 +189,8 @@ struct WarpRows {
   StmtRef storeEachUnrolled(int j, int64_t unroll, const std::function<ExprRef(ExprRef)>& value,
                             const std::function<Outputs(ExprRef, ExprRef)>& outputs) const {
     std::vector<StmtRef> step;
-    std::vector<Outputs> outs;
-    for (int64_t k = 0; k < unroll * v; ++k) {
-      int id = b.newLocal();
-      ExprRef e = value(atUnrolled(j, unroll, k));
-      Scalar t = e->type;
-      step.push_back(let(id, std::move(e)));
-      outs.push_back(outputs(atUnrolled(j, unroll, k), local(id, t)));
-    }
-    for (size_t o = 0; o < outs[0].size(); ++o)
-      for (int64_t k = 0; k < unroll * v; ++k) step.push_back(b.st(outs[k][o].first, atUnrolled(j, unroll, k), outs[k][o].second));
+    auto at = [&](int64_t k) { return atUnrolled(j, unroll, k); };
+    storeByTensor(step, unroll * v, [&](int64_t k) { return value(at(k)); }, [&](int64_t k, ExprRef e) { return outputs(at(k), std::move(e)); }, at);
     return eachUnrolled(j, unroll, std::move(step));
   }
 };
@@ -315,20 +314,10 @@ struct HeldRow {
   std::vector<int> load(std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& value) const {
     return locals(w.b, size(), out, value);
   }
-  /// Stores each element's (tensor, value) pairs of outputs(i), tensor by tensor, so that a
-  /// tensor's neighbouring stores are adjacent and merge.
-  void store(std::vector<StmtRef>& out, const std::function<WarpRows::Outputs(int64_t)>& outputs) const {
-    std::vector<WarpRows::Outputs> outs;
-    for (int64_t i = 0; i < size(); ++i) {
-      outs.push_back(outputs(i));
-      for (auto& [tensor, e] : outs.back()) {
-        int id = w.b.newLocal();
-        out.push_back(let(id, e));
-        e = local(id, e->type);
-      }
-    }
-    for (size_t k = 0; k < outs[0].size(); ++k)
-      for (int64_t i = 0; i < size(); ++i) out.push_back(w.b.st(outs[i][k].first, at(i), outs[i][k].second));
+  /// Stores outputs(i, value(i)) for every element, tensor by tensor (WarpRows::storeByTensor).
+  void store(std::vector<StmtRef>& out, const std::function<ExprRef(int64_t)>& value,
+             const std::function<WarpRows::Outputs(int64_t, ExprRef)>& outputs) const {
+    w.storeByTensor(out, size(), value, outputs, [&](int64_t i) { return at(i); });
   }
 };
 
@@ -337,12 +326,36 @@ constexpr int64_t kHeldPerLane = 32;
 
 bool holdable(int64_t rows, int64_t d, ir::DType t) { return warpable(rows, d, t) && d / 32 <= kHeldPerLane; }
 
+/// LayerNormalization a warp per row, over a row too long to hold: mean and variance by warp sums
+/// over three reads of the row.
+Kernel layerNormStreamed(const std::string& name, const ir::Node& n, int64_t M, int64_t rows) {
+  const ir::Value *x = n.input(0), *scale = n.input(1), *bias = n.input(2), *y = n.outputs[0];
+  B b(name);
+  int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar(), mean = b.newLocal(), var = b.newLocal();
+  WarpRows w{b, e, M};
+  Scalar t = Scalar::F32;
+  auto body = w.reduce(mean, "add", 0, j1, b.ld(x, w.at(j1)));
+  body.push_back(set(mean, B::div(local(mean, t), B::c((double)M, t))));
+  ExprRef dev = B::sub(b.ld(x, w.at(j2)), local(mean, t));
+  for (auto& st : w.reduce(var, "add", 0, j2, B::mul(dev, dev))) body.push_back(st);
+  int inv = b.newLocal();
+  body.push_back(let(inv, B::div(B::c(1, t), unary("sqrt", B::add(B::div(local(var, t), B::c((double)M, t)), B::c(n.getFloat("epsilon", 1e-5), t))))));
+  ExprRef v = B::mul(B::mul(B::sub(b.ld(x, w.at(j3)), local(mean, t)), local(inv, t)), b.ld(scale, w.col(j3)));
+  if (bias) v = B::add(v, b.ld(bias, w.col(j3)));
+  body.push_back(w.each(j3, {b.st(y, w.at(j3), v)}));
+  if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], w.row(), local(mean, t)));
+  if (n.outputs.size() > 2 && n.outputs[2]) body.push_back(b.st(n.outputs[2], w.row(), local(inv, t)));
+  return warpKernel(b, e, rows, std::move(body));
+}
+
 /// LayerNormalization, a warp per row held in registers: mean and variance by warp sums, then
-/// the row; in a row group, x may come from a prologue and y go on through an epilogue.
+/// the row; in a row group, x may come from a prologue and y go on through an epilogue. Rows too
+/// long to hold: layerNormStreamed (alone, not in a group).
 std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
   const ir::Value *x = n.input(0), *scale = n.input(1), *bias = n.input(2), *y = n.outputs[0];
   int64_t M = normalizedSize(n, x), rows = x->type.staticNumel().value() / std::max<int64_t>(M, 1);
-  if (!holdable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || (bias && bias->type.staticNumel() != M)) return std::nullopt;
+  if (!warpable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || (bias && bias->type.staticNumel() != M)) return std::nullopt;
+  if (!holdable(rows, M, x->type.dtype)) return g ? std::nullopt : std::optional<std::vector<Kernel>>({layerNormStreamed(name, n, M, rows)});
   B b(name);
   RowIo io{b, g, {}};
   int e = b.newLoopVar(), mean = b.newLocal(), var = b.newLocal(), inv = b.newLocal();
@@ -359,11 +372,11 @@ std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const i
   for (int id : xs) terms.push_back(B::mul(B::sub(local(id, t), local(mean, t)), B::sub(local(id, t), local(mean, t))));
   body.push_back(let(var, warpReduce("add", sumTree(terms))));
   body.push_back(let(inv, B::div(f(1), unary("sqrt", B::add(B::div(local(var, t), f((double)M)), f(n.getFloat("epsilon", 1e-5)))))));
-  row.store(body, [&](int64_t i) {
+  auto value = [&](int64_t i) {
     ExprRef v = B::mul(B::mul(B::sub(local(xs[i], t), local(mean, t)), local(inv, t)), b.ld(scale, row.col(i)));
-    if (bias) v = B::add(v, b.ld(bias, row.col(i)));
-    return io.outputs(y, row.at(i), v);
-  });
+    return bias ? B::add(v, b.ld(bias, row.col(i))) : v;
+  };
+  row.store(body, value, [&](int64_t i, ExprRef v) { return io.outputs(y, row.at(i), std::move(v)); });
   // Every lane stores the same statistics (the same value to the same address).
   if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], w.row(), local(mean, t)));
   if (n.outputs.size() > 2 && n.outputs[2]) body.push_back(b.st(n.outputs[2], w.row(), local(inv, t)));
@@ -397,11 +410,11 @@ Kernel layerNormGradDx(const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
   }
   body.push_back(let(s1, warpReduce("add", sumTree(sum1))));
   body.push_back(let(s2, warpReduce("add", sumTree(sum2))));
-  row.store(body, [&](int64_t i) {
-    ExprRef v = B::mul(B::div(local(inv, t), f((double)M)),
-                       B::sub(B::sub(B::mul(f((double)M), local(gs[i], t)), local(s1, t)), B::mul(local(xh[i], t), local(s2, t))));
-    return io.outputs(dx, row.at(i), v);
-  });
+  auto value = [&](int64_t i) {
+    return B::mul(B::div(local(inv, t), f((double)M)),
+                  B::sub(B::sub(B::mul(f((double)M), local(gs[i], t)), local(s1, t)), B::mul(local(xh[i], t), local(s2, t))));
+  };
+  row.store(body, value, [&](int64_t i, ExprRef v) { return io.outputs(dx, row.at(i), std::move(v)); });
   return warpKernel(b, e, rows, std::move(body));
 }
 
@@ -572,7 +585,7 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
   if (!grad) {
     ExprRef loss = unary("neg", B::mul(local(wt, t), logProb(B::add(B::mul(rows.row(), B::i(C)), B::clamp(tp, C)))));
     if (red == "mean") loss = B::div(loss, local(wsum, t));
-    body.push_back(b.atomic(n.outputs[0], B::i(0), select(binary("eq", rows.lane(), B::i(0)), loss, B::c(0, t))));
+    body.push_back(when(b, binary("eq", rows.lane(), B::i(0)), {b.atomic(n.outputs[0], B::i(0), loss)})); // one atomic add a row, not 32
     if (n.outputs.size() > 1 && n.outputs[1])
       body.push_back(rows.storeEach(j3, [&](int u) { return logProb(rows.at(j3, u)); },
                                     [&](int, ExprRef v) { return WarpRows::Outputs{{n.outputs[1], v}}; }));

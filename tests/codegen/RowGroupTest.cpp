@@ -101,3 +101,38 @@ TEST(RowGroups, TheMemoryPlanSeesOneStep) {
   EXPECT_EQ(s->region, pb->region);
   EXPECT_TRUE(s->offset + s->bytes <= pb->offset || pb->offset + pb->bytes <= s->offset);
 }
+
+TEST(RowGroups, LayerNormGradTakesAnEarlierCastAndTwoEpilogueGroups) {
+  // As autocast's backward pass makes it: dy comes in bf16 and is widened (then something else
+  // runs), the residual gradient is added to dx and narrowed for the next product. The widening
+  // moves to the layer norm; the add and the cast follow it; the GPU's dx kernel reads dy as bf16
+  // and writes the residual gradient (read by another node) and its bf16 copy, never dx alone.
+  auto g = parsed(R"(graph @g {
+    input %x : f32[64, 64]
+    input %w : f32[64]
+    input %dyb : bf16[64, 64]
+    input %r : f32[64, 64]
+    input %mean : f32[64, 1]
+    input %inv : f32[64, 1]
+    %dy : ?[*] = Cast(%dyb) {to = "f32"}
+    %other : ?[*] = Neg(%x)
+    %dx : ?[*], %ds : ?[*], %db : ?[*] = LayerNormGrad(%x, %w, %dy, %mean, %inv) {axis = -1}
+    %sum : ?[*] = Add(%r, %dx)
+    %sumb : ?[*] = Cast(%sum) {to = "bf16"}
+    output %sumb, %sum, %other, %ds, %db
+  })");
+  auto schedule = codegen::kernelSchedule(*g);
+  EXPECT_EQ(labels(schedule), (std::vector<std::string>{"Neg", "Cast+LayerNormGrad+Add+Cast"}));
+  const auto& group = schedule[1];
+  kir::RowGroup rows{{group[0]}, group[1], {group[2], group[3]}, false, {true, true}};
+  auto gpu = kir::lowerRowGroupGpu("k", rows);
+  ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
+  ASSERT_TRUE(gpu->has_value());
+  const kir::Kernel& dx = (**gpu)[0];
+  std::vector<std::string> written, read;
+  for (const kir::BufferArg& b : dx.buffers) (b.written ? written : read).push_back(b.name);
+  EXPECT_EQ(written, (std::vector<std::string>{"sum", "sumb"}));
+  EXPECT_TRUE(std::count(read.begin(), read.end(), "dyb") && !std::count(read.begin(), read.end(), "dy"));
+  // (The CPU runs the cast, the layer norm's kernels and one kernel per stored epilogue result:
+  // tests/training/torch_equivalence.py trains GPT in bf16 through them.)
+}
