@@ -6,7 +6,10 @@
 namespace sgc::ir {
 namespace {
 
-bool narrows(const Node& cast) { return cast.outputs[0]->type.dtype != DType::F32 && cast.inputs[0]->type.dtype == DType::F32; }
+bool narrows(const Node& cast) {
+  DType to = cast.outputs[0]->type.dtype;
+  return cast.inputs[0]->type.dtype == DType::F32 && (to == DType::BF16 || to == DType::F16);
+}
 
 bool isTranspose(const Node* n) { return n && n->op == Op::Transpose && n->has("perm"); }
 
