@@ -56,7 +56,7 @@ TEST(RowGroups, SoftmaxTakesItsScaleMaskAndCast) {
   auto schedule = codegen::kernelSchedule(*g);
   EXPECT_EQ(labels(schedule), (std::vector<std::string>{"MatMul", "Cast+Mul+Where+Softmax+Cast", "MatMul"}));
   const auto& group = schedule[1];
-  kir::RowGroup rows{{group.begin(), group.begin() + 3}, group[3], {group.begin() + 4, group.end()}, false};
+  kir::RowGroup rows{{group.begin(), group.begin() + 3}, group[3], {group.begin() + 4, group.end()}, false, {}};
   auto gpu = kir::lowerRowGroupGpu("k", rows);
   ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
   ASSERT_TRUE(gpu->has_value());
