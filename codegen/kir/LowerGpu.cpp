@@ -464,60 +464,43 @@ std::vector<Kernel> layerNormGradParams(const std::string& name, const ir::Node&
   return ks;
 }
 
-/// LayerNormGrad: dx a warp per row held in registers, dscale and dbias by chunks of rows (in a
-/// row group, dy may come from a prologue and dx go on through an epilogue); rows too long to
-/// hold: dx a warp per row read twice, and dscale and dbias a thread per column and chunk.
-std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
+/// LayerNormGrad's dx over a row too long to hold: a warp per row, its two sums from one read of
+/// the row, dx from a second.
+Kernel layerNormGradDxStreamed(const std::string& name, const ir::Node& n, int64_t M, int64_t rows) {
   const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4);
+  Scalar t = Scalar::F32;
+  B b(name);
+  int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
+  WarpRows w{b, e, M};
+  auto xhat = [&](int j) { return B::mul(B::sub(b.ld(x, w.at(j)), local(mean, t)), local(inv, t)); };
+  auto dxhat = [&](int j) { return B::mul(b.ld(dy, w.at(j)), b.ld(scale, w.col(j))); };
+  std::vector<StmtRef> body{let(mean, cast(b.ld(meanV, w.row()), t)), let(inv, cast(b.ld(invV, w.row()), t)), let(s1, B::c(0, t)),
+                            let(s2, B::c(0, t)),
+                            w.each(j1, {set(s1, B::add(local(s1, t), dxhat(j1))), set(s2, B::add(local(s2, t), B::mul(dxhat(j1), xhat(j1))))}),
+                            set(s1, warpReduce("add", local(s1, t))), set(s2, warpReduce("add", local(s2, t)))};
+  ExprRef dx = B::mul(B::div(local(inv, t), B::c((double)M, t)),
+                      B::sub(B::sub(B::mul(B::c((double)M, t), dxhat(j2)), local(s1, t)), B::mul(xhat(j2), local(s2, t))));
+  body.push_back(w.each(j2, {b.st(n.outputs[0], w.at(j2), dx)}));
+  return warpKernel(b, e, rows, std::move(body));
+}
+
+/// LayerNormGrad: dx a warp per row held in registers (in a row group, dy may come from a
+/// prologue and dx go on through an epilogue), or over rows too long to hold, read twice (alone,
+/// not in a group); dscale and dbias by chunks of rows.
+std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
+  const ir::Value *x = n.input(0), *scale = n.input(1), *meanV = n.input(3), *invV = n.input(4);
   int64_t M = normalizedSize(n, x), rows = x->type.staticNumel().value() / std::max<int64_t>(M, 1);
   if (!warpable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || !meanV || !invV) return std::nullopt;
   for (size_t o = 1; o < n.outputs.size(); ++o)
     if (n.outputs[o] && n.outputs[o]->type.dtype != ir::DType::F32) return std::nullopt;
-  if (holdable(rows, M, x->type.dtype)) {
-    std::vector<Kernel> ks;
-    B dxb(name + "_dx"), pb(name + "_dparams");
-    RowIo dxio{dxb, g, {}}, pio{pb, g, {}};
-    if (n.outputs[0]) ks.push_back(layerNormGradDx(n, M, rows, dxio));
-    for (Kernel& k : layerNormGradParams(name, n, M, rows, pio)) ks.push_back(std::move(k));
-    error = !dxio.error.empty() ? dxio.error : pio.error;
-    return ks;
-  }
-  if (g) return std::nullopt; // the group's kernels one after another
-  Scalar t = Scalar::F32;
+  bool held = holdable(rows, M, x->type.dtype);
+  if (!held && g) return std::nullopt; // the group's kernels one after another
   std::vector<Kernel> ks;
-  if (n.outputs[0]) {
-    B b(name + "_dx");
-    int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
-    WarpRows w{b, e, M};
-    auto xhat = [&](int j) { return B::mul(B::sub(b.ld(x, w.at(j)), local(mean, t)), local(inv, t)); };
-    auto dxhat = [&](int j) { return B::mul(b.ld(dy, w.at(j)), b.ld(scale, w.col(j))); };
-    std::vector<StmtRef> body{let(mean, cast(b.ld(meanV, w.row()), t)), let(inv, cast(b.ld(invV, w.row()), t)), let(s1, B::c(0, t)),
-                              let(s2, B::c(0, t)),
-                              w.each(j1, {set(s1, B::add(local(s1, t), dxhat(j1))), set(s2, B::add(local(s2, t), B::mul(dxhat(j1), xhat(j1))))}),
-                              set(s1, warpReduce("add", local(s1, t))), set(s2, warpReduce("add", local(s2, t)))};
-    ExprRef dx = B::mul(B::div(local(inv, t), B::c((double)M, t)),
-                        B::sub(B::sub(B::mul(B::c((double)M, t), dxhat(j2)), local(s1, t)), B::mul(xhat(j2), local(s2, t))));
-    body.push_back(w.each(j2, {b.st(n.outputs[0], w.at(j2), dx)}));
-    ks.push_back(warpKernel(b, e, rows, std::move(body)));
-  }
-  const ir::Value* ds = n.outputs.size() > 1 ? n.outputs[1] : nullptr;
-  const ir::Value* db = n.outputs.size() > 2 ? n.outputs[2] : nullptr;
-  if (ds || db) { // iteration (column c, chunk q of rows): column fastest, so loads coalesce
-    int64_t chunk = kChunk;
-    while (rows % chunk) chunk /= 2;
-    B b(name + "_dparams");
-    int e = b.newLoopVar(), r = b.newLoopVar(), sds = b.newLocal(), sdb = b.newLocal();
-    ExprRef c = binary("imod", loopVar(e), B::i(M)), row = B::add(B::mul(binary("idiv", loopVar(e), B::i(M)), B::i(chunk)), loopVar(r));
-    ExprRef at = B::add(B::mul(row, B::i(M)), c);
-    ExprRef xhat = B::mul(B::sub(b.ld(x, at), cast(b.ld(meanV, row), t)), cast(b.ld(invV, row), t));
-    std::vector<StmtRef> body{let(sds, B::c(0, t)), let(sdb, B::c(0, t)),
-                              loop(r, chunk, false, {set(sds, B::add(local(sds, t), B::mul(b.ld(dy, at), xhat))), set(sdb, B::add(local(sdb, t), b.ld(dy, at)))})};
-    if (ds) body.push_back(b.atomic(ds, c, local(sds, t)));
-    if (db) body.push_back(b.atomic(db, c, local(sdb, t)));
-    if (ds) ks.push_back(zeroKernel(name + "_zero_dscale", ds));
-    if (db) ks.push_back(zeroKernel(name + "_zero_dbias", db));
-    ks.push_back(b.finish(loop(e, M * (rows / chunk), true, body)));
-  }
+  B dxb(name + "_dx"), pb(name + "_dparams");
+  RowIo dxio{dxb, g, {}}, pio{pb, g, {}};
+  if (n.outputs[0]) ks.push_back(held ? layerNormGradDx(n, M, rows, dxio) : layerNormGradDxStreamed(name + "_dx", n, M, rows));
+  for (Kernel& k : layerNormGradParams(name, n, M, rows, pio)) ks.push_back(std::move(k));
+  error = !dxio.error.empty() ? dxio.error : pio.error;
   return ks;
 }
 
