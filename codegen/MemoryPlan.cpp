@@ -34,15 +34,9 @@ using ir::ValueKind;
 
 int64_t alignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
-bool isElementwise(Op op) {
-  switch (op) {
-  case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Neg: case Op::Exp: case Op::Log: case Op::Sqrt:
-  case Op::Tanh: case Op::Sigmoid: case Op::Relu: case Op::Erf: case Op::Gelu: case Op::Where: case Op::UnaryGrad:
-  case Op::Reciprocal: case Op::Abs: case Op::Pow: case Op::LeakyRelu: case Op::Softplus: case Op::Clip:
-    return true;
-  default: return false;
-  }
-}
+/// Whether each result element depends on its operands' elements at its own index alone, so
+/// that the result may take the bytes of an operand that dies there.
+bool isElementwise(Op op) { return ir::opClass(op) == ir::OpClass::Elementwise; }
 
 struct Planner {
   const ir::Graph& g;

@@ -25,8 +25,8 @@ std::vector<ExprRef> Builder::coords(ExprRef flat, const std::vector<int64_t>& s
   auto st = rowMajorStrides(shape);
   std::vector<ExprRef> c;
   for (size_t d = 0; d < shape.size(); ++d) {
-    ExprRef q = st[d] == 1 ? flat : binary("idiv", flat, i(st[d]));
-    c.push_back(d == 0 ? q : binary("imod", q, i(shape[d])));
+    ExprRef q = st[d] == 1 ? flat : binary(KOp::IDiv, flat, i(st[d]));
+    c.push_back(d == 0 ? q : binary(KOp::IMod, q, i(shape[d])));
   }
   return c;
 }
@@ -40,12 +40,12 @@ ExprRef Builder::offset(const std::vector<ExprRef>& coords, const std::vector<in
 
 ExprRef gatheredIndex(Builder& b, const ir::Value* idx, ExprRef at, int64_t d) {
   ExprRef j = cast(b.ld(idx, std::move(at)), Scalar::I64);
-  return Builder::clamp(select(binary("lt", j, Builder::i(0)), Builder::add(j, Builder::i(d)), j), d);
+  return Builder::clamp(select(binary(KOp::Lt, j, Builder::i(0)), Builder::add(j, Builder::i(d)), j), d);
 }
 
 ExprRef lossWeight(Builder& b, const ir::Node& n, const ir::Value* weights, int64_t C, ExprRef cls) {
   Scalar t = computeType(n.input(0)->type.dtype);
-  ExprRef valid = n.has("ignore_index") ? unary("not", binary("eq", cls, Builder::i(n.getInt("ignore_index", 0)))) : nullptr;
+  ExprRef valid = n.has("ignore_index") ? unary(KOp::Not, binary(KOp::Eq, cls, Builder::i(n.getInt("ignore_index", 0)))) : nullptr;
   ExprRef v = weights ? b.ld(weights, Builder::clamp(cls, C)) : Builder::c(1, t);
   return valid ? select(valid, v, Builder::c(0, t)) : v;
 }

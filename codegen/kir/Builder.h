@@ -29,14 +29,14 @@ public:
   int newLocal() { return k.numLocals++; }
 
   static ExprRef i(int64_t v) { return constant((double)v, Scalar::I64); }
-  static ExprRef add(ExprRef a, ExprRef b) { return binary("add", std::move(a), std::move(b)); }
-  static ExprRef sub(ExprRef a, ExprRef b) { return binary("sub", std::move(a), std::move(b)); }
-  static ExprRef mul(ExprRef a, ExprRef b) { return binary("mul", std::move(a), std::move(b)); }
-  static ExprRef div(ExprRef a, ExprRef b) { return binary("div", std::move(a), std::move(b)); }
+  static ExprRef add(ExprRef a, ExprRef b) { return binary(KOp::Add, std::move(a), std::move(b)); }
+  static ExprRef sub(ExprRef a, ExprRef b) { return binary(KOp::Sub, std::move(a), std::move(b)); }
+  static ExprRef mul(ExprRef a, ExprRef b) { return binary(KOp::Mul, std::move(a), std::move(b)); }
+  static ExprRef div(ExprRef a, ExprRef b) { return binary(KOp::Div, std::move(a), std::move(b)); }
   static ExprRef c(double v, Scalar t) { return constant(v, t); }
 
   /// An index clamped to [0, n - 1], so that speculative loads stay inside their buffer.
-  static ExprRef clamp(const ExprRef& x, int64_t n) { return binary("min", binary("max", x, i(0)), i(n - 1)); }
+  static ExprRef clamp(const ExprRef& x, int64_t n) { return binary(KOp::Min, binary(KOp::Max, x, i(0)), i(n - 1)); }
 
   /// Coordinates of flat index `flat` in `shape` (row-major).
   static std::vector<ExprRef> coords(ExprRef flat, const std::vector<int64_t>& shape);

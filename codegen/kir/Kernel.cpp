@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdio>
+#include <string_view>
 
 namespace sgc::kir {
 
@@ -21,43 +22,101 @@ const char* scalarName(Scalar s) {
 
 namespace {
 ExprRef make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
-bool isCompare(const std::string& op) { return op == "eq" || op == "lt" || op == "le" || op == "gt" || op == "ge"; }
+
+struct KOpInfo {
+  const char* name;
+  int arity;
+  bool boolResult;
+};
+constexpr KOpInfo kKOps[] = {
+#define KOP(N, Text, Arity, Result) {Text, Arity, std::string_view(#Result) == "Bool"},
+#include "codegen/kir/KirOps.def"
+};
 } // namespace
 
-ExprRef constant(double v, Scalar t) { return make({ExprKind::Const, t, v, t == Scalar::I64 ? (int64_t)v : 0, 0, "", {}}); }
-ExprRef constantI64(int64_t v) { return make({ExprKind::Const, Scalar::I64, (double)v, v, 0, "", {}}); }
-ExprRef loopVar(int id) { return make({ExprKind::LoopVar, Scalar::I64, 0, 0, id, "", {}}); }
-ExprRef local(int id, Scalar t) { return make({ExprKind::Local, t, 0, 0, id, "", {}}); }
-ExprRef load(int buffer, ExprRef index, Scalar t) { return make({ExprKind::Load, t, 0, 0, buffer, "", {std::move(index)}}); }
+const char* kopName(KOp op) { return kKOps[(int)op].name; }
+int kopArity(KOp op) { return kKOps[(int)op].arity; }
 
-ExprRef unary(const std::string& op, ExprRef a) {
-  Scalar t = a->type;
+ExprRef constant(double v, Scalar t) { return make({ExprKind::Const, t, v, t == Scalar::I64 ? (int64_t)v : 0, 0, KOp::Add, {}}); }
+ExprRef constantI64(int64_t v) { return make({ExprKind::Const, Scalar::I64, (double)v, v, 0, KOp::Add, {}}); }
+ExprRef loopVar(int id) { return make({ExprKind::LoopVar, Scalar::I64, 0, 0, id, KOp::Add, {}}); }
+ExprRef local(int id, Scalar t) { return make({ExprKind::Local, t, 0, 0, id, KOp::Add, {}}); }
+ExprRef load(int buffer, ExprRef index, Scalar t) { return make({ExprKind::Load, t, 0, 0, buffer, KOp::Add, {std::move(index)}}); }
+
+ExprRef unary(KOp op, ExprRef a) {
+  assert(kopArity(op) == 1 && "a unary KOp");
+  Scalar t = kKOps[(int)op].boolResult ? Scalar::I1 : a->type;
   return make({ExprKind::Unary, t, 0, 0, 0, op, {std::move(a)}});
 }
 
-ExprRef binary(const std::string& op, ExprRef a, ExprRef b) {
-  assert(a->type == b->type && "binary operands share a type");
-  Scalar t = isCompare(op) ? Scalar::I1 : a->type;
+ExprRef binary(KOp op, ExprRef a, ExprRef b) {
+  assert(kopArity(op) == 2 && a->type == b->type && "a binary KOp of operands of one type");
+  Scalar t = kKOps[(int)op].boolResult ? Scalar::I1 : a->type;
   return make({ExprKind::Binary, t, 0, 0, 0, op, {std::move(a), std::move(b)}});
 }
 
 ExprRef select(ExprRef c, ExprRef a, ExprRef b) {
   assert(c->type == Scalar::I1 && a->type == b->type && "select takes an i1 and two values of one type");
   Scalar t = a->type;
-  return make({ExprKind::Select, t, 0, 0, 0, "", {std::move(c), std::move(a), std::move(b)}});
+  return make({ExprKind::Select, t, 0, 0, 0, KOp::Add, {std::move(c), std::move(a), std::move(b)}});
 }
 
 ExprRef cast(ExprRef a, Scalar t) {
   if (a->type == t) return a;
-  return make({ExprKind::Cast, t, 0, 0, 0, "", {std::move(a)}});
+  return make({ExprKind::Cast, t, 0, 0, 0, KOp::Add, {std::move(a)}});
 }
 
-ExprRef warpReduce(const std::string& op, ExprRef a, int lanes, int stride) {
+ExprRef warpReduce(KOp op, ExprRef a, int lanes, int stride) {
   assert(lanes >= 2 && stride >= 1 && lanes * stride <= 32 && (lanes & (lanes - 1)) == 0 && (stride & (stride - 1)) == 0 &&
          "a warp reduction spans 2, 4, ..., 32 lanes, a power of two apart");
+  assert((op == KOp::Add || op == KOp::Max) && "warp reductions add or take the maximum");
   Scalar t = a->type;
   return make({ExprKind::WarpReduce, t, 0, lanes, stride, op, {std::move(a)}});
 }
+
+ExprRef constantLike(const ExprRef& like, double v) { return constant(v, like->type); }
+ExprRef operator+(ExprRef a, ExprRef b) { return binary(KOp::Add, std::move(a), std::move(b)); }
+ExprRef operator-(ExprRef a, ExprRef b) { return binary(KOp::Sub, std::move(a), std::move(b)); }
+ExprRef operator*(ExprRef a, ExprRef b) { return binary(KOp::Mul, std::move(a), std::move(b)); }
+ExprRef operator/(ExprRef a, ExprRef b) { return binary(KOp::Div, std::move(a), std::move(b)); }
+ExprRef operator-(ExprRef a) { return unary(KOp::Neg, std::move(a)); }
+ExprRef operator+(ExprRef a, double b) { return a + constantLike(a, b); }
+ExprRef operator-(ExprRef a, double b) { return a - constantLike(a, b); }
+ExprRef operator*(ExprRef a, double b) { return a * constantLike(a, b); }
+ExprRef operator/(ExprRef a, double b) { return a / constantLike(a, b); }
+ExprRef operator+(double a, ExprRef b) { return constantLike(b, a) + b; }
+ExprRef operator-(double a, ExprRef b) { return constantLike(b, a) - b; }
+ExprRef operator*(double a, ExprRef b) { return constantLike(b, a) * b; }
+ExprRef operator/(double a, ExprRef b) { return constantLike(b, a) / b; }
+ExprRef exp(ExprRef x) { return unary(KOp::Exp, std::move(x)); }
+ExprRef expm1(ExprRef x) { return unary(KOp::Expm1, std::move(x)); }
+ExprRef log(ExprRef x) { return unary(KOp::Log, std::move(x)); }
+ExprRef log1p(ExprRef x) { return unary(KOp::Log1p, std::move(x)); }
+ExprRef sqrt(ExprRef x) { return unary(KOp::Sqrt, std::move(x)); }
+ExprRef tanh(ExprRef x) { return unary(KOp::Tanh, std::move(x)); }
+ExprRef erf(ExprRef x) { return unary(KOp::Erf, std::move(x)); }
+ExprRef sin(ExprRef x) { return unary(KOp::Sin, std::move(x)); }
+ExprRef cos(ExprRef x) { return unary(KOp::Cos, std::move(x)); }
+ExprRef atan(ExprRef x) { return unary(KOp::Atan, std::move(x)); }
+ExprRef abs(ExprRef x) { return unary(KOp::Abs, std::move(x)); }
+ExprRef floor(ExprRef x) { return unary(KOp::Floor, std::move(x)); }
+ExprRef ceil(ExprRef x) { return unary(KOp::Ceil, std::move(x)); }
+ExprRef min(ExprRef a, ExprRef b) { return binary(KOp::Min, std::move(a), std::move(b)); }
+ExprRef max(ExprRef a, ExprRef b) { return binary(KOp::Max, std::move(a), std::move(b)); }
+ExprRef min(ExprRef a, double b) { return min(a, constantLike(a, b)); }
+ExprRef max(ExprRef a, double b) { return max(a, constantLike(a, b)); }
+ExprRef pow(ExprRef a, ExprRef b) { return binary(KOp::Pow, std::move(a), std::move(b)); }
+ExprRef eq(ExprRef a, ExprRef b) { return binary(KOp::Eq, std::move(a), std::move(b)); }
+ExprRef ne(ExprRef a, ExprRef b) { return binary(KOp::Ne, std::move(a), std::move(b)); }
+ExprRef lt(ExprRef a, ExprRef b) { return binary(KOp::Lt, std::move(a), std::move(b)); }
+ExprRef le(ExprRef a, ExprRef b) { return binary(KOp::Le, std::move(a), std::move(b)); }
+ExprRef gt(ExprRef a, ExprRef b) { return binary(KOp::Gt, std::move(a), std::move(b)); }
+ExprRef ge(ExprRef a, ExprRef b) { return binary(KOp::Ge, std::move(a), std::move(b)); }
+ExprRef eq(ExprRef a, double b) { return eq(a, constantLike(a, b)); }
+ExprRef lt(ExprRef a, double b) { return lt(a, constantLike(a, b)); }
+ExprRef le(ExprRef a, double b) { return le(a, constantLike(a, b)); }
+ExprRef gt(ExprRef a, double b) { return gt(a, constantLike(a, b)); }
+ExprRef ge(ExprRef a, double b) { return ge(a, constantLike(a, b)); }
 
 namespace {
 StmtRef stmtOf(StmtKind kind, int id, int64_t extent, bool parallel, ExprRef index, ExprRef value, std::vector<StmtRef> body) {
@@ -122,12 +181,12 @@ std::string exprText(const Expr& e) {
   case ExprKind::LoopVar: return "i" + std::to_string(e.id);
   case ExprKind::Local: return "t" + std::to_string(e.id);
   case ExprKind::Load: return "b" + std::to_string(e.id) + "[" + exprText(*e.args[0]) + "]";
-  case ExprKind::Unary: return e.op + "(" + exprText(*e.args[0]) + ")";
-  case ExprKind::Binary: return e.op + "(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ")";
+  case ExprKind::Unary: return std::string(kopName(e.op)) + "(" + exprText(*e.args[0]) + ")";
+  case ExprKind::Binary: return std::string(kopName(e.op)) + "(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ")";
   case ExprKind::Select: return "select(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ", " + exprText(*e.args[2]) + ")";
   case ExprKind::Cast: return std::string(scalarName(e.type)) + "(" + exprText(*e.args[0]) + ")";
   case ExprKind::WarpReduce:
-    return "warp_" + e.op + (e.bits == 32 ? "" : std::to_string(e.bits)) + (e.id > 1 ? "x" + std::to_string(e.id) : "") + "(" +
+    return "warp_" + std::string(kopName(e.op)) + (e.bits == 32 ? "" : std::to_string(e.bits)) + (e.id > 1 ? "x" + std::to_string(e.id) : "") + "(" +
            exprText(*e.args[0]) + ")";
   }
   return "?";

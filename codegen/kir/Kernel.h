@@ -26,13 +26,21 @@ using ExprRef = std::shared_ptr<const Expr>;
 
 enum class ExprKind : uint8_t { Const, LoopVar, Local, Load, Unary, Binary, Select, Cast, WarpReduce };
 
+/// The scalar operations (KirOps.def says what each computes).
+enum class KOp : uint8_t {
+#define KOP(N, ...) N,
+#include "codegen/kir/KirOps.def"
+};
+const char* kopName(KOp op);
+int kopArity(KOp op);
+
 struct Expr {
   ExprKind kind;
   Scalar type;
-  double value = 0;     ///< Const (f32, f64, i1)
-  int64_t bits = 0;     ///< Const of type i64: exact
-  int id = 0;           ///< LoopVar, Local: its number; Load: the buffer
-  std::string op;       ///< Unary/Binary: "exp", "add", "lt", ...
+  double value = 0;   ///< Const (f32, f64, i1)
+  int64_t bits = 0;   ///< Const of type i64: exact; WarpReduce: its lanes
+  int id = 0;         ///< LoopVar, Local: its number; Load: the buffer; WarpReduce: its stride
+  KOp op = KOp::Add;  ///< Unary, Binary, WarpReduce
   std::vector<ExprRef> args;
 };
 
@@ -41,21 +49,66 @@ ExprRef constantI64(int64_t v); ///< any 64-bit pattern, exactly
 ExprRef loopVar(int id);
 ExprRef local(int id, Scalar t);
 ExprRef load(int buffer, ExprRef index, Scalar t);
-/// neg abs exp log sqrt tanh erf floor not | round_bf16 round_f16 (an f32 rounded to the
-/// narrow format and back, as storing and reloading would)
-ExprRef unary(const std::string& op, ExprRef a);
-/// add sub mul div pow min max | eq lt le gt ge (result i1) | and or | idiv imod xor shr (i64;
-/// shr is a logical shift, mul/add wrap around)
-ExprRef binary(const std::string& op, ExprRef a, ExprRef b);
+/// A one-operand KOp (its Arity is 1).
+ExprRef unary(KOp op, ExprRef a);
+/// A two-operand KOp of operands of one type (comparisons give i1).
+ExprRef binary(KOp op, ExprRef a, ExprRef b);
 ExprRef select(ExprRef cond, ExprRef a, ExprRef b);
-/// "add" or "max" of an f32 over the 32 lanes of a GPU warp (32 consecutive parallel iterations,
+/// Add or Max of an f32 over the 32 lanes of a GPU warp (32 consecutive parallel iterations,
 /// aligned): every lane gets the result. Only in gpuOnly kernels whose parallel extent is a
 /// multiple of 32, so that whole warps run every iteration together. With `lanes` (a power of
 /// two below 32), over each aligned group of that many lanes instead; with `stride` (a power of
 /// two, lanes * stride <= 32) too, over the lanes `stride` apart in each aligned group of
 /// lanes * stride (lanes whose index differs in those bits only).
-ExprRef warpReduce(const std::string& op, ExprRef a, int lanes = 32, int stride = 1);
+ExprRef warpReduce(KOp op, ExprRef a, int lanes = 32, int stride = 1);
 ExprRef cast(ExprRef a, Scalar t);
+
+// Kernel code reads as the math it builds (as Halide's IROperator.h): arithmetic operators on
+// expressions, a plain number taking the other operand's scalar type, and named functions.
+ExprRef operator+(ExprRef a, ExprRef b);
+ExprRef operator-(ExprRef a, ExprRef b);
+ExprRef operator*(ExprRef a, ExprRef b);
+ExprRef operator/(ExprRef a, ExprRef b);
+ExprRef operator-(ExprRef a);
+ExprRef operator+(ExprRef a, double b);
+ExprRef operator-(ExprRef a, double b);
+ExprRef operator*(ExprRef a, double b);
+ExprRef operator/(ExprRef a, double b);
+ExprRef operator+(double a, ExprRef b);
+ExprRef operator-(double a, ExprRef b);
+ExprRef operator*(double a, ExprRef b);
+ExprRef operator/(double a, ExprRef b);
+ExprRef exp(ExprRef x);
+ExprRef expm1(ExprRef x);
+ExprRef log(ExprRef x);
+ExprRef log1p(ExprRef x);
+ExprRef sqrt(ExprRef x);
+ExprRef tanh(ExprRef x);
+ExprRef erf(ExprRef x);
+ExprRef sin(ExprRef x);
+ExprRef cos(ExprRef x);
+ExprRef atan(ExprRef x);
+ExprRef abs(ExprRef x);
+ExprRef floor(ExprRef x);
+ExprRef ceil(ExprRef x);
+ExprRef min(ExprRef a, ExprRef b);
+ExprRef max(ExprRef a, ExprRef b);
+ExprRef min(ExprRef a, double b);
+ExprRef max(ExprRef a, double b);
+ExprRef pow(ExprRef a, ExprRef b);
+ExprRef eq(ExprRef a, ExprRef b);
+ExprRef ne(ExprRef a, ExprRef b);
+ExprRef lt(ExprRef a, ExprRef b);
+ExprRef le(ExprRef a, ExprRef b);
+ExprRef gt(ExprRef a, ExprRef b);
+ExprRef ge(ExprRef a, ExprRef b);
+ExprRef eq(ExprRef a, double b);
+ExprRef lt(ExprRef a, double b);
+ExprRef le(ExprRef a, double b);
+ExprRef gt(ExprRef a, double b);
+ExprRef ge(ExprRef a, double b);
+/// A constant of `like`'s scalar type.
+ExprRef constantLike(const ExprRef& like, double v);
 
 struct Stmt;
 using StmtRef = std::shared_ptr<Stmt>;

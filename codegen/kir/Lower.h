@@ -11,7 +11,7 @@
 
 namespace sgc::kir {
 
-/// Whether an op can be part of a fused elementwise kernel.
+/// Whether a node can be part of a fused elementwise kernel (its class is Elementwise).
 bool isFusibleElementwise(const ir::Node& n);
 
 /// Lowers `group` (elementwise nodes in graph order; each may consume the
@@ -27,9 +27,6 @@ class Builder;
 /// product's element, say). External inputs are registered in `b`.
 Expected<ExprRef> chainExpression(Builder& b, const std::vector<const ir::Node*>& chain, const ir::Value* seedValue, ExprRef seed,
                                   ExprRef flat);
-
-/// f'(x) for a UnaryGrad node (the derivative of the op its `of` attribute names) at x = `xv`.
-Expected<ExprRef> unaryDerivative(const ir::Node& n, ExprRef xv);
 
 /// Lowers a ReduceSum/Mean/Max/Min/SumSquare/L2 node with constant axes.
 Expected<Kernel> lowerReduce(const std::string& name, const ir::Node& n);

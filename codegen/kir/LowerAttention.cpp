@@ -27,15 +27,15 @@ struct Attention : AttentionGeometry {
   /// The problem and the position of flat row r (of an operand seen as [rows, width]) of an
   /// operand of `len` positions, and back.
   ExprRef problem(const ExprRef& r, int64_t len) const {
-    if (!bthd) return binary("idiv", r, B::i(len));
-    return B::add(B::mul(binary("idiv", r, B::i(len * h)), B::i(h)), binary("imod", r, B::i(h)));
+    if (!bthd) return binary(KOp::IDiv, r, B::i(len));
+    return B::add(B::mul(binary(KOp::IDiv, r, B::i(len * h)), B::i(h)), binary(KOp::IMod, r, B::i(h)));
   }
   ExprRef position(const ExprRef& r, int64_t len) const {
-    return bthd ? binary("imod", binary("idiv", r, B::i(h)), B::i(len)) : binary("imod", r, B::i(len));
+    return bthd ? binary(KOp::IMod, binary(KOp::IDiv, r, B::i(h)), B::i(len)) : binary(KOp::IMod, r, B::i(len));
   }
   ExprRef row(const ExprRef& p, const ExprRef& i, int64_t len) const {
     if (!bthd) return B::add(B::mul(p, B::i(len)), i);
-    return B::add(B::mul(B::add(B::mul(binary("idiv", p, B::i(h)), B::i(len)), i), B::i(h)), binary("imod", p, B::i(h)));
+    return B::add(B::mul(B::add(B::mul(binary(KOp::IDiv, p, B::i(h)), B::i(len)), i), B::i(h)), binary(KOp::IMod, p, B::i(h)));
   }
 };
 
@@ -64,9 +64,9 @@ Kernel forward(const std::string& name, const Attention& a) {
   body.push_back(let(l, a.c(0)));
   std::vector<StmtRef> step{
       let(s, dot(a, qs, [&](int64_t e) { return b.ld(k, at(key, a.d, e)); })),
-      let(mn, binary("max", local(m, a.t), local(s, a.t))),
-      let(corr, unary("exp", B::sub(local(m, a.t), local(mn, a.t)))),
-      let(p, unary("exp", B::sub(local(s, a.t), local(mn, a.t)))),
+      let(mn, binary(KOp::Max, local(m, a.t), local(s, a.t))),
+      let(corr, unary(KOp::Exp, B::sub(local(m, a.t), local(mn, a.t)))),
+      let(p, unary(KOp::Exp, B::sub(local(s, a.t), local(mn, a.t)))),
       set(l, B::add(B::mul(local(l, a.t), local(corr, a.t)), local(p, a.t))),
   };
   for (int64_t e = 0; e < a.dv; ++e)
@@ -75,7 +75,7 @@ Kernel forward(const std::string& name, const Attention& a) {
   step.push_back(set(m, local(mn, a.t)));
   body.push_back(a.causal ? loopUpTo(j, a.tk, B::add(i, B::i(1)), std::move(step)) : loop(j, a.tk, false, std::move(step)));
   for (int64_t e = 0; e < a.dv; ++e) body.push_back(b.st(y, at(loopVar(r), a.dv, e), B::div(local(os[e], a.t), local(l, a.t))));
-  body.push_back(b.st(lse, loopVar(r), B::add(local(m, a.t), unary("log", local(l, a.t)))));
+  body.push_back(b.st(lse, loopVar(r), B::add(local(m, a.t), unary(KOp::Log, local(l, a.t)))));
   return b.finish(loop(r, a.heads * a.tq, true, std::move(body)));
 }
 
@@ -96,7 +96,7 @@ Kernel gradQueries(const std::string& name, const Attention& a) {
   body.push_back(b.st(delta, loopVar(r), local(dl, a.t)));
   body.push_back(let(lr, b.ld(lse, loopVar(r))));
   std::vector<StmtRef> step{
-      let(p, unary("exp", B::sub(B::mul(a.c(a.scale), dot(a, qs, [&](int64_t e) { return b.ld(k, at(key, a.d, e)); })), local(lr, a.t)))),
+      let(p, unary(KOp::Exp, B::sub(B::mul(a.c(a.scale), dot(a, qs, [&](int64_t e) { return b.ld(k, at(key, a.d, e)); })), local(lr, a.t)))),
       let(ds, B::mul(local(p, a.t), B::sub(dot(a, dys, [&](int64_t e) { return b.ld(v, at(key, a.dv, e)); }), local(dl, a.t)))),
   };
   for (int64_t e = 0; e < a.d; ++e) step.push_back(set(dqs[e], B::add(local(dqs[e], a.t), B::mul(local(ds, a.t), b.ld(k, at(key, a.d, e))))));
@@ -116,7 +116,7 @@ Kernel gradKeysOrValues(const std::string& name, const Attention& a, bool keys) 
   // Causal: queries i >= j see key j. The walk starts at the first query of j's group of 32
   // keys (a GPU warp), so that all lanes read the same query row at once; the lanes whose key
   // that query does not see yet add zero.
-  ExprRef first = a.causal ? B::mul(binary("idiv", j, B::i(32)), B::i(32)) : B::i(0), query = B::add(first, loopVar(t));
+  ExprRef first = a.causal ? B::mul(binary(KOp::IDiv, j, B::i(32)), B::i(32)) : B::i(0), query = B::add(first, loopVar(t));
   ExprRef row = a.row(h, query, a.tq);
   std::vector<StmtRef> body;
   auto ks = locals(b, a.d, body, [&](int64_t e) { return b.ld(k, at(loopVar(c), a.d, e)); });
@@ -126,9 +126,9 @@ Kernel gradKeysOrValues(const std::string& name, const Attention& a, bool keys) 
   auto acc = locals(b, width, body, [&](int64_t) { return a.c(0); });
   int p = b.newLocal(), ds = keys ? b.newLocal() : -1;
   std::vector<StmtRef> step{
-      let(p, unary("exp", B::sub(B::mul(a.c(a.scale), dot(a, ks, [&](int64_t e) { return b.ld(q, at(row, a.d, e)); })), b.ld(lse, row)))),
+      let(p, unary(KOp::Exp, B::sub(B::mul(a.c(a.scale), dot(a, ks, [&](int64_t e) { return b.ld(q, at(row, a.d, e)); })), b.ld(lse, row)))),
   };
-  if (a.causal) step.push_back(set(p, select(binary("ge", query, j), local(p, a.t), a.c(0))));
+  if (a.causal) step.push_back(set(p, select(binary(KOp::Ge, query, j), local(p, a.t), a.c(0))));
   if (keys) {
     step.push_back(let(ds, B::mul(local(p, a.t), B::sub(dot(a, vs, [&](int64_t e) { return b.ld(dy, at(row, a.dv, e)); }), b.ld(delta, row)))));
     for (int64_t e = 0; e < a.d; ++e) step.push_back(set(acc[e], B::add(local(acc[e], a.t), B::mul(local(ds, a.t), b.ld(q, at(row, a.d, e))))));

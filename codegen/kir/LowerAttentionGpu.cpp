@@ -34,10 +34,10 @@ using RowOf = std::function<ExprRef(const ExprRef&)>;
 struct Lane {
   ExprRef warp, g, t;
   explicit Lane(const ExprRef& iv) {
-    ExprRef lane = binary("imod", iv, B::i(32));
-    warp = binary("idiv", iv, B::i(32));
-    g = binary("idiv", lane, B::i(4));
-    t = binary("imod", lane, B::i(4));
+    ExprRef lane = binary(KOp::IMod, iv, B::i(32));
+    warp = binary(KOp::IDiv, iv, B::i(32));
+    g = binary(KOp::IDiv, lane, B::i(4));
+    t = binary(KOp::IMod, lane, B::i(4));
   }
   /// Row of result element i (0..3) of a fragment: g or g + 8.
   ExprRef row(int i) const { return i < 2 ? g : B::add(g, B::i(8)); }
@@ -71,7 +71,7 @@ struct Geometry : AttentionGeometry {
     return [this, p, pos0, len](const ExprRef& r) {
       ExprRef pos = B::add(pos0, r);
       if (!bthd) return B::add(B::mul(p, B::i(len)), pos);
-      return B::add(B::mul(B::add(B::mul(binary("idiv", p, B::i(h)), B::i(len)), pos), B::i(h)), binary("imod", p, B::i(h)));
+      return B::add(B::mul(B::add(B::mul(binary(KOp::IDiv, p, B::i(h)), B::i(len)), pos), B::i(h)), binary(KOp::IMod, p, B::i(h)));
     };
   }
 
@@ -192,7 +192,7 @@ public:
       body.push_back(walk(extent, B::i(0), B::i(extent), unmasked));
       return;
     }
-    ExprRef full = binary("idiv", B::add(q0, B::i(1)), B::i(kb)), all = binary("idiv", B::add(q0, B::i(rows + kb - 1)), B::i(kb));
+    ExprRef full = binary(KOp::IDiv, B::add(q0, B::i(1)), B::i(kb)), all = binary(KOp::IDiv, B::add(q0, B::i(rows + kb - 1)), B::i(kb));
     body.push_back(walk(extent, B::i(0), full, unmasked));
     body.push_back(walk(extent, full, B::sub(all, full), [&](ExprRef jb) { return block(std::move(jb), true); }));
   }
@@ -213,7 +213,7 @@ ExprRef colOf(const Lane& ln, const ExprRef& col0, int64_t tile, int i) { return
 
 /// max or sum of a row's values held by one lane (elements i and i + 1 of every fragment, i = 0
 /// or 2), then over the four lanes holding that row.
-ExprRef rowReduce(const std::string& op, const std::vector<Frag>& fs, int i, ExprRef init) {
+ExprRef rowReduce(KOp op, const std::vector<Frag>& fs, int i, ExprRef init) {
   ExprRef r = std::move(init);
   for (const Frag& fr : fs) r = binary(op, binary(op, r, lf(fr[i])), lf(fr[i + 1]));
   return warpReduce(op, r, 4);
@@ -232,8 +232,8 @@ Kernel forward(const std::string& name, const Geometry& a) {
   Lane ln(loopVar(iv));
   const int R = a.tq % (16 * kForwardTiles) == 0 ? kForwardTiles : 1;
   int64_t rowsPerWarp = 16 * R, tiles = a.tq / rowsPerWarp, kb = blockFor(a.tk, 32);
-  ExprRef head = binary("idiv", ln.warp, B::i(tiles));
-  ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary("imod", ln.warp, B::i(tiles))), B::i(rowsPerWarp)); // the longest walks first
+  ExprRef head = binary(KOp::IDiv, ln.warp, B::i(tiles));
+  ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary(KOp::IMod, ln.warp, B::i(tiles))), B::i(rowsPerWarp)); // the longest walks first
   std::vector<RowOf> qrows;
   std::vector<std::vector<std::array<int, 8>>> qf;
   std::vector<std::vector<Frag>> o;
@@ -265,17 +265,17 @@ Kernel forward(const std::string& name, const Geometry& a) {
       for (int64_t n = 0; n < kb / 8; ++n)
         for (int i = 0; i < 4; ++i) {
           ExprRef scaled = B::mul(lf(s[t][n][i]), f(a.scale));
-          if (masked) scaled = select(binary("le", colOf(ln, key0, n, i), B::add(B::add(q0, B::i(16 * t)), ln.row(i))), scaled, f(-INFINITY));
+          if (masked) scaled = select(binary(KOp::Le, colOf(ln, key0, n, i), B::add(B::add(q0, B::i(16 * t)), ln.row(i))), scaled, f(-INFINITY));
           step.push_back(set(s[t][n][i], scaled));
         }
       int mx[2], corr[2];
       for (int r = 0; r < 2; ++r) {
         mx[r] = b.newLocal(), corr[r] = b.newLocal();
-        step.push_back(let(mx[r], binary("max", lf(m[t][r]), rowReduce("max", s[t], 2 * r, f(-INFINITY)))));
-        step.push_back(let(corr[r], unary("exp", B::sub(lf(m[t][r]), lf(mx[r])))));
+        step.push_back(let(mx[r], binary(KOp::Max, lf(m[t][r]), rowReduce(KOp::Max, s[t], 2 * r, f(-INFINITY)))));
+        step.push_back(let(corr[r], unary(KOp::Exp, B::sub(lf(m[t][r]), lf(mx[r])))));
       }
       for (int64_t n = 0; n < kb / 8; ++n)
-        for (int i = 0; i < 4; ++i) step.push_back(set(s[t][n][i], unary("exp", B::sub(lf(s[t][n][i]), lf(mx[i / 2])))));
+        for (int i = 0; i < 4; ++i) step.push_back(set(s[t][n][i], unary(KOp::Exp, B::sub(lf(s[t][n][i]), lf(mx[i / 2])))));
       for (int r = 0; r < 2; ++r) {
         ExprRef sum = f(0);
         for (const Frag& fr : s[t]) sum = B::add(sum, B::add(lf(fr[2 * r]), lf(fr[2 * r + 1])));
@@ -297,14 +297,14 @@ Kernel forward(const std::string& name, const Geometry& a) {
   };
   w.causalWalk(q0, kb, block, rowsPerWarp);
   for (int t = 0; t < R; ++t) {
-    for (int r = 0; r < 2; ++r) w.body.push_back(set(l[t][r], warpReduce("add", lf(l[t][r]), 4)));
+    for (int r = 0; r < 2; ++r) w.body.push_back(set(l[t][r], warpReduce(KOp::Add, lf(l[t][r]), 4)));
     for (int64_t n = 0; n < a.dv / 8; ++n)
       for (int i = 0; i < 4; ++i) {
         ExprRef row = qrows[t](ln.row(i));
         w.body.push_back(b.st(y, B::add(B::mul(row, B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), B::div(lf(o[t][n][i]), lf(l[t][i / 2]))));
       }
     for (int r = 0; r < 2; ++r)
-      w.body.push_back(b.st(lse, qrows[t](ln.row(2 * r)), B::add(lf(m[t][r]), unary("log", lf(l[t][r])))));
+      w.body.push_back(b.st(lse, qrows[t](ln.row(2 * r)), B::add(lf(m[t][r]), unary(KOp::Log, lf(l[t][r])))));
   }
   return w.finish(iv, a.heads * tiles);
 }
@@ -331,8 +331,8 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
   int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
   int64_t tiles = a.tq / 16, kb = blockFor(a.tk, 64);
-  ExprRef head = binary("idiv", ln.warp, B::i(tiles));
-  ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary("imod", ln.warp, B::i(tiles))), B::i(16));
+  ExprRef head = binary(KOp::IDiv, ln.warp, B::i(tiles));
+  ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary(KOp::IMod, ln.warp, B::i(tiles))), B::i(16));
   RowOf qrows = a.rows(head, q0, a.tq);
   auto qf = w.operandRows(ln, q, qrows, a.d);
   auto dyf = w.operandRows(ln, dy, qrows, a.dv);
@@ -353,8 +353,8 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
     w.timesRowsOf(step, ln, dp, dyf, v, a.dv, keys);
     for (int64_t n = 0; n < kb / 8; ++n)
       for (int i = 0; i < 4; ++i) {
-        ExprRef p = unary("exp", B::sub(B::mul(lf(s[n][i]), f(a.scale)), lf(rl[i / 2])));
-        if (masked) p = select(binary("le", colOf(ln, key0, n, i), B::add(q0, ln.row(i))), p, f(0));
+        ExprRef p = unary(KOp::Exp, B::sub(B::mul(lf(s[n][i]), f(a.scale)), lf(rl[i / 2])));
+        if (masked) p = select(binary(KOp::Le, colOf(ln, key0, n, i), B::add(q0, ln.row(i))), p, f(0));
         step.push_back(set(s[n][i], B::mul(p, B::sub(lf(dp[n][i]), lf(rd[i / 2]))))); // dS
       }
     auto sixteen = [&](int64_t e) { return a.rows(head, B::add(key0, B::i(e * 16)), a.tk); };
@@ -377,8 +377,8 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
   int64_t tiles = a.tk / 16, qb = 16;
-  ExprRef head = binary("idiv", ln.warp, B::i(tiles));
-  ExprRef k0 = B::mul(binary("imod", ln.warp, B::i(tiles)), B::i(16)); // the longest walks (first keys) first
+  ExprRef head = binary(KOp::IDiv, ln.warp, B::i(tiles));
+  ExprRef k0 = B::mul(binary(KOp::IMod, ln.warp, B::i(tiles)), B::i(16)); // the longest walks (first keys) first
   RowOf krows = a.rows(head, k0, a.tk);
   auto kf = w.operandRows(ln, k, krows, a.d);
   auto vf = w.operandRows(ln, v, krows, a.dv);
@@ -397,8 +397,8 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
     for (int64_t n = 0; n < qb / 8; ++n)
       for (int i = 0; i < 4; ++i) {
         ExprRef pos = colOf(ln, qpos0, n, i), row = a.rows(head, pos, a.tq)(B::i(0));
-        ExprRef pt = unary("exp", B::sub(B::mul(lf(s[n][i]), f(a.scale)), b.ld(lse, row)));
-        if (masked) pt = select(binary("ge", pos, B::add(k0, ln.row(i))), pt, f(0));
+        ExprRef pt = unary(KOp::Exp, B::sub(B::mul(lf(s[n][i]), f(a.scale)), b.ld(lse, row)));
+        if (masked) pt = select(binary(KOp::Ge, pos, B::add(k0, ln.row(i))), pt, f(0));
         int p = b.newLocal();
         step.push_back(let(p, pt));
         step.push_back(set(s[n][i], lf(p)));                                                   // P^T
@@ -412,7 +412,7 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   auto unmasked = [&](ExprRef jb) { return block(std::move(jb), false); };
   if (a.causal) {
     w.body.push_back(w.walk(extent, B::i(0), B::i(1), [&](ExprRef jb) { return block(std::move(jb), true); }));
-    w.body.push_back(w.walk(extent, B::i(1), B::sub(binary("idiv", B::sub(B::i(a.tq), first), B::i(qb)), B::i(1)), unmasked));
+    w.body.push_back(w.walk(extent, B::i(1), B::sub(binary(KOp::IDiv, B::sub(B::i(a.tq), first), B::i(qb)), B::i(1)), unmasked));
   } else {
     w.body.push_back(w.walk(extent, B::i(0), B::i(extent), unmasked));
   }

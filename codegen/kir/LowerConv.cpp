@@ -20,10 +20,10 @@ int64_t product(const std::vector<int64_t>& v) {
 }
 ExprRef all(const std::vector<ExprRef>& conds) {
   ExprRef r = constant(1, Scalar::I1);
-  for (const ExprRef& c : conds) r = binary("and", r, c);
+  for (const ExprRef& c : conds) r = binary(KOp::And, r, c);
   return r;
 }
-ExprRef inRange(const ExprRef& x, int64_t n) { return binary("and", binary("ge", x, B::i(0)), binary("lt", x, B::i(n))); }
+ExprRef inRange(const ExprRef& x, int64_t n) { return binary(KOp::And, binary(KOp::Ge, x, B::i(0)), binary(KOp::Lt, x, B::i(n))); }
 
 Expected<ir::Window> windowOf(const ir::Node& n, const std::vector<int64_t>& in, const std::vector<int64_t>& kernel) {
   ir::InferCtx c{n, {}, {}, {}};
@@ -53,10 +53,10 @@ Tap reverseTap(const ir::Window& w, const std::vector<int64_t>& out, const std::
   std::vector<ExprRef> conds;
   for (size_t d = 0; d < out.size(); ++d) {
     ExprRef num = B::sub(B::add(pos[d], B::i(w.padBegin[d])), B::mul(k[d], B::i(w.dilations[d])));
-    ExprRef o = binary("idiv", num, B::i(w.strides[d]));
-    conds.push_back(binary("ge", num, B::i(0)));
-    conds.push_back(binary("eq", binary("imod", num, B::i(w.strides[d])), B::i(0)));
-    conds.push_back(binary("lt", o, B::i(out[d])));
+    ExprRef o = binary(KOp::IDiv, num, B::i(w.strides[d]));
+    conds.push_back(binary(KOp::Ge, num, B::i(0)));
+    conds.push_back(binary(KOp::Eq, binary(KOp::IMod, num, B::i(w.strides[d])), B::i(0)));
+    conds.push_back(binary(KOp::Lt, o, B::i(out[d])));
     t.pos.push_back(B::clamp(o, out[d]));
   }
   t.valid = all(conds);
@@ -75,8 +75,8 @@ ExprRef paddedCount(const ir::Window& w, const std::vector<int64_t>& in, const s
   ExprRef count = B::i(1);
   for (size_t d = 0; d < in.size(); ++d) {
     ExprRef start = B::sub(B::mul(o[d], B::i(w.strides[d])), B::i(w.padBegin[d]));
-    ExprRef end = binary("min", B::add(start, B::i((w.kernel[d] - 1) * w.dilations[d] + 1)), B::i(in[d] + w.padEnd[d]));
-    count = B::mul(count, binary("idiv", B::add(B::sub(end, start), B::i(w.dilations[d] - 1)), B::i(w.dilations[d])));
+    ExprRef end = binary(KOp::Min, B::add(start, B::i((w.kernel[d] - 1) * w.dilations[d] + 1)), B::i(in[d] + w.padEnd[d]));
+    count = B::mul(count, binary(KOp::IDiv, B::add(B::sub(end, start), B::i(w.dilations[d] - 1)), B::i(w.dilations[d])));
   }
   return cast(count, t);
 }
@@ -103,7 +103,7 @@ Expected<std::vector<Kernel>> lowerConvFamily(const std::string& name, const ir:
   if (n.op == ir::Op::Conv) { // y[nb, m, o]: over ci and kernel offsets
     result = y;
     auto c = B::coords(loopVar(e), ys);
-    ExprRef g = binary("idiv", c[1], B::i(mPerG));
+    ExprRef g = binary(KOp::IDiv, c[1], B::i(mPerG));
     auto k = B::coords(loopVar(l2), ks);
     Tap tp = tap(*win, in, tail(c, 2), k);
     ExprRef xv = b.ld(x, B::offset(cat({c[0], B::add(B::mul(g, B::i(cPerG)), loopVar(l1))}, tp.pos), xs));
@@ -113,16 +113,16 @@ Expected<std::vector<Kernel>> lowerConvFamily(const std::string& name, const ir:
   } else if (gradIn) { // dx[nb, ch, pos]: over the group's output channels and kernel offsets
     result = x;
     auto c = B::coords(loopVar(e), xs);
-    ExprRef m = B::add(B::mul(binary("idiv", c[1], B::i(cPerG)), B::i(mPerG)), loopVar(l1));
+    ExprRef m = B::add(B::mul(binary(KOp::IDiv, c[1], B::i(cPerG)), B::i(mPerG)), loopVar(l1));
     auto k = B::coords(loopVar(l2), ks);
     Tap tp = reverseTap(*win, out, tail(c, 2), k);
     ExprRef dyv = b.ld(y, B::offset(cat({c[0], m}, tp.pos), ys));
-    add = B::mul(select(tp.valid, dyv, zero), b.ld(w, wAt(m, binary("imod", c[1], B::i(cPerG)), loopVar(l2))));
+    add = B::mul(select(tp.valid, dyv, zero), b.ld(w, wAt(m, binary(KOp::IMod, c[1], B::i(cPerG)), loopVar(l2))));
     extent1 = mPerG, extent2 = product(ks);
   } else { // dw[m, ci, k]: over the batch and output positions
     result = w;
     auto c = B::coords(loopVar(e), ws);
-    ExprRef g = binary("idiv", c[0], B::i(mPerG));
+    ExprRef g = binary(KOp::IDiv, c[0], B::i(mPerG));
     auto o = B::coords(loopVar(l2), out);
     Tap tp = tap(*win, in, o, tail(c, 2));
     ExprRef xv = b.ld(x, B::offset(cat({loopVar(l1), B::add(B::mul(g, B::i(cPerG)), c[1])}, tp.pos), xs));
@@ -147,7 +147,7 @@ Expected<std::vector<Kernel>> lowerPool(const std::string& name, const ir::Node&
   Tap tp = tap(*win, in, tail(c, 2), B::coords(loopVar(kk), win->kernel));
   ExprRef xv = b.ld(x, B::offset(cat({c[0], c[1]}, tp.pos), xs));
   std::vector<StmtRef> inner;
-  if (isMax) inner = {set(acc, select(tp.valid, binary("max", local(acc, t), xv), local(acc, t)))};
+  if (isMax) inner = {set(acc, select(tp.valid, binary(KOp::Max, local(acc, t), xv), local(acc, t)))};
   else inner = {set(acc, B::add(local(acc, t), select(tp.valid, xv, B::c(0, t)))), set(cnt, B::add(local(cnt, t), cast(tp.valid, t)))};
   ExprRef result = isMax ? local(acc, t) : B::div(local(acc, t), countPad ? paddedCount(*win, in, tail(c, 2), t) : local(cnt, t));
   return std::vector<Kernel>{b.finish(loop(e, numel(y), true,
@@ -175,12 +175,12 @@ Expected<std::vector<Kernel>> lowerPoolGrad(const std::string& name, const ir::N
   ExprRef g = b.ld(dy, B::offset(cat({c[0], c[1]}, back.pos), ys));
   std::vector<StmtRef> perWindow;
   if (isMax) {
-    ExprRef better = binary("and", fwd.valid, binary("or", binary("lt", local(bestAt, Scalar::I64), B::i(0)), binary("gt", xv, local(best, t))));
+    ExprRef better = binary(KOp::And, fwd.valid, binary(KOp::Or, binary(KOp::Lt, local(bestAt, Scalar::I64), B::i(0)), binary(KOp::Gt, xv, local(best, t))));
     perWindow = {set(best, B::c(-INFINITY, t)), set(bestAt, B::i(-1)),
                  // The comparison is kept in a local: updating best first would change it.
                  loop(k2, product(win->kernel), false, {let(isBetter, better), set(best, select(local(isBetter, Scalar::I1), xv, local(best, t))),
                                                         set(bestAt, select(local(isBetter, Scalar::I1), fwdAt, local(bestAt, Scalar::I64)))}),
-                 set(acc, B::add(local(acc, t), select(binary("and", back.valid, binary("eq", local(bestAt, Scalar::I64), self)), g, B::c(0, t))))};
+                 set(acc, B::add(local(acc, t), select(binary(KOp::And, back.valid, binary(KOp::Eq, local(bestAt, Scalar::I64), self)), g, B::c(0, t))))};
   } else {
     ExprRef count = countPad ? paddedCount(*win, in, back.pos, t) : local(cnt, t);
     perWindow = {set(cnt, B::c(0, t)), loop(k2, product(win->kernel), false, {set(cnt, B::add(local(cnt, t), cast(fwd.valid, t)))}),
@@ -227,7 +227,7 @@ Expected<std::vector<Kernel>> lowerBatchNorm(const std::string& name, const ir::
   int ch = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar(), j4 = b.newLoopVar();
   int mean = b.newLocal(), var = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
   auto at = [&](int j) { // element j of the channel: (j / inner, ch, j % inner)
-    return B::add(B::mul(B::add(B::mul(binary("idiv", loopVar(j), B::i(inner)), B::i(C)), loopVar(ch)), B::i(inner)), binary("imod", loopVar(j), B::i(inner)));
+    return B::add(B::mul(B::add(B::mul(binary(KOp::IDiv, loopVar(j), B::i(inner)), B::i(C)), loopVar(ch)), B::i(inner)), binary(KOp::IMod, loopVar(j), B::i(inner)));
   };
   bool training = grad || n.getInt("training_mode", 0);
   std::vector<StmtRef> body;
@@ -239,7 +239,7 @@ Expected<std::vector<Kernel>> lowerBatchNorm(const std::string& name, const ir::
   } else {
     body = {let(mean, b.ld(n.input(3), loopVar(ch))), let(var, b.ld(n.input(4), loopVar(ch)))};
   }
-  body.push_back(let(inv, B::div(B::c(1, t), unary("sqrt", B::add(local(var, t), B::c(eps, t))))));
+  body.push_back(let(inv, B::div(B::c(1, t), unary(KOp::Sqrt, B::add(local(var, t), B::c(eps, t))))));
   auto xhat = [&](int j) { return B::mul(B::sub(b.ld(x, at(j)), local(mean, t)), local(inv, t)); };
   if (!grad) {
     body.push_back(loop(j3, cnt, false, {b.st(n.outputs[0], at(j3), B::add(B::mul(xhat(j3), b.ld(scale, loopVar(ch))), b.ld(n.input(2), loopVar(ch))))}));
@@ -270,7 +270,7 @@ Expected<std::vector<Kernel>> lowerGlobalPool(const std::string& name, const ir:
   B b(name);
   int e = b.newLoopVar(), j = b.newLoopVar(), acc = b.newLocal();
   ExprRef v = b.ld(x, B::add(B::mul(loopVar(e), B::i(plane)), loopVar(j)));
-  ExprRef combined = isMax ? binary("max", local(acc, t), v) : B::add(local(acc, t), v);
+  ExprRef combined = isMax ? binary(KOp::Max, local(acc, t), v) : B::add(local(acc, t), v);
   ExprRef result = isMax ? local(acc, t) : B::div(local(acc, t), B::c((double)plane, t));
   return std::vector<Kernel>{b.finish(loop(e, numel(y), true, {let(acc, B::c(isMax ? -INFINITY : 0, t)), loop(j, plane, false, {set(acc, combined)}), b.st(y, loopVar(e), result)}))};
 }

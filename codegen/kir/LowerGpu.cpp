@@ -47,7 +47,7 @@ std::optional<std::vector<Kernel>> splitReduction(const std::string& name, const
   if (chunk < 16) return std::nullopt;
   B b(name);
   int e = b.newLoopVar(), j = b.newLoopVar(), acc = b.newLocal();
-  ExprRef o = binary("imod", loopVar(e), B::i(outer)), c = binary("idiv", loopVar(e), B::i(outer));
+  ExprRef o = binary(KOp::IMod, loopVar(e), B::i(outer)), c = binary(KOp::IDiv, loopVar(e), B::i(outer));
   auto kc = B::coords(o, keptShape), rc = B::coords(B::add(B::mul(c, B::i(chunk)), loopVar(j)), redShape);
   std::vector<ExprRef> xc(xs.size());
   for (size_t q = 0; q < keptDims.size(); ++q) xc[keptDims[q]] = kc[q];
@@ -95,8 +95,8 @@ std::optional<std::vector<Kernel>> gatherGradGpu(const std::string& name, const 
   for (size_t q = axis + 1; q < xs.size(); ++q) inner *= xs[q];
   B b(name);
   int e = b.newLoopVar();
-  ExprRef a = binary("idiv", loopVar(e), B::i(count * inner)), k = binary("imod", binary("idiv", loopVar(e), B::i(inner)), B::i(count)),
-          i = binary("imod", loopVar(e), B::i(inner));
+  ExprRef a = binary(KOp::IDiv, loopVar(e), B::i(count * inner)), k = binary(KOp::IMod, binary(KOp::IDiv, loopVar(e), B::i(inner)), B::i(count)),
+          i = binary(KOp::IMod, loopVar(e), B::i(inner));
   ExprRef j = gatheredIndex(b, idx, k, d);
   ExprRef at = B::add(B::mul(B::add(B::mul(a, B::i(d)), j), B::i(inner)), i);
   std::vector<Kernel> ks{zeroKernel(name + "_zero", dx)};
@@ -113,8 +113,8 @@ struct WarpRows {
   int64_t d;
   int v = 1;
   int base = -1; ///< the local holding the lane's first element (begin), if any
-  ExprRef row() const { return binary("idiv", loopVar(e), B::i(32)); }
-  ExprRef lane() const { return binary("imod", loopVar(e), B::i(32)); }
+  ExprRef row() const { return binary(KOp::IDiv, loopVar(e), B::i(32)); }
+  ExprRef lane() const { return binary(KOp::IMod, loopVar(e), B::i(32)); }
   /// Element u of this lane's step j (j a loop variable), as its column in the row.
   ExprRef col(int j, int u = 0) const {
     ExprRef c = B::add(lane(), B::mul(loopVar(j), B::i(32)));
@@ -144,12 +144,12 @@ struct WarpRows {
     return u;
   }
   /// local = op over the row of `term` (an expression of loop variable j; one element a step).
-  std::vector<StmtRef> reduce(int localId, const std::string& op, double init, int j, ExprRef term) const {
+  std::vector<StmtRef> reduce(int localId, KOp op, double init, int j, ExprRef term) const {
     assert(v == 1);
     return reduce(localId, op, init, j, [&](int) { return term; });
   }
   /// The same with term(u) the expression of element u of the step.
-  std::vector<StmtRef> reduce(int localId, const std::string& op, double init, int j, const std::function<ExprRef(int)>& term) const {
+  std::vector<StmtRef> reduce(int localId, KOp op, double init, int j, const std::function<ExprRef(int)>& term) const {
     Scalar t = Scalar::F32;
     std::vector<StmtRef> step;
     for (int u = 0; u < v; ++u) step.push_back(set(localId, binary(op, local(localId, t), term(u))));
@@ -257,11 +257,11 @@ std::optional<std::vector<Kernel>> softmaxGpu(const std::string& name, const ir:
   Scalar t = Scalar::F32;
   auto xAt = [&](int j, int u) { return io.ld(x, w.at(j, u)); };
   std::vector<StmtRef> body{w.begin()};
-  for (auto& st : w.reduce(mx, "max", -INFINITY, j1, [&](int u) { return xAt(j1, u); })) body.push_back(st);
-  for (auto& st : w.reduce(sum, "add", 0, j2, [&](int u) { return unary("exp", B::sub(xAt(j2, u), local(mx, t))); })) body.push_back(st);
+  for (auto& st : w.reduce(mx, KOp::Max, -INFINITY, j1, [&](int u) { return xAt(j1, u); })) body.push_back(st);
+  for (auto& st : w.reduce(sum, KOp::Add, 0, j2, [&](int u) { return unary(KOp::Exp, B::sub(xAt(j2, u), local(mx, t))); })) body.push_back(st);
   auto out = [&](int u) {
     ExprRef shifted = B::sub(xAt(j3, u), local(mx, t));
-    return n.op == ir::Op::LogSoftmax ? B::sub(shifted, unary("log", local(sum, t))) : B::div(unary("exp", shifted), local(sum, t));
+    return n.op == ir::Op::LogSoftmax ? B::sub(shifted, unary(KOp::Log, local(sum, t))) : B::div(unary(KOp::Exp, shifted), local(sum, t));
   };
   body.push_back(w.storeEach(j3, out, [&](int u, ExprRef v) { return io.outputs(y, w.at(j3, u), v); }));
   error = io.error;
@@ -283,10 +283,10 @@ std::optional<std::vector<Kernel>> softmaxGradGpu(const std::string& name, const
   Scalar t = Scalar::F32;
   auto term = [&](int u) { return log ? io.ld(dy, w.at(j1, u)) : B::mul(io.ld(dy, w.at(j1, u)), io.ld(y, w.at(j1, u))); };
   std::vector<StmtRef> body{w.begin()};
-  for (auto& st : w.reduce(s, "add", 0, j1, term)) body.push_back(st);
+  for (auto& st : w.reduce(s, KOp::Add, 0, j1, term)) body.push_back(st);
   auto out = [&](int u) {
     ExprRef gk = io.ld(dy, w.at(j2, u)), yk = io.ld(y, w.at(j2, u));
-    return log ? B::sub(gk, B::mul(unary("exp", yk), local(s, t))) : B::mul(yk, B::sub(gk, local(s, t)));
+    return log ? B::sub(gk, B::mul(unary(KOp::Exp, yk), local(s, t))) : B::mul(yk, B::sub(gk, local(s, t)));
   };
   body.push_back(w.storeEach(j2, out, [&](int u, ExprRef v) { return io.outputs(dx, w.at(j2, u), v); }));
   error = io.error;
@@ -334,12 +334,12 @@ Kernel layerNormStreamed(const std::string& name, const ir::Node& n, int64_t M, 
   int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar(), mean = b.newLocal(), var = b.newLocal();
   WarpRows w{b, e, M};
   Scalar t = Scalar::F32;
-  auto body = w.reduce(mean, "add", 0, j1, b.ld(x, w.at(j1)));
+  auto body = w.reduce(mean, KOp::Add, 0, j1, b.ld(x, w.at(j1)));
   body.push_back(set(mean, B::div(local(mean, t), B::c((double)M, t))));
   ExprRef dev = B::sub(b.ld(x, w.at(j2)), local(mean, t));
-  for (auto& st : w.reduce(var, "add", 0, j2, B::mul(dev, dev))) body.push_back(st);
+  for (auto& st : w.reduce(var, KOp::Add, 0, j2, B::mul(dev, dev))) body.push_back(st);
   int inv = b.newLocal();
-  body.push_back(let(inv, B::div(B::c(1, t), unary("sqrt", B::add(B::div(local(var, t), B::c((double)M, t)), B::c(n.getFloat("epsilon", 1e-5), t))))));
+  body.push_back(let(inv, B::div(B::c(1, t), unary(KOp::Sqrt, B::add(B::div(local(var, t), B::c((double)M, t)), B::c(n.getFloat("epsilon", 1e-5), t))))));
   ExprRef v = B::mul(B::mul(B::sub(b.ld(x, w.at(j3)), local(mean, t)), local(inv, t)), b.ld(scale, w.col(j3)));
   if (bias) v = B::add(v, b.ld(bias, w.col(j3)));
   body.push_back(w.each(j3, {b.st(y, w.at(j3), v)}));
@@ -367,11 +367,11 @@ std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const i
   auto xs = row.load(body, [&](int64_t i) { return io.ld(x, row.at(i)); });
   std::vector<ExprRef> terms;
   for (int id : xs) terms.push_back(local(id, t));
-  body.push_back(let(mean, B::div(warpReduce("add", sumTree(terms)), f((double)M))));
+  body.push_back(let(mean, B::div(warpReduce(KOp::Add, sumTree(terms)), f((double)M))));
   terms.clear();
   for (int id : xs) terms.push_back(B::mul(B::sub(local(id, t), local(mean, t)), B::sub(local(id, t), local(mean, t))));
-  body.push_back(let(var, warpReduce("add", sumTree(terms))));
-  body.push_back(let(inv, B::div(f(1), unary("sqrt", B::add(B::div(local(var, t), f((double)M)), f(n.getFloat("epsilon", 1e-5)))))));
+  body.push_back(let(var, warpReduce(KOp::Add, sumTree(terms))));
+  body.push_back(let(inv, B::div(f(1), unary(KOp::Sqrt, B::add(B::div(local(var, t), f((double)M)), f(n.getFloat("epsilon", 1e-5)))))));
   auto value = [&](int64_t i) {
     ExprRef v = B::mul(B::mul(B::sub(local(xs[i], t), local(mean, t)), local(inv, t)), b.ld(scale, row.col(i)));
     return bias ? B::add(v, b.ld(bias, row.col(i))) : v;
@@ -408,8 +408,8 @@ Kernel layerNormGradDx(const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
     sum1.push_back(local(gs[i], t));
     sum2.push_back(B::mul(local(gs[i], t), local(xh[i], t)));
   }
-  body.push_back(let(s1, warpReduce("add", sumTree(sum1))));
-  body.push_back(let(s2, warpReduce("add", sumTree(sum2))));
+  body.push_back(let(s1, warpReduce(KOp::Add, sumTree(sum1))));
+  body.push_back(let(s2, warpReduce(KOp::Add, sumTree(sum2))));
   auto value = [&](int64_t i) {
     return B::mul(B::div(local(inv, t), f((double)M)),
                   B::sub(B::sub(B::mul(f((double)M), local(gs[i], t)), local(s1, t)), B::mul(local(xh[i], t), local(s2, t))));
@@ -432,7 +432,7 @@ std::vector<Kernel> layerNormGradParams(const std::string& name, const ir::Node&
   while (rows % chunk) chunk /= 2;
   unroll = std::min(unroll, chunk);
   int e = b.newLoopVar(), r = b.newLoopVar();
-  ExprRef c0 = B::mul(binary("imod", loopVar(e), B::i(groups)), B::i(v)), q = binary("idiv", loopVar(e), B::i(groups));
+  ExprRef c0 = B::mul(binary(KOp::IMod, loopVar(e), B::i(groups)), B::i(v)), q = binary(KOp::IDiv, loopVar(e), B::i(groups));
   std::vector<StmtRef> body;
   auto zeros = [&](int64_t) { return B::c(0, t); };
   auto sds = locals(b, v, body, zeros), sdb = locals(b, v, body, zeros);
@@ -477,7 +477,7 @@ Kernel layerNormGradDxStreamed(const std::string& name, const ir::Node& n, int64
   std::vector<StmtRef> body{let(mean, cast(b.ld(meanV, w.row()), t)), let(inv, cast(b.ld(invV, w.row()), t)), let(s1, B::c(0, t)),
                             let(s2, B::c(0, t)),
                             w.each(j1, {set(s1, B::add(local(s1, t), dxhat(j1))), set(s2, B::add(local(s2, t), B::mul(dxhat(j1), xhat(j1))))}),
-                            set(s1, warpReduce("add", local(s1, t))), set(s2, warpReduce("add", local(s2, t)))};
+                            set(s1, warpReduce(KOp::Add, local(s1, t))), set(s2, warpReduce(KOp::Add, local(s2, t)))};
   ExprRef dx = B::mul(B::div(local(inv, t), B::c((double)M, t)),
                       B::sub(B::sub(B::mul(B::c((double)M, t), dxhat(j2)), local(s1, t)), B::mul(xhat(j2), local(s2, t))));
   body.push_back(w.each(j2, {b.st(n.outputs[0], w.at(j2), dx)}));
@@ -520,20 +520,20 @@ std::vector<StmtRef> onlineLogSumExp(const WarpRows& rows, int mx, int sum, int 
   for (int64_t k = 0; k < unroll * rows.v; ++k) { // all the group's loads, then its arithmetic
     xs.push_back(b.newLocal());
     step.push_back(let(xs.back(), element(rows.atUnrolled(j, unroll, k))));
-    top = binary("max", top, local(xs.back(), t));
+    top = binary(KOp::Max, top, local(xs.back(), t));
   }
   int mn = b.newLocal();
   step.push_back(let(mn, top));
-  ExprRef fresh = binary("eq", local(mn, t), f(-INFINITY)); // nothing but -inf yet: no scaling, nothing to add
+  ExprRef fresh = binary(KOp::Eq, local(mn, t), f(-INFINITY)); // nothing but -inf yet: no scaling, nothing to add
   ExprRef add = local(sum, t);
-  add = select(fresh, f(0), B::mul(add, unary("exp", B::sub(local(mx, t), local(mn, t)))));
-  for (int x : xs) add = B::add(add, select(fresh, f(0), unary("exp", B::sub(local(x, t), local(mn, t)))));
+  add = select(fresh, f(0), B::mul(add, unary(KOp::Exp, B::sub(local(mx, t), local(mn, t)))));
+  for (int x : xs) add = B::add(add, select(fresh, f(0), unary(KOp::Exp, B::sub(local(x, t), local(mn, t)))));
   step.push_back(set(sum, add));
   step.push_back(set(mx, local(mn, t)));
   int all = b.newLocal();
-  return {let(mx, f(-INFINITY)), let(sum, f(0)), rows.eachUnrolled(j, unroll, std::move(step)), let(all, warpReduce("max", local(mx, t))),
-          set(sum, warpReduce("add", select(binary("eq", local(mx, t), f(-INFINITY)), f(0),
-                                            B::mul(local(sum, t), unary("exp", B::sub(local(mx, t), local(all, t))))))),
+  return {let(mx, f(-INFINITY)), let(sum, f(0)), rows.eachUnrolled(j, unroll, std::move(step)), let(all, warpReduce(KOp::Max, local(mx, t))),
+          set(sum, warpReduce(KOp::Add, select(binary(KOp::Eq, local(mx, t), f(-INFINITY)), f(0),
+                                            B::mul(local(sum, t), unary(KOp::Exp, B::sub(local(mx, t), local(all, t))))))),
           set(mx, local(all, t))};
 }
 
@@ -558,17 +558,17 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
   if (red == "mean") { // the weights of all positions, each lane a 32nd of them
     body.push_back(let(wsum, B::c(0, t)));
     body.push_back(loop(jq, P / 32, false, {set(wsum, B::add(local(wsum, t), weight(tgt(B::add(rows.lane(), B::mul(loopVar(jq), B::i(32)))))))}));
-    body.push_back(set(wsum, warpReduce("add", local(wsum, t))));
+    body.push_back(set(wsum, warpReduce(KOp::Add, local(wsum, t))));
   }
   for (auto& st : onlineLogSumExp(rows, mx, sum, j1, [&](ExprRef at) { return b.ld(x, std::move(at)); })) body.push_back(st);
   ExprRef tp = tgt(rows.row());
   body.push_back(let(wt, weight(tp)));
-  auto logProb = [&](ExprRef at) { return B::sub(B::sub(b.ld(x, std::move(at)), local(mx, t)), unary("log", local(sum, t))); };
+  auto logProb = [&](ExprRef at) { return B::sub(B::sub(b.ld(x, std::move(at)), local(mx, t)), unary(KOp::Log, local(sum, t))); };
   std::vector<Kernel> ks;
   if (!grad) {
-    ExprRef loss = unary("neg", B::mul(local(wt, t), logProb(B::add(B::mul(rows.row(), B::i(C)), B::clamp(tp, C)))));
+    ExprRef loss = unary(KOp::Neg, B::mul(local(wt, t), logProb(B::add(B::mul(rows.row(), B::i(C)), B::clamp(tp, C)))));
     if (red == "mean") loss = B::div(loss, local(wsum, t));
-    body.push_back(when(b, binary("eq", rows.lane(), B::i(0)), {b.atomic(n.outputs[0], B::i(0), loss)})); // one atomic add a row, not 32
+    body.push_back(when(b, binary(KOp::Eq, rows.lane(), B::i(0)), {b.atomic(n.outputs[0], B::i(0), loss)})); // one atomic add a row, not 32
     if (n.outputs.size() > 1 && n.outputs[1])
       body.push_back(rows.storeEach(j3, [&](int u) { return logProb(rows.at(j3, u)); },
                                     [&](int, ExprRef v) { return WarpRows::Outputs{{n.outputs[1], v}}; }));
@@ -577,8 +577,8 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
     ExprRef up = red == "none" ? b.ld(dl, rows.row()) : red == "sum" ? b.ld(dl, B::i(0)) : B::div(b.ld(dl, B::i(0)), local(wsum, t));
     ExprRef rowStart = B::mul(rows.row(), B::i(C));
     auto g = [&](ExprRef at) {
-      ExprRef isT = cast(binary("eq", B::sub(at, rowStart), tp), t);
-      return B::mul(B::sub(unary("exp", logProb(at)), isT), B::mul(local(wt, t), up));
+      ExprRef isT = cast(binary(KOp::Eq, B::sub(at, rowStart), tp), t);
+      return B::mul(B::sub(unary(KOp::Exp, logProb(at)), isT), B::mul(local(wt, t), up));
     };
     body.push_back(rows.storeEachUnrolled(j3, rows.unrollFor(kLogSumExpUnroll), g,
                                           [&](ExprRef, ExprRef v) { return WarpRows::Outputs{{n.outputs[0], v}}; }));

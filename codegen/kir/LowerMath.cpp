@@ -1,6 +1,7 @@
 // Lowerings of matrix products, row-wise ops (softmax, layer normalization,
 // losses and their gradients), elementwise derivatives and optimizer updates.
 #include "codegen/kir/Builder.h"
+#include "codegen/kir/ElementwiseMath.h"
 #include "codegen/kir/Lower.h"
 #include "codegen/kir/LowerOps.h"
 
@@ -18,7 +19,7 @@ int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
 struct Rows {
   int64_t outer = 1, d = 1, inner = 1;
   ExprRef at(ExprRef row, ExprRef k) const { // element k of row
-    ExprRef o = binary("idiv", row, B::i(inner)), in = binary("imod", row, B::i(inner));
+    ExprRef o = binary(KOp::IDiv, row, B::i(inner)), in = binary(KOp::IMod, row, B::i(inner));
     return B::add(B::mul(B::add(B::mul(o, B::i(d)), k), B::i(inner)), in);
   }
 };
@@ -71,7 +72,7 @@ static Expected<Kernel> lowerProduct(const std::string& name, const Product& p) 
   };
   if (p.epilogueOnly) { // one element per parallel iteration, rewritten in place
     int e = b.newLoopVar();
-    ExprRef row = binary("idiv", loopVar(e), B::i(p.N)), col = binary("imod", loopVar(e), B::i(p.N));
+    ExprRef row = binary(KOp::IDiv, loopVar(e), B::i(p.N)), col = binary(KOp::IMod, loopVar(e), B::i(p.N));
     Kernel kernel = b.finish(loop(e, p.rows * p.N, true, {b.st(p.y, loopVar(e), finish(row, col, b.ld(p.y, loopVar(e))))}));
     if (err) return err;
     return kernel;
@@ -217,10 +218,10 @@ Expected<std::vector<Kernel>> lowerSoftmax(const std::string& name, const ir::No
   int row = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), k3 = b.newLoopVar(), mx = b.newLocal(), sum = b.newLocal();
   auto xAt = [&](int k) { return b.ld(x, R.at(loopVar(row), loopVar(k))); };
   ExprRef shifted = B::sub(xAt(k3), local(mx, t));
-  ExprRef out = n.op == ir::Op::LogSoftmax ? B::sub(shifted, unary("log", local(sum, t))) : B::div(unary("exp", shifted), local(sum, t));
+  ExprRef out = n.op == ir::Op::LogSoftmax ? B::sub(shifted, unary(KOp::Log, local(sum, t))) : B::div(unary(KOp::Exp, shifted), local(sum, t));
   return std::vector<Kernel>{b.finish(loop(row, R.outer * R.inner, true,
-      {let(mx, B::c(-INFINITY, t)), loop(k1, R.d, false, {set(mx, binary("max", local(mx, t), xAt(k1)))}),
-       let(sum, B::c(0, t)), loop(k2, R.d, false, {set(sum, B::add(local(sum, t), unary("exp", B::sub(xAt(k2), local(mx, t)))))}),
+      {let(mx, B::c(-INFINITY, t)), loop(k1, R.d, false, {set(mx, binary(KOp::Max, local(mx, t), xAt(k1)))}),
+       let(sum, B::c(0, t)), loop(k2, R.d, false, {set(sum, B::add(local(sum, t), unary(KOp::Exp, B::sub(xAt(k2), local(mx, t)))))}),
        loop(k3, R.d, false, {b.st(y, R.at(loopVar(row), loopVar(k3)), out)})}))};
 }
 
@@ -234,7 +235,7 @@ Expected<std::vector<Kernel>> lowerSoftmaxGrad(const std::string& name, const ir
   auto at = [&](int k) { return R.at(loopVar(row), loopVar(k)); };
   ExprRef term = log ? b.ld(dy, at(k1)) : B::mul(b.ld(dy, at(k1)), b.ld(y, at(k1)));
   ExprRef g = b.ld(dy, at(k2)), yk = b.ld(y, at(k2));
-  ExprRef out = log ? B::sub(g, B::mul(unary("exp", yk), local(s, t))) : B::mul(yk, B::sub(g, local(s, t)));
+  ExprRef out = log ? B::sub(g, B::mul(unary(KOp::Exp, yk), local(s, t))) : B::mul(yk, B::sub(g, local(s, t)));
   return std::vector<Kernel>{b.finish(loop(row, R.outer * R.inner, true,
       {let(s, B::c(0, t)), loop(k1, R.d, false, {set(s, B::add(local(s, t), term))}), loop(k2, R.d, false, {b.st(dx, at(k2), out)})}))};
 }
@@ -247,7 +248,7 @@ static std::vector<StmtRef> rowStats(B& b, const ir::Value* x, int row, int64_t 
   return {let(mean, B::c(0, t)), loop(k1, M, false, {set(mean, B::add(local(mean, t), xAt(k1)))}),
           set(mean, B::div(local(mean, t), B::c((double)M, t))), let(var, B::c(0, t)),
           loop(k2, M, false, {set(var, B::add(local(var, t), B::mul(dev, dev)))}),
-          let(inv, B::div(B::c(1, t), unary("sqrt", B::add(B::div(local(var, t), B::c((double)M, t)), B::c(eps, t)))))};
+          let(inv, B::div(B::c(1, t), unary(KOp::Sqrt, B::add(B::div(local(var, t), B::c((double)M, t)), B::c(eps, t)))))};
 }
 
 Expected<std::vector<Kernel>> lowerLayerNorm(const std::string& name, const ir::Node& n) {
@@ -326,28 +327,28 @@ static Expected<std::vector<Kernel>> lowerLossWith(const std::string& name, cons
   auto tgt = [&](ExprRef pos) { return cast(b.ld(target, std::move(pos)), Scalar::I64); };
   auto weight = [&](ExprRef cls) { return lossWeight(b, n, w, C, std::move(cls)); };
   auto xAt = [&](ExprRef pos, ExprRef cls) { // element (n, cls, i) of position pos = n * inner + i
-    return B::add(B::mul(B::add(B::mul(binary("idiv", pos, B::i(inner)), B::i(C)), std::move(cls)), B::i(inner)), binary("imod", pos, B::i(inner)));
+    return B::add(B::mul(B::add(B::mul(binary(KOp::IDiv, pos, B::i(inner)), B::i(C)), std::move(cls)), B::i(inner)), binary(KOp::IMod, pos, B::i(inner)));
   };
   bool needsWsum = red == "mean";
   StmtRef sumWeights = block({let(wsum, B::c(0, t)), loop(q, P, false, {set(wsum, B::add(local(wsum, t), weight(tgt(loopVar(q)))))})});
   ExprRef tp = tgt(loopVar(p));
-  ExprRef safeT = binary("min", binary("max", tp, B::i(0)), B::i(C - 1));
+  ExprRef safeT = binary(KOp::Min, binary(KOp::Max, tp, B::i(0)), B::i(C - 1));
   std::vector<StmtRef> per{let(wt, weight(tp))};
   if (parallel && needsWsum) per.insert(per.begin(), sumWeights);
   ExprRef logp; // log probability of class k2 at p
   if (softmax) {
     per.push_back(let(mx, B::c(-INFINITY, t)));
-    per.push_back(loop(k1, C, false, {set(mx, binary("max", local(mx, t), b.ld(x, xAt(loopVar(p), loopVar(k1)))))}));
+    per.push_back(loop(k1, C, false, {set(mx, binary(KOp::Max, local(mx, t), b.ld(x, xAt(loopVar(p), loopVar(k1)))))}));
     per.push_back(let(s, B::c(0, t)));
-    per.push_back(loop(k3, C, false, {set(s, B::add(local(s, t), unary("exp", B::sub(b.ld(x, xAt(loopVar(p), loopVar(k3))), local(mx, t)))))}));
+    per.push_back(loop(k3, C, false, {set(s, B::add(local(s, t), unary(KOp::Exp, B::sub(b.ld(x, xAt(loopVar(p), loopVar(k3))), local(mx, t)))))}));
   }
   auto logProb = [&](ExprRef cls) {
     ExprRef v = b.ld(x, xAt(loopVar(p), cls));
-    return softmax ? B::sub(B::sub(v, local(mx, t)), unary("log", local(s, t))) : v;
+    return softmax ? B::sub(B::sub(v, local(mx, t)), unary(KOp::Log, local(s, t))) : v;
   };
   std::vector<Kernel> ks;
   if (!grad) {
-    ExprRef loss = unary("neg", B::mul(local(wt, t), logProb(safeT)));
+    ExprRef loss = unary(KOp::Neg, B::mul(local(wt, t), logProb(safeT)));
     if (softmax && n.outputs.size() > 1 && n.outputs[1])
       per.push_back(loop(k2, C, false, {b.st(n.outputs[1], xAt(loopVar(p), loopVar(k2)), logProb(loopVar(k2)))}));
     if (red == "none") {
@@ -367,8 +368,8 @@ static Expected<std::vector<Kernel>> lowerLossWith(const std::string& name, cons
   } else {
     ExprRef up = red == "none" ? b.ld(dl, loopVar(p)) : red == "sum" ? b.ld(dl, B::i(0)) : B::div(b.ld(dl, B::i(0)), local(wsum, t));
     ExprRef scale = B::mul(local(wt, t), up);
-    ExprRef isT = cast(binary("eq", loopVar(k2), tp), t);
-    ExprRef g = softmax ? B::mul(B::sub(unary("exp", logProb(loopVar(k2))), isT), scale) : B::mul(unary("neg", isT), scale);
+    ExprRef isT = cast(binary(KOp::Eq, loopVar(k2), tp), t);
+    ExprRef g = softmax ? B::mul(B::sub(unary(KOp::Exp, logProb(loopVar(k2))), isT), scale) : B::mul(unary(KOp::Neg, isT), scale);
     per.push_back(loop(k2, C, false, {b.st(n.outputs[0], xAt(loopVar(p), loopVar(k2)), g)}));
     ks.push_back(b.finish(loop(p, P, true, per)));
   }
@@ -379,40 +380,14 @@ Expected<std::vector<Kernel>> lowerLoss(const std::string& name, const ir::Node&
 
 Expected<std::vector<Kernel>> lowerLossGpu(const std::string& name, const ir::Node& n) { return lowerLossWith(name, n, true); }
 
-Expected<ExprRef> unaryDerivative(const ir::Node& n, ExprRef xv) {
-  std::string of = n.getString("of", "");
-  Scalar t = xv->type;
-  ExprRef one = B::c(1, t), zero = B::c(0, t);
-  auto sig = [&](ExprRef v) { return B::div(one, B::add(one, unary("exp", unary("neg", v)))); };
-  if (of == "Relu") return select(binary("gt", xv, zero), one, zero);
-  if (of == "LeakyRelu") return select(binary("gt", xv, zero), one, B::c(n.getFloat("alpha", 0.01), t));
-  if (of == "Neg") return unary("neg", one);
-  if (of == "Abs") return select(binary("gt", xv, zero), one, select(binary("lt", xv, zero), unary("neg", one), zero));
-  if (of == "Exp") return unary("exp", xv);
-  if (of == "Log") return B::div(one, xv);
-  if (of == "Sqrt") return B::div(B::c(0.5, t), unary("sqrt", xv));
-  if (of == "Reciprocal") return unary("neg", B::div(one, B::mul(xv, xv)));
-  if (of == "Tanh") return B::sub(one, B::mul(unary("tanh", xv), unary("tanh", xv)));
-  if (of == "Sigmoid") return B::mul(sig(xv), B::sub(one, sig(xv)));
-  if (of == "Erf") return B::mul(B::c(2 / std::sqrt(M_PI), t), unary("exp", unary("neg", B::mul(xv, xv))));
-  if (of == "Gelu" && n.getString("approximate", "none") == "tanh") {
-    ExprRef k = B::c(std::sqrt(2 / M_PI), t), c3 = B::c(0.044715, t);
-    ExprRef th = unary("tanh", B::mul(k, B::add(xv, B::mul(c3, B::mul(xv, B::mul(xv, xv))))));
-    return B::add(B::mul(B::c(0.5, t), B::add(one, th)),
-                  B::mul(B::mul(B::mul(B::c(0.5, t), xv), B::sub(one, B::mul(th, th))), B::mul(k, B::add(one, B::mul(B::c(3 * 0.044715, t), B::mul(xv, xv))))));
-  }
-  if (of == "Gelu")
-    return B::add(B::mul(B::c(0.5, t), B::add(one, unary("erf", B::mul(xv, B::c(M_SQRT1_2, t))))),
-                  B::mul(xv, B::mul(B::c(1 / std::sqrt(2 * M_PI), t), unary("exp", B::mul(B::c(-0.5, t), B::mul(xv, xv))))));
-  return makeError(ir::describe(n) + ": the derivative of " + of + " is not generated yet");
-}
-
 /// f'(x) * dy for the unary op named by the `of` attribute.
 Expected<std::vector<Kernel>> lowerUnaryGrad(const std::string& name, const ir::Node& n) {
   const ir::Value *x = n.input(0), *dy = n.input(1), *dx = n.outputs[0];
   B b(name);
   int i = b.newLoopVar();
-  auto d = unaryDerivative(n, b.ld(x, loopVar(i)));
+  auto of = derivativeOf(n);
+  if (!of) return of.takeError();
+  auto d = unaryDerivative(n, *of, b.ld(x, loopVar(i)));
   if (!d) return d.takeError();
   return std::vector<Kernel>{b.finish(loop(i, numel(dx), true, {b.st(dx, loopVar(i), B::mul(*d, b.ld(dy, loopVar(i))))}))};
 }
@@ -440,7 +415,7 @@ Expected<std::vector<Kernel>> lowerOptimizer(const std::string& name, const ir::
     double mom = n.getFloat("momentum", 0), damp = n.getFloat("dampening", 0);
     ExprRef dd = B::add(d, B::mul(B::c(wd, t), w));
     if (mom != 0) {
-      ExprRef first = binary("le", step, one);
+      ExprRef first = binary(KOp::Le, step, one);
       outs.push_back(result(n.outputs[1], select(first, dd, B::add(B::mul(B::c(mom, t), b.ld(n.input(4), at)), B::mul(B::c(1 - damp, t), dd)))));
       ExprRef nb = local(outs.back().second, t);
       dd = n.getInt("nesterov", 0) ? B::add(dd, B::mul(B::c(mom, t), nb)) : nb;
@@ -454,8 +429,8 @@ Expected<std::vector<Kernel>> lowerOptimizer(const std::string& name, const ir::
     outs.push_back(result(n.outputs[1], B::add(B::mul(B::c(b1, t), b.ld(n.input(2), at)), B::mul(B::c(1 - b1, t), dv))));
     outs.push_back(result(n.outputs[2], B::add(B::mul(B::c(b2, t), b.ld(n.input(3), at)), B::mul(B::c(1 - b2, t), B::mul(dv, dv)))));
     ExprRef m = local(outs[0].second, t), v = local(outs[1].second, t);
-    ExprRef bc1 = B::sub(one, binary("pow", B::c(b1, t), step)), bc2 = B::sub(one, binary("pow", B::c(b2, t), step));
-    ExprRef denom = B::add(B::div(unary("sqrt", v), unary("sqrt", bc2)), B::c(eps, t));
+    ExprRef bc1 = B::sub(one, binary(KOp::Pow, B::c(b1, t), step)), bc2 = B::sub(one, binary(KOp::Pow, B::c(b2, t), step));
+    ExprRef denom = B::add(B::div(unary(KOp::Sqrt, v), unary(KOp::Sqrt, bc2)), B::c(eps, t));
     outs.push_back(result(n.outputs[0], B::sub(wv, B::mul(B::div(lr, bc1), B::div(m, denom)))));
   }
   for (auto& [out, l] : outs) body.push_back(b.st(out, at, local(l, t)));
@@ -480,14 +455,14 @@ Expected<std::vector<Kernel>> lowerDropout(const std::string& name, const ir::No
   if (training) {
     ExprRef ratio = ratioV ? cast(b.ld(ratioV, B::i(0)), Scalar::F64) : constant(0.5, Scalar::F64);
     ExprRef seed = u64((uint64_t)n.getInt("seed", 0));
-    if (stepV) seed = binary("xor", binary("mul", seed, u64(0x100000001b3ull)), b.ld(stepV, B::i(0)));
-    ExprRef z = binary("add", binary("add", binary("mul", seed, u64(0x9e3779b97f4a7c15ull)), loopVar(i)), u64(0x632be59bd9b4e019ull));
-    z = binary("mul", binary("xor", z, binary("shr", z, B::i(30))), u64(0xbf58476d1ce4e5b9ull));
-    z = binary("mul", binary("xor", z, binary("shr", z, B::i(27))), u64(0x94d049bb133111ebull));
-    z = binary("xor", z, binary("shr", z, B::i(31)));
-    ExprRef u = binary("mul", cast(binary("shr", z, B::i(11)), Scalar::F64), constant(0x1.0p-53, Scalar::F64));
-    keep = binary("or", binary("eq", ratio, constant(0, Scalar::F64)), binary("ge", u, ratio));
-    scale = cast(binary("div", constant(1, Scalar::F64), binary("sub", constant(1, Scalar::F64), ratio)), t);
+    if (stepV) seed = binary(KOp::Xor, binary(KOp::Mul, seed, u64(0x100000001b3ull)), b.ld(stepV, B::i(0)));
+    ExprRef z = binary(KOp::Add, binary(KOp::Add, binary(KOp::Mul, seed, u64(0x9e3779b97f4a7c15ull)), loopVar(i)), u64(0x632be59bd9b4e019ull));
+    z = binary(KOp::Mul, binary(KOp::Xor, z, binary(KOp::Shr, z, B::i(30))), u64(0xbf58476d1ce4e5b9ull));
+    z = binary(KOp::Mul, binary(KOp::Xor, z, binary(KOp::Shr, z, B::i(27))), u64(0x94d049bb133111ebull));
+    z = binary(KOp::Xor, z, binary(KOp::Shr, z, B::i(31)));
+    ExprRef u = binary(KOp::Mul, cast(binary(KOp::Shr, z, B::i(11)), Scalar::F64), constant(0x1.0p-53, Scalar::F64));
+    keep = binary(KOp::Or, binary(KOp::Eq, ratio, constant(0, Scalar::F64)), binary(KOp::Ge, u, ratio));
+    scale = cast(binary(KOp::Div, constant(1, Scalar::F64), binary(KOp::Sub, constant(1, Scalar::F64), ratio)), t);
   }
   std::vector<StmtRef> body{let(keepL, keep), b.st(y, loopVar(i), select(local(keepL, Scalar::I1), B::mul(b.ld(x, loopVar(i)), scale), B::c(0, t)))};
   if (maskV) body.push_back(b.st(maskV, loopVar(i), local(keepL, Scalar::I1)));

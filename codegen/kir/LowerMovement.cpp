@@ -93,7 +93,7 @@ Expected<std::vector<Kernel>> lowerConcat(const std::string& name, const ir::Nod
       std::vector<ExprRef> ic = c;
       ic[axis] = B::clamp(B::sub(c[axis], B::i(start)), std::max<int64_t>(len, 1));
       ExprRef v = b.ld(in, B::offset(ic, shapeOf(in)));
-      value = value ? select(binary("ge", c[axis], B::i(start)), v, value) : v;
+      value = value ? select(binary(KOp::Ge, c[axis], B::i(start)), v, value) : v;
       start += len;
     }
     return value;
@@ -143,10 +143,10 @@ Expected<std::vector<Kernel>> lowerGatherGrad(const std::string& name, const ir:
   int o = b.newLoopVar(), k = b.newLoopVar(), acc = b.newLocal();
   Scalar t = computeType(dx->type.dtype);
   ExprRef flat = loopVar(o);
-  ExprRef a = binary("idiv", flat, B::i(d * inner)), j = binary("imod", binary("idiv", flat, B::i(inner)), B::i(d)),
-          i = binary("imod", flat, B::i(inner));
+  ExprRef a = binary(KOp::IDiv, flat, B::i(d * inner)), j = binary(KOp::IMod, binary(KOp::IDiv, flat, B::i(inner)), B::i(d)),
+          i = binary(KOp::IMod, flat, B::i(inner));
   ExprRef dyAt = B::add(B::mul(B::add(B::mul(a, B::i(count)), loopVar(k)), B::i(inner)), i);
-  ExprRef hit = binary("eq", gatheredIndex(b, idx, loopVar(k), d), j);
+  ExprRef hit = binary(KOp::Eq, gatheredIndex(b, idx, loopVar(k), d), j);
   ExprRef add = B::add(local(acc, t), select(hit, b.ld(dy, dyAt), B::c(0, t)));
   return std::vector<Kernel>{b.finish(loop(o, numel(dx), true, {let(acc, B::c(0, t)), loop(k, count, false, {set(acc, add)}), b.st(dx, flat, local(acc, t))}))};
 }

@@ -39,17 +39,17 @@ struct Paged {
   ExprRef slot(B& b, const ExprRef& tok) const { return cast(b.ld(seq, tok), Scalar::I64); }
   ExprRef position(B& b, const ExprRef& tok) const { return cast(b.ld(pos, tok), Scalar::I64); }
   ExprRef validToken(const ExprRef& s, const ExprRef& p) const {
-    return binary("and", binary("and", binary("ge", s, B::i(0)), binary("lt", s, B::i(seqs))),
-                  binary("and", binary("ge", p, B::i(0)), binary("lt", p, B::i(maxBlocks * page))));
+    return binary(KOp::And, binary(KOp::And, binary(KOp::Ge, s, B::i(0)), binary(KOp::Lt, s, B::i(seqs))),
+                  binary(KOp::And, binary(KOp::Ge, p, B::i(0)), binary(KOp::Lt, p, B::i(maxBlocks * page))));
   }
   /// The page holding position `p` of sequence slot `s` (unclamped: check with validPage).
   ExprRef pageOf(B& b, const ExprRef& s, const ExprRef& p) const {
-    return cast(b.ld(tables, B::add(B::mul(B::clamp(s, seqs), B::i(maxBlocks)), B::clamp(binary("idiv", p, B::i(page)), maxBlocks))), Scalar::I64);
+    return cast(b.ld(tables, B::add(B::mul(B::clamp(s, seqs), B::i(maxBlocks)), B::clamp(binary(KOp::IDiv, p, B::i(page)), maxBlocks))), Scalar::I64);
   }
-  ExprRef validPage(const ExprRef& blk) const { return binary("and", binary("ge", blk, B::i(0)), binary("lt", blk, B::i(blocks))); }
+  ExprRef validPage(const ExprRef& blk) const { return binary(KOp::And, binary(KOp::Ge, blk, B::i(0)), binary(KOp::Lt, blk, B::i(blocks))); }
   /// The flat offset of element (kv, head, e) of the row of position p in page blk.
   ExprRef at(const ExprRef& blk, int64_t kv, const ExprRef& p, const ExprRef& head, const ExprRef& e) const {
-    ExprRef row = B::add(B::mul(B::add(B::mul(B::clamp(blk, blocks), B::i(2)), B::i(kv)), B::i(page)), binary("imod", p, B::i(page)));
+    ExprRef row = B::add(B::mul(B::add(B::mul(B::clamp(blk, blocks), B::i(2)), B::i(kv)), B::i(page)), binary(KOp::IMod, p, B::i(page)));
     return B::add(B::mul(B::add(B::mul(row, B::i(heads)), head), B::i(dim)), e);
   }
 };
@@ -60,13 +60,13 @@ Kernel cacheWrite(const std::string& name, const ir::Node& n) {
   B b(name);
   int i = b.newLoopVar(), once = b.newLoopVar(), s = b.newLocal(), p = b.newLocal(), blk = b.newLocal();
   int64_t width = g.heads * g.dim; // a token's key (or value) elements
-  ExprRef tok = binary("idiv", loopVar(i), B::i(2 * width)), kv = binary("imod", binary("idiv", loopVar(i), B::i(width)), B::i(2)),
-          e = binary("imod", loopVar(i), B::i(width));
+  ExprRef tok = binary(KOp::IDiv, loopVar(i), B::i(2 * width)), kv = binary(KOp::IMod, binary(KOp::IDiv, loopVar(i), B::i(width)), B::i(2)),
+          e = binary(KOp::IMod, loopVar(i), B::i(width));
   ExprRef S = local(s, Scalar::I64), P = local(p, Scalar::I64), Blk = local(blk, Scalar::I64);
-  ExprRef valid = binary("and", g.validToken(S, P), g.validPage(Blk));
+  ExprRef valid = binary(KOp::And, g.validToken(S, P), g.validPage(Blk));
   ExprRef src = B::add(B::mul(tok, B::i(width)), e);
-  ExprRef value = select(binary("eq", kv, B::i(0)), b.ld(k, src), b.ld(v, src));
-  ExprRef row = B::add(B::mul(B::add(B::mul(B::clamp(Blk, g.blocks), B::i(2)), kv), B::i(g.page)), binary("imod", P, B::i(g.page)));
+  ExprRef value = select(binary(KOp::Eq, kv, B::i(0)), b.ld(k, src), b.ld(v, src));
+  ExprRef row = B::add(B::mul(B::add(B::mul(B::clamp(Blk, g.blocks), B::i(2)), kv), B::i(g.page)), binary(KOp::IMod, P, B::i(g.page)));
   std::vector<StmtRef> body{let(s, g.slot(b, tok)), let(p, g.position(b, tok)), let(blk, g.pageOf(b, S, P)),
                             loopUpTo(once, 1, select(valid, B::i(1), B::i(0)), {b.st(out, B::add(B::mul(row, B::i(width)), e), value)})};
   return b.finish(loop(i, g.tokens * 2 * width, true, std::move(body)));
@@ -81,7 +81,7 @@ Kernel attention(const std::string& name, const ir::Node& n) {
   int r = b.newLoopVar(), j = b.newLoopVar();
   int s = b.newLocal(), p = b.newLocal(), len = b.newLocal(), blk = b.newLocal();
   int m = b.newLocal(), l = b.newLocal(), sc = b.newLocal(), mn = b.newLocal(), corr = b.newLocal(), w = b.newLocal();
-  ExprRef tok = binary("idiv", loopVar(r), B::i(g.heads)), head = binary("imod", loopVar(r), B::i(g.heads));
+  ExprRef tok = binary(KOp::IDiv, loopVar(r), B::i(g.heads)), head = binary(KOp::IMod, loopVar(r), B::i(g.heads));
   ExprRef S = local(s, Scalar::I64), P = local(p, Scalar::I64), Blk = local(blk, Scalar::I64);
   std::vector<StmtRef> body{let(s, g.slot(b, tok)), let(p, g.position(b, tok)),
                             let(len, select(g.validToken(S, P), B::add(P, B::i(1)), B::i(0))), let(m, c(-INFINITY)), let(l, c(0))};
@@ -93,9 +93,9 @@ Kernel attention(const std::string& name, const ir::Node& n) {
   // A page outside the pool reads as a score of -inf: it adds nothing.
   std::vector<StmtRef> step{let(blk, g.pageOf(b, S, key)),
                             let(sc, select(g.validPage(Blk), sumTree(std::move(terms)), c(-INFINITY))),
-                            let(mn, binary("max", local(m, t), local(sc, t))),
-                            let(corr, select(binary("eq", local(mn, t), c(-INFINITY)), c(1), unary("exp", B::sub(local(m, t), local(mn, t))))),
-                            let(w, select(binary("eq", local(sc, t), c(-INFINITY)), c(0), unary("exp", B::sub(local(sc, t), local(mn, t))))),
+                            let(mn, binary(KOp::Max, local(m, t), local(sc, t))),
+                            let(corr, select(binary(KOp::Eq, local(mn, t), c(-INFINITY)), c(1), unary(KOp::Exp, B::sub(local(m, t), local(mn, t))))),
+                            let(w, select(binary(KOp::Eq, local(sc, t), c(-INFINITY)), c(0), unary(KOp::Exp, B::sub(local(sc, t), local(mn, t))))),
                             set(l, B::add(B::mul(local(l, t), local(corr, t)), local(w, t)))};
   for (int64_t e = 0; e < g.dim; ++e)
     step.push_back(set(os[e], B::add(B::mul(local(os[e], t), local(corr, t)), B::mul(local(w, t), b.ld(g.pool, g.at(Blk, 1, key, head, B::i(e)))))));
@@ -103,7 +103,7 @@ Kernel attention(const std::string& name, const ir::Node& n) {
   body.push_back(loopUpTo(j, g.maxBlocks * g.page, local(len, Scalar::I64), std::move(step)));
   for (int64_t e = 0; e < g.dim; ++e)
     body.push_back(b.st(y, B::add(B::mul(loopVar(r), B::i(g.dim)), B::i(e)),
-                        select(binary("gt", local(l, t), c(0)), B::div(local(os[e], t), local(l, t)), c(0))));
+                        select(binary(KOp::Gt, local(l, t), c(0)), B::div(local(os[e], t), local(l, t)), c(0))));
   return b.finish(loop(r, g.tokens * g.heads, true, std::move(body)));
 }
 
@@ -117,9 +117,9 @@ Kernel warpAttention(const std::string& name, const ir::Node& n) {
   B b(name);
   int iv = b.newLoopVar(), step = b.newLoopVar();
   int s = b.newLocal(), p = b.newLocal(), len = b.newLocal(), blk = b.newLocal(), m = b.newLocal(), l = b.newLocal();
-  ExprRef warp = binary("idiv", loopVar(iv), B::i(32)), lane = binary("imod", loopVar(iv), B::i(32));
-  ExprRef tok = binary("idiv", warp, B::i(g.heads)), head = binary("imod", warp, B::i(g.heads));
-  ExprRef group = binary("idiv", lane, B::i(8)), chunk = B::mul(binary("imod", lane, B::i(8)), B::i(width));
+  ExprRef warp = binary(KOp::IDiv, loopVar(iv), B::i(32)), lane = binary(KOp::IMod, loopVar(iv), B::i(32));
+  ExprRef tok = binary(KOp::IDiv, warp, B::i(g.heads)), head = binary(KOp::IMod, warp, B::i(g.heads));
+  ExprRef group = binary(KOp::IDiv, lane, B::i(8)), chunk = B::mul(binary(KOp::IMod, lane, B::i(8)), B::i(width));
   ExprRef S = local(s, Scalar::I64), P = local(p, Scalar::I64), Len = local(len, Scalar::I64), Blk = local(blk, Scalar::I64);
   std::vector<StmtRef> body{let(s, g.slot(b, tok)), let(p, g.position(b, tok)),
                             let(len, select(g.validToken(S, P), B::add(P, B::i(1)), B::i(0))), let(m, f(-INFINITY)), let(l, f(0))};
@@ -138,7 +138,7 @@ Kernel warpAttention(const std::string& name, const ir::Node& n) {
   for (int u = 0; u < 2; ++u) {
     Key& key = keys[u];
     key.j = B::add(j0, B::add(group, B::i(4 * u)));
-    key.valid = binary("lt", key.j, Len);
+    key.valid = binary(KOp::Lt, key.j, Len);
     // Every load first: 4 rows of keys and values in flight.
     key.k = locals(b, width, st, [&](int64_t e) { return b.ld(g.pool, g.at(Blk, 0, key.j, head, B::add(chunk, B::i(e)))); });
     key.v = locals(b, width, st, [&](int64_t e) { return b.ld(g.pool, g.at(Blk, 1, key.j, head, B::add(chunk, B::i(e)))); });
@@ -147,15 +147,15 @@ Kernel warpAttention(const std::string& name, const ir::Node& n) {
     std::vector<ExprRef> terms;
     for (int64_t e = 0; e < width; ++e) terms.push_back(B::mul(lf(qs[e]), lf(key.k[e])));
     key.score = b.newLocal();
-    st.push_back(let(key.score, select(key.valid, warpReduce("add", sumTree(std::move(terms)), 8), f(-INFINITY))));
+    st.push_back(let(key.score, select(key.valid, warpReduce(KOp::Add, sumTree(std::move(terms)), 8), f(-INFINITY))));
   }
   int mn = b.newLocal(), corr = b.newLocal();
-  st.push_back(let(mn, binary("max", lf(m), binary("max", lf(keys[0].score), lf(keys[1].score)))));
-  ExprRef none = binary("eq", lf(mn), f(-INFINITY)); // no visible key yet (a short context's later groups)
-  st.push_back(let(corr, select(none, f(1), unary("exp", B::sub(lf(m), lf(mn))))));
+  st.push_back(let(mn, binary(KOp::Max, lf(m), binary(KOp::Max, lf(keys[0].score), lf(keys[1].score)))));
+  ExprRef none = binary(KOp::Eq, lf(mn), f(-INFINITY)); // no visible key yet (a short context's later groups)
+  st.push_back(let(corr, select(none, f(1), unary(KOp::Exp, B::sub(lf(m), lf(mn))))));
   for (Key& key : keys) {
     key.w = b.newLocal();
-    st.push_back(let(key.w, select(key.valid, unary("exp", B::sub(lf(key.score), lf(mn))), f(0))));
+    st.push_back(let(key.w, select(key.valid, unary(KOp::Exp, B::sub(lf(key.score), lf(mn))), f(0))));
   }
   st.push_back(set(l, B::add(B::mul(lf(l), lf(corr)), B::add(lf(keys[0].w), lf(keys[1].w)))));
   for (int64_t e = 0; e < width; ++e) {
@@ -164,15 +164,15 @@ Kernel warpAttention(const std::string& name, const ir::Node& n) {
     st.push_back(set(os[e], B::add(B::mul(lf(os[e]), lf(corr)), add)));
   }
   st.push_back(set(m, lf(mn)));
-  body.push_back(loopUpTo(step, g.maxBlocks * g.page / rowsPerStep, binary("idiv", B::add(Len, B::i(rowsPerStep - 1)), B::i(rowsPerStep)), std::move(st)));
+  body.push_back(loopUpTo(step, g.maxBlocks * g.page / rowsPerStep, binary(KOp::IDiv, B::add(Len, B::i(rowsPerStep - 1)), B::i(rowsPerStep)), std::move(st)));
   // The four groups' softmaxes merged: the lanes 8 apart hold the same chunk.
   int top = b.newLocal(), scale = b.newLocal(), sum = b.newLocal();
-  body.push_back(let(top, warpReduce("max", lf(m), 4, 8)));
-  body.push_back(let(scale, select(binary("eq", lf(m), f(-INFINITY)), f(0), unary("exp", B::sub(lf(m), lf(top))))));
-  body.push_back(let(sum, warpReduce("add", B::mul(lf(l), lf(scale)), 4, 8)));
+  body.push_back(let(top, warpReduce(KOp::Max, lf(m), 4, 8)));
+  body.push_back(let(scale, select(binary(KOp::Eq, lf(m), f(-INFINITY)), f(0), unary(KOp::Exp, B::sub(lf(m), lf(top))))));
+  body.push_back(let(sum, warpReduce(KOp::Add, B::mul(lf(l), lf(scale)), 4, 8)));
   for (int64_t e = 0; e < width; ++e) {
-    ExprRef o = warpReduce("add", B::mul(lf(os[e]), lf(scale)), 4, 8);
-    body.push_back(b.st(y, B::add(qRow, B::i(e)), select(binary("gt", lf(sum), f(0)), B::div(o, lf(sum)), f(0))));
+    ExprRef o = warpReduce(KOp::Add, B::mul(lf(os[e]), lf(scale)), 4, 8);
+    body.push_back(b.st(y, B::add(qRow, B::i(e)), select(binary(KOp::Gt, lf(sum), f(0)), B::div(o, lf(sum)), f(0))));
   }
   Kernel k = b.finish(loop(iv, g.tokens * g.heads * 32, true, std::move(body)));
   k.gpuOnly = true;

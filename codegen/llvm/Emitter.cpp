@@ -1,6 +1,8 @@
 // The LLVM emitter (see Emitter.h).
 #include "codegen/llvm/Emitter.h"
 
+#include "codegen/llvm/EmitMath.h"
+
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
@@ -362,17 +364,8 @@ private:
 
   /// bf16 <-> f32 with integer operations (round to nearest even, NaN kept quiet), so no
   /// target needs a library routine for it.
-  llvm::Value* bf16ToFloat(llvm::Value* bits) {
-    return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits, b_.getInt32Ty()), 16), b_.getFloatTy());
-  }
-  llvm::Value* floatToBf16(llvm::Value* f) {
-    llvm::Value* bits = b_.CreateBitCast(f, b_.getInt32Ty());
-    llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
-    llvm::Value* rounded = b_.CreateLShr(b_.CreateAdd(bits, b_.CreateAdd(b_.getInt32(0x7fff), lsb)), 16);
-    llvm::Value* quiet = b_.CreateOr(b_.CreateLShr(bits, 16), b_.getInt32(0x40));
-    llvm::Value* isNan = b_.CreateFCmpUNO(f, f);
-    return b_.CreateTrunc(b_.CreateSelect(isNan, quiet, rounded), b_.getInt16Ty());
-  }
+  llvm::Value* floatToBf16(llvm::Value* f) { return math_.floatToBf16(f); }
+  llvm::Value* bf16ToFloat(llvm::Value* bits) { return math_.bf16ToFloat(bits); }
 
   Expected<llvm::Value*> loadElement(int buffer, llvm::Value* index, Scalar want) {
     ir::DType dt = k_.buffers[buffer].dtype;
@@ -399,118 +392,6 @@ private:
     return Error::success();
   }
 
-  llvm::Value* callMath(const char* f32Name, const char* f64Name, llvm::Value* x) {
-    bool f64 = x->getType()->isDoubleTy();
-    llvm::FunctionCallee f = m_.getOrInsertFunction(f64 ? f64Name : f32Name, x->getType(), x->getType());
-    return b_.CreateCall(f, {x});
-  }
-
-  llvm::Value* intrinsic(llvm::Intrinsic::ID id, std::vector<llvm::Value*> args) {
-    return b_.CreateIntrinsic(id, {args[0]->getType()}, args);
-  }
-
-  llvm::Value* fconst(llvm::Value* like, double v) { return llvm::ConstantFP::get(like->getType(), v); }
-
-  /// exp and log: LLVM's intrinsics on x86 (libm); on the GPU, PTX's ex2/lg2
-  /// (f32; NVPTX has no library to lower the intrinsics to).
-  Expected<llvm::Value*> expOf(llvm::Value* x) {
-    if (t_.kind == Target::X86) return intrinsic(llvm::Intrinsic::exp, {x});
-    if (!x->getType()->isFloatTy()) return fail("f64 exp/log on the GPU is not generated yet");
-    return (llvm::Value*)b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {b_.CreateFMul(x, fconst(x, M_LOG2E))});
-  }
-
-  Expected<llvm::Value*> logOf(llvm::Value* x) {
-    if (t_.kind == Target::X86) return intrinsic(llvm::Intrinsic::log, {x});
-    if (!x->getType()->isFloatTy()) return fail("f64 exp/log on the GPU is not generated yet");
-    return (llvm::Value*)b_.CreateFMul(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_lg2_approx_f, {}, {x}), fconst(x, M_LN2));
-  }
-
-  /// tanh and erf: libm on x86; on the GPU from exp (no libm there).
-  Expected<llvm::Value*> tanhOf(llvm::Value* x) {
-    if (t_.kind == Target::X86) return callMath("tanhf", "tanh", x);
-    // tanh(x) = sign(x) * (1 - 2 / (exp(2|x|) + 1)), stable for large |x|.
-    llvm::Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
-    auto e = expOf(b_.CreateFMul(ax, fconst(x, 2)));
-    if (!e) return e.takeError();
-    llvm::Value* t = b_.CreateFSub(fconst(x, 1), b_.CreateFDiv(fconst(x, 2), b_.CreateFAdd(*e, fconst(x, 1))));
-    return intrinsic(llvm::Intrinsic::copysign, {t, x});
-  }
-
-  Expected<llvm::Value*> erfOf(llvm::Value* x) {
-    if (t_.kind == Target::X86) return callMath("erff", "erf", x);
-    // Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): GPU precision is checked on the device.
-    llvm::Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
-    llvm::Value* t = b_.CreateFDiv(fconst(x, 1), b_.CreateFAdd(fconst(x, 1), b_.CreateFMul(fconst(x, 0.3275911), ax)));
-    const double c[] = {1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592};
-    llvm::Value* p = fconst(x, c[0]);
-    for (int i = 1; i < 5; ++i) p = b_.CreateFAdd(b_.CreateFMul(p, t), fconst(x, c[i]));
-    p = b_.CreateFMul(p, t);
-    auto e = expOf(b_.CreateFNeg(b_.CreateFMul(ax, ax)));
-    if (!e) return e.takeError();
-    return intrinsic(llvm::Intrinsic::copysign, {b_.CreateFSub(fconst(x, 1), b_.CreateFMul(p, *e)), x});
-  }
-
-  Expected<llvm::Value*> unaryOp(const std::string& op, llvm::Value* x) {
-    bool fp = x->getType()->isFloatingPointTy();
-    if (op == "neg") return fp ? b_.CreateFNeg(x) : b_.CreateNeg(x);
-    if (op == "abs") return fp ? intrinsic(llvm::Intrinsic::fabs, {x}) : b_.CreateIntrinsic(llvm::Intrinsic::abs, {x->getType()}, {x, b_.getFalse()});
-    if (op == "not") return b_.CreateNot(x);
-    if (!fp) return fail("'" + op + "' needs a floating-point operand");
-    if (op == "exp") return expOf(x);
-    if (op == "log") return logOf(x);
-    if (op == "sqrt") return intrinsic(llvm::Intrinsic::sqrt, {x});
-    if (op == "floor") return intrinsic(llvm::Intrinsic::floor, {x});
-    if (op == "tanh") return tanhOf(x);
-    if (op == "round_bf16") return bf16ToFloat(floatToBf16(x));
-    if (op == "round_f16") return b_.CreateFPExt(b_.CreateFPTrunc(x, b_.getHalfTy()), x->getType());
-    if (op == "erf") return erfOf(x);
-    return fail("unknown unary op '" + op + "'");
-  }
-
-  Expected<llvm::Value*> binaryOp(const std::string& op, llvm::Value* a, llvm::Value* c) {
-    bool fp = a->getType()->isFloatingPointTy();
-    if (op == "add") return fp ? b_.CreateFAdd(a, c) : b_.CreateAdd(a, c);
-    if (op == "sub") return fp ? b_.CreateFSub(a, c) : b_.CreateSub(a, c);
-    if (op == "mul") return fp ? b_.CreateFMul(a, c) : b_.CreateMul(a, c);
-    if (op == "div") return fp ? b_.CreateFDiv(a, c) : b_.CreateSDiv(a, c);
-    if (op == "idiv") return b_.CreateSDiv(a, c);
-    if (op == "imod") return b_.CreateSRem(a, c);
-    if (op == "xor") return b_.CreateXor(a, c);
-    if (op == "shr") return b_.CreateLShr(a, c);
-    if (op == "and") return b_.CreateAnd(a, c);
-    if (op == "or") return b_.CreateOr(a, c);
-    if (op == "min") return fp ? intrinsic(llvm::Intrinsic::minimum, {a, c}) : intrinsic(llvm::Intrinsic::smin, {a, c});
-    if (op == "max") return fp ? intrinsic(llvm::Intrinsic::maximum, {a, c}) : intrinsic(llvm::Intrinsic::smax, {a, c});
-    if (op == "pow") { // exp(b * log(a)) on the GPU; libm on the CPU
-      if (!fp) return fail("'pow' needs floating-point operands");
-      if (t_.kind == Target::X86) {
-        bool f64 = a->getType()->isDoubleTy();
-        llvm::FunctionCallee f = m_.getOrInsertFunction(f64 ? "pow" : "powf", a->getType(), a->getType(), a->getType());
-        return b_.CreateCall(f, {a, c});
-      }
-      // |a|^c = exp(c log|a|); a negative base takes the sign of an odd integer c (NaN for
-      // a fractional c); a zero exponent gives 1, as pow does.
-      auto l = logOf(intrinsic(llvm::Intrinsic::fabs, {a}));
-      if (!l) return l.takeError();
-      auto r = expOf(b_.CreateFMul(c, *l));
-      if (!r) return r.takeError();
-      llvm::Value* fc = intrinsic(llvm::Intrinsic::floor, {c});
-      llvm::Value* isInt = b_.CreateFCmpOEQ(fc, c);
-      llvm::Value* half = intrinsic(llvm::Intrinsic::floor, {b_.CreateFMul(c, fconst(c, 0.5))});
-      llvm::Value* odd = b_.CreateFCmpUNE(b_.CreateFMul(half, fconst(c, 2)), c);
-      llvm::Value* negBase = b_.CreateSelect(isInt, b_.CreateSelect(odd, b_.CreateFNeg(*r), *r), fconst(c, NAN));
-      llvm::Value* v = b_.CreateSelect(b_.CreateFCmpOLT(a, fconst(a, 0)), negBase, *r);
-      return b_.CreateSelect(b_.CreateFCmpOEQ(c, fconst(c, 0)), fconst(c, 1), v);
-    }
-    static const std::map<std::string, std::pair<llvm::CmpInst::Predicate, llvm::CmpInst::Predicate>> cmp = {
-        {"eq", {llvm::CmpInst::FCMP_OEQ, llvm::CmpInst::ICMP_EQ}}, {"lt", {llvm::CmpInst::FCMP_OLT, llvm::CmpInst::ICMP_SLT}},
-        {"le", {llvm::CmpInst::FCMP_OLE, llvm::CmpInst::ICMP_SLE}}, {"gt", {llvm::CmpInst::FCMP_OGT, llvm::CmpInst::ICMP_SGT}},
-        {"ge", {llvm::CmpInst::FCMP_OGE, llvm::CmpInst::ICMP_SGE}}};
-    auto it = cmp.find(op);
-    if (it == cmp.end()) return fail("unknown binary op '" + op + "'");
-    return fp ? b_.CreateFCmp(it->second.first, a, c) : b_.CreateICmp(it->second.second, a, c);
-  }
-
   llvm::Value* convert(llvm::Value* v, Scalar from, Scalar to) {
     llvm::Type* t = scalarType(to);
     bool fFrom = from == Scalar::F32 || from == Scalar::F64, fTo = to == Scalar::F32 || to == Scalar::F64;
@@ -524,12 +405,12 @@ private:
 
   /// A butterfly over aligned groups of `lanes` lanes with shfl.sync: every lane ends with its
   /// group's result.
-  Expected<llvm::Value*> warpReduce(const std::string& op, llvm::Value* v, int lanes, int stride) {
+  Expected<llvm::Value*> warpReduce(kir::KOp op, llvm::Value* v, int lanes, int stride) {
     if (t_.kind != Target::NVPTX || !v->getType()->isFloatTy()) return fail("warp reductions are generated for GPUs, on f32, only");
     for (int offset = lanes / 2 * stride; offset >= stride; offset /= 2) {
       llvm::Value* other = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
                                               {b_.getInt32(-1), v, b_.getInt32(offset), b_.getInt32(31)});
-      auto combined = binaryOp(op, v, other);
+      auto combined = math_.binary(op, v, other);
       if (!combined) return combined.takeError();
       v = *combined;
     }
@@ -555,8 +436,8 @@ private:
     case ExprKind::LoopVar: r = loopVars_.at(e.id); break;
     case ExprKind::Local: r = b_.CreateLoad(scalarType(e.type), locals_.at(e.id)); break;
     case ExprKind::Load: r = loadElement(e.id, a[0], e.type); break;
-    case ExprKind::Unary: r = unaryOp(e.op, a[0]); break;
-    case ExprKind::Binary: r = binaryOp(e.op, a[0], a[1]); break;
+    case ExprKind::Unary: r = math_.unary(e.op, a[0]); break;
+    case ExprKind::Binary: r = math_.binary(e.op, a[0], a[1]); break;
     case ExprKind::Select: r = b_.CreateSelect(a[0], a[1], a[2]); break;
     case ExprKind::Cast: r = convert(a[0], e.args[0]->type, e.type); break;
     case ExprKind::WarpReduce: r = warpReduce(e.op, a[0], (int)e.bits, std::max(1, e.id)); break;
@@ -570,6 +451,7 @@ private:
   const kir::Kernel& k_;
   const TargetSpec& t_;
   llvm::IRBuilder<> b_;
+  MathEmitter math_{m_, b_, t_.kind};
   llvm::Function* fn_ = nullptr;
   std::vector<llvm::Value*> buffers_, loopVars_, locals_;
   std::map<const Expr*, llvm::Value*> cache_;

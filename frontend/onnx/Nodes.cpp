@@ -101,29 +101,15 @@ Error upgrade(ImportCtx& c, Op op, std::map<std::string, Attr>& attrs, std::vect
 
 constexpr const char* kTrainingDomain = "ai.onnx.preview.training";
 
-/// The ONNX domain of an IR op: "" for the default domain, the training
+/// The ONNX domain of an IR op (Ops.def): "" for the default domain, the training
 /// domain for its optimizers, "-" for ops that exist only in sgc's IR.
 std::string onnxDomain(Op op) {
-  switch (op) {
-  case Op::Adagrad: case Op::Momentum: case Op::Adam: return kTrainingDomain;
-  case Op::SumTo: case Op::UnaryGrad: case Op::SoftmaxGrad: case Op::LayerNormGrad: case Op::BatchNormGrad:
-  case Op::SceLossGrad: case Op::NllLossGrad: case Op::SliceGrad: case Op::GatherGrad: case Op::GatherElementsGrad:
-  case Op::ConvGradInput: case Op::ConvGradWeight: case Op::PoolGrad: case Op::SgdUpdate: case Op::AdamUpdate: case Op::AllReduce:
-  case Op::ReduceScatter: case Op::Shard: case Op::AllGather:
-    return "-";
-  default: return "";
+  switch (ir::opInfo(op).domain) {
+  case ir::OpDomain::Onnx: return "";
+  case ir::OpDomain::Training: return kTrainingDomain;
+  case ir::OpDomain::Ir: return "-";
   }
-}
-
-/// The minimum default-domain opset at which an op exists in its IR form.
-int sinceOpset(Op op) {
-  switch (op) {
-  case Op::Gelu: return 20;
-  case Op::LayerNormalization: return 17;
-  case Op::Trilu: case Op::HardSwish: return 14;
-  case Op::Mish: return 18;
-  default: return 0;
-  }
+  return "-";
 }
 
 /// Opset < 13 Softmax family: softmax of the input flattened to 2D at `axis`.
@@ -154,7 +140,7 @@ Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
   if (!op || onnxDomain(*op) != domain)
     return c.fail("op " + n.op_type() + (domain.empty() ? " (opset " + std::to_string(c.opset) + ")" : " of domain '" + domain + "'") +
                   " is not supported");
-  if (c.opset < sinceOpset(*op)) return c.fail("op " + n.op_type() + " does not exist in opset " + std::to_string(c.opset));
+  if (ir::opInfo(*op).domain == ir::OpDomain::Onnx && c.opset < ir::opInfo(*op).since) return c.fail("op " + n.op_type() + " does not exist in opset " + std::to_string(c.opset));
   std::map<std::string, Attr> attrs;
   for (const auto& a : n.attribute()) {
     auto v = convertAttr(c, a);

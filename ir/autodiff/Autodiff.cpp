@@ -8,14 +8,14 @@
 
 namespace sgc::ir {
 
-#define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel, Grad) Error grad##Grad(GradCtx&);
+#define OP(N, MinI, MaxI, MinO, MaxO, Class, Rule, Kernel, Grad, ...) Error grad##Grad(GradCtx&);
 #include "ir/Ops.def"
 
 namespace {
 
 bool hasGradRule(Op op) {
   switch (op) {
-#define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel, Grad) \
+#define OP(N, MinI, MaxI, MinO, MaxO, Class, Rule, Kernel, Grad, ...) \
   case Op::N: return std::string_view(#Grad) != "None";
 #include "ir/Ops.def"
   }
@@ -24,7 +24,7 @@ bool hasGradRule(Op op) {
 
 Error dispatch(GradCtx& c) {
   switch (c.n.op) {
-#define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel, Grad) \
+#define OP(N, MinI, MaxI, MinO, MaxO, Class, Rule, Kernel, Grad, ...) \
   case Op::N: return grad##Grad(c);
 #include "ir/Ops.def"
   }

@@ -69,6 +69,72 @@ std::function<double(double)> unaryFloat(const Node& n) {
   }
 }
 
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+} // namespace
+
+/// d/dx of the unary op `of`, with the attributes of `n` (a UnaryGrad node carries the forward
+/// op's); nullptr where `of` has no derivative.
+std::function<double(double)> unaryDerivative(const Node& n, Op of) {
+  double alpha = n.getFloat("alpha", 0), gamma = 0;
+  switch (of) {
+  case Op::Identity: return [](double) { return 1.0; };
+  case Op::Neg: return [](double) { return -1.0; };
+  case Op::Abs: return [](double x) { return double((x > 0) - (x < 0)); };
+  case Op::Reciprocal: return [](double x) { return -1 / (x * x); };
+  case Op::Sqrt: return [](double x) { return 0.5 / std::sqrt(x); };
+  case Op::Exp: return [](double x) { return std::exp(x); };
+  case Op::Log: return [](double x) { return 1 / x; };
+  case Op::Erf: return [](double x) { return 2 / std::sqrt(M_PI) * std::exp(-x * x); };
+  case Op::Tanh: return [](double x) { return 1 - std::tanh(x) * std::tanh(x); };
+  case Op::Sigmoid: return [](double x) { return sigmoid(x) * (1 - sigmoid(x)); };
+  case Op::Relu: return [](double x) { return x > 0 ? 1.0 : 0.0; };
+  case Op::LeakyRelu: alpha = n.getFloat("alpha", 0.01); return [=](double x) { return x > 0 ? 1.0 : alpha; };
+  case Op::Elu: alpha = n.getFloat("alpha", 1); return [=](double x) { return x > 0 ? 1.0 : alpha * std::exp(x); };
+  case Op::Selu:
+    alpha = n.getFloat("alpha", 1.67326319217681884765625);
+    gamma = n.getFloat("gamma", 1.05070102214813232421875);
+    return [=](double x) { return x > 0 ? gamma : gamma * alpha * std::exp(x); };
+  case Op::Celu: alpha = n.getFloat("alpha", 1); return [=](double x) { return x > 0 ? 1.0 : std::exp(x / alpha); };
+  case Op::Gelu:
+    if (n.getString("approximate", "none") == "tanh")
+      return [](double x) {
+        double k = std::sqrt(2 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+      };
+    return [](double x) { return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI); };
+  case Op::Softplus: return sigmoid;
+  case Op::Softsign: return [](double x) { return 1 / ((1 + std::fabs(x)) * (1 + std::fabs(x))); };
+  case Op::HardSigmoid:
+    alpha = n.getFloat("alpha", 0.2), gamma = n.getFloat("beta", 0.5);
+    return [=](double x) {
+      double v = alpha * x + gamma;
+      return v > 0 && v < 1 ? alpha : 0.0;
+    };
+  case Op::HardSwish: return [](double x) { return x < -3 ? 0.0 : x > 3 ? 1.0 : (2 * x + 3) / 6; };
+  case Op::ThresholdedRelu: alpha = n.getFloat("alpha", 1); return [=](double x) { return x > alpha ? 1.0 : 0.0; };
+  case Op::Mish:
+    return [](double x) {
+      double t = std::tanh(softplus(x));
+      return t + x * (1 - t * t) * sigmoid(x);
+    };
+  case Op::Sin: return [](double x) { return std::cos(x); };
+  case Op::Cos: return [](double x) { return -std::sin(x); };
+  case Op::Tan: return [](double x) { return 1 + std::tan(x) * std::tan(x); };
+  case Op::Asin: return [](double x) { return 1 / std::sqrt(1 - x * x); };
+  case Op::Acos: return [](double x) { return -1 / std::sqrt(1 - x * x); };
+  case Op::Atan: return [](double x) { return 1 / (1 + x * x); };
+  case Op::Sinh: return [](double x) { return std::cosh(x); };
+  case Op::Cosh: return [](double x) { return std::sinh(x); };
+  case Op::Asinh: return [](double x) { return 1 / std::sqrt(x * x + 1); };
+  case Op::Acosh: return [](double x) { return 1 / std::sqrt(x * x - 1); };
+  case Op::Atanh: return [](double x) { return 1 / (1 - x * x); };
+  default: return nullptr;
+  }
+}
+
+namespace {
+
 bool isIntegerSafeUnary(Op op) {
   return op == Op::Neg || op == Op::Abs || op == Op::Sign || op == Op::Relu;
 }

@@ -4,75 +4,15 @@
 #include <cmath>
 
 namespace sgc::ir {
-namespace {
-
-double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
-
-/// d/dx of the unary op named `of` (attributes from the grad node).
-Expected<double> derivative(const EvalCtx& c, const std::string& of, double x) {
-  const Node& n = c.node;
-  if (of == "Identity") return 1.0;
-  if (of == "Neg") return -1.0;
-  if (of == "Abs") return double((x > 0) - (x < 0));
-  if (of == "Reciprocal") return -1 / (x * x);
-  if (of == "Sqrt") return 0.5 / std::sqrt(x);
-  if (of == "Exp") return std::exp(x);
-  if (of == "Log") return 1 / x;
-  if (of == "Erf") return 2 / std::sqrt(M_PI) * std::exp(-x * x);
-  if (of == "Tanh") return 1 - std::tanh(x) * std::tanh(x);
-  if (of == "Sigmoid") return sigmoid(x) * (1 - sigmoid(x));
-  if (of == "Relu") return x > 0 ? 1.0 : 0.0;
-  if (of == "LeakyRelu") return x > 0 ? 1.0 : n.getFloat("alpha", 0.01);
-  if (of == "Elu") return x > 0 ? 1.0 : n.getFloat("alpha", 1) * std::exp(x);
-  if (of == "Selu") {
-    double a = n.getFloat("alpha", 1.67326319217681884765625), g = n.getFloat("gamma", 1.05070102214813232421875);
-    return x > 0 ? g : g * a * std::exp(x);
-  }
-  if (of == "Celu") return x > 0 ? 1.0 : std::exp(x / n.getFloat("alpha", 1));
-  if (of == "Gelu") {
-    if (n.getString("approximate", "none") == "tanh") {
-      double k = std::sqrt(2 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
-      return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
-    }
-    return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
-  }
-  if (of == "Softplus") return sigmoid(x);
-  if (of == "Softsign") return 1 / ((1 + std::fabs(x)) * (1 + std::fabs(x)));
-  if (of == "HardSigmoid") {
-    double a = n.getFloat("alpha", 0.2), v = a * x + n.getFloat("beta", 0.5);
-    return v > 0 && v < 1 ? a : 0.0;
-  }
-  if (of == "HardSwish") return x < -3 ? 0.0 : x > 3 ? 1.0 : (2 * x + 3) / 6;
-  if (of == "ThresholdedRelu") return x > n.getFloat("alpha", 1) ? 1.0 : 0.0;
-  if (of == "Mish") {
-    double sp = x > 30 ? x : std::log1p(std::exp(x)), t = std::tanh(sp);
-    return t + x * (1 - t * t) * sigmoid(x);
-  }
-  if (of == "Sin") return std::cos(x);
-  if (of == "Cos") return -std::sin(x);
-  if (of == "Tan") return 1 + std::tan(x) * std::tan(x);
-  if (of == "Asin") return 1 / std::sqrt(1 - x * x);
-  if (of == "Acos") return -1 / std::sqrt(1 - x * x);
-  if (of == "Atan") return 1 / (1 + x * x);
-  if (of == "Sinh") return std::cosh(x);
-  if (of == "Cosh") return std::sinh(x);
-  if (of == "Asinh") return 1 / std::sqrt(x * x + 1);
-  if (of == "Acosh") return 1 / std::sqrt(x * x - 1);
-  if (of == "Atanh") return 1 / (1 - x * x);
-  return c.fail("no derivative for '" + of + "'");
-}
-
-} // namespace
 
 Error evalUnaryGrad(EvalCtx& c) {
   const Tensor &x = *c.in[0], &dy = *c.in[1];
   if (x.shape != dy.shape) return c.fail("x and dy must have one shape");
   std::string of = c.node.getString("of", "");
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    auto d = derivative(c, of, x.getF(i));
-    if (!d) return d.takeError();
-    c.out[0].setF(i, *d * dy.getF(i));
-  }
+  auto op = opFromName(of);
+  auto d = op ? unaryDerivative(c.node, *op) : nullptr;
+  if (!d) return c.fail("no derivative for '" + of + "'");
+  for (int64_t i = 0; i < x.numel(); ++i) c.out[0].setF(i, d(x.getF(i)) * dy.getF(i));
   return Error::success();
 }
 

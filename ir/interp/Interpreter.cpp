@@ -8,13 +8,13 @@
 
 namespace sgc::ir {
 
-#define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel, Grad) Error eval##Kernel(EvalCtx&);
+#define OP(N, MinI, MaxI, MinO, MaxO, Class, Rule, Kernel, Grad, ...) Error eval##Kernel(EvalCtx&);
 #include "ir/Ops.def"
 
 namespace {
 Error dispatch(EvalCtx& c) {
   switch (c.node.op) {
-#define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel, Grad) \
+#define OP(N, MinI, MaxI, MinO, MaxO, Class, Rule, Kernel, Grad, ...) \
   case Op::N: return eval##Kernel(c);
 #include "ir/Ops.def"
   }

@@ -52,6 +52,10 @@ void forWindow(const Window& w, const std::vector<int64_t>& in, const std::vecto
 /// AveragePool's divisor with count_include_pad: window positions inside the padded input.
 int64_t paddedWindowCount(const Window& w, const std::vector<int64_t>& in, const std::vector<int64_t>& o);
 
+/// d/dx of the unary elementwise op `of` with the attributes of `n` (ir/interp/Elementwise.cpp,
+/// beside the op's value); nullptr where it has none.
+std::function<double(double)> unaryDerivative(const Node& n, Op of);
+
 /// double -> int64 without undefined behaviour for NaN or out-of-range values.
 int64_t toInt(double v);
 

@@ -9,29 +9,22 @@
 namespace sgc::ir {
 namespace {
 
+/// --recompute selective: elementwise ops and views, transposes and broadcasts.
 bool selective(Op op) {
-  switch (op) {
-  case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Neg: case Op::Exp: case Op::Log: case Op::Sqrt:
-  case Op::Tanh: case Op::Erf: case Op::Sigmoid: case Op::Relu: case Op::LeakyRelu: case Op::Gelu: case Op::Where:
-  case Op::Cast: case Op::Pow: case Op::Clip: case Op::Identity: case Op::Equal: case Op::Less: case Op::Greater:
-  case Op::Reshape: case Op::Flatten: case Op::Squeeze: case Op::Unsqueeze: case Op::Transpose: case Op::Expand:
-    return true;
-  default: return false;
-  }
+  OpClass c = opClass(op);
+  return c == OpClass::Elementwise || c == OpClass::View || c == OpClass::Layout;
 }
 
+/// --recompute full: row-wise ops (softmax, normalizations), reductions, data movement (gathers,
+/// slices, concatenations, pads), pooling and dropout too; never products or convolutions.
 bool full(Op op) {
-  switch (op) {
-  case Op::Softmax: case Op::LogSoftmax: case Op::LayerNormalization: case Op::BatchNormalization: case Op::Dropout:
-  case Op::Gather: case Op::Slice: case Op::Concat: case Op::Split: case Op::ReduceSum: case Op::ReduceMean:
-  case Op::ReduceMax: case Op::Pad: case Op::MaxPool: case Op::AveragePool:
-    return true;
+  switch (opClass(op)) {
+  case OpClass::Row: case OpClass::Reduction: case OpClass::Movement: case OpClass::Pool: case OpClass::Random: return true;
   default: return selective(op);
   }
 }
 
-bool elementwise(Op op) { return selective(op) && op != Op::Reshape && op != Op::Flatten && op != Op::Squeeze && op != Op::Unsqueeze &&
-                                  op != Op::Transpose && op != Op::Expand && op != Op::Identity; }
+bool elementwise(Op op) { return opClass(op) == OpClass::Elementwise && op != Op::Identity; }
 
 struct Recomputer {
   Graph& g;

@@ -3,14 +3,14 @@
 
 namespace sgc::ir {
 
-#define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel, Grad) Error infer##Rule(InferCtx&);
+#define OP(N, MinI, MaxI, MinO, MaxO, Class, Rule, Kernel, Grad, ...) Error infer##Rule(InferCtx&);
 #include "ir/Ops.def"
 
 Error inferNode(InferCtx& c) {
   c.out.assign(c.node.outputs.size(), Type{});
   Error e = Error::success();
   switch (c.node.op) {
-#define OP(N, MinI, MaxI, MinO, MaxO, Rule, Kernel, Grad) \
+#define OP(N, MinI, MaxI, MinO, MaxO, Class, Rule, Kernel, Grad, ...) \
   case Op::N: e = infer##Rule(c); break;
 #include "ir/Ops.def"
   }

@@ -1,0 +1,224 @@
+// The scalar operations of the kernel IR as LLVM IR (see EmitMath.h).
+#include "codegen/llvm/EmitMath.h"
+
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include <cmath>
+
+namespace sgc::codegen {
+
+using kir::KOp;
+
+llvm::Value* MathEmitter::intrinsic(llvm::Intrinsic::ID id, std::vector<llvm::Value*> args) {
+  return b_.CreateIntrinsic(id, {args[0]->getType()}, args);
+}
+
+llvm::Value* MathEmitter::libm(const char* f32Name, const char* f64Name, std::vector<llvm::Value*> args) {
+  llvm::Type* t = args[0]->getType();
+  std::vector<llvm::Type*> params(args.size(), t);
+  llvm::FunctionCallee f = m_.getOrInsertFunction(t->isDoubleTy() ? f64Name : f32Name, llvm::FunctionType::get(t, params, false));
+  return b_.CreateCall(f, args);
+}
+
+Expected<llvm::Value*> MathEmitter::gpuF32(llvm::Value* x, const char* what) {
+  if (!x->getType()->isFloatTy()) return makeError(std::string("f64 ") + what + " on the GPU is not generated yet");
+  return x;
+}
+
+llvm::Value* MathEmitter::floatToBf16(llvm::Value* f) {
+  llvm::Value* bits = b_.CreateBitCast(f, b_.getInt32Ty());
+  llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
+  llvm::Value* rounded = b_.CreateLShr(b_.CreateAdd(bits, b_.CreateAdd(b_.getInt32(0x7fff), lsb)), 16);
+  llvm::Value* quiet = b_.CreateOr(b_.CreateLShr(bits, 16), b_.getInt32(0x40));
+  llvm::Value* isNan = b_.CreateFCmpUNO(f, f);
+  return b_.CreateTrunc(b_.CreateSelect(isNan, quiet, rounded), b_.getInt16Ty());
+}
+
+llvm::Value* MathEmitter::bf16ToFloat(llvm::Value* bits) {
+  return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits, b_.getInt32Ty()), 16), b_.getFloatTy());
+}
+
+/// exp and log on the GPU: PTX's ex2/lg2 (f32).
+Expected<llvm::Value*> MathEmitter::exp(llvm::Value* x) {
+  if (!gpu()) return intrinsic(llvm::Intrinsic::exp, {x});
+  if (auto e = gpuF32(x, "exp"); !e) return e.takeError();
+  return (llvm::Value*)b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {b_.CreateFMul(x, c(x, M_LOG2E))});
+}
+
+Expected<llvm::Value*> MathEmitter::log(llvm::Value* x) {
+  if (!gpu()) return intrinsic(llvm::Intrinsic::log, {x});
+  if (auto e = gpuF32(x, "log"); !e) return e.takeError();
+  return (llvm::Value*)b_.CreateFMul(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_lg2_approx_f, {}, {x}), c(x, M_LN2));
+}
+
+/// exp(x) - 1 (Kahan): with u = exp(x), (u - 1) x / log(u) cancels the rounding of u near 0.
+Expected<llvm::Value*> MathEmitter::expm1(llvm::Value* x) {
+  if (!gpu()) return libm("expm1f", "expm1", {x});
+  auto u = exp(x);
+  if (!u) return u;
+  llvm::Value* um1 = b_.CreateFSub(*u, c(x, 1));
+  auto lu = log(*u);
+  if (!lu) return lu;
+  llvm::Value* v = b_.CreateFDiv(b_.CreateFMul(um1, x), *lu);
+  v = b_.CreateSelect(b_.CreateFCmpOEQ(um1, c(x, -1)), c(x, -1), v);
+  v = b_.CreateSelect(b_.CreateFCmpOEQ(*u, c(x, INFINITY)), *u, v);
+  return b_.CreateSelect(b_.CreateFCmpOEQ(*u, c(x, 1)), x, v);
+}
+
+/// log(1 + x) (Kahan): with u = 1 + x, log(u) x / (u - 1).
+Expected<llvm::Value*> MathEmitter::log1p(llvm::Value* x) {
+  if (!gpu()) return libm("log1pf", "log1p", {x});
+  llvm::Value* u = b_.CreateFAdd(x, c(x, 1));
+  auto lu = log(u);
+  if (!lu) return lu;
+  llvm::Value* v = b_.CreateFDiv(b_.CreateFMul(*lu, x), b_.CreateFSub(u, c(x, 1)));
+  v = b_.CreateSelect(b_.CreateFCmpOEQ(u, c(x, INFINITY)), u, v);
+  return b_.CreateSelect(b_.CreateFCmpOEQ(u, c(x, 1)), x, v);
+}
+
+/// tanh(x) = sign(x) (1 - 2 / (exp(2|x|) + 1)), stable for large |x|; near 0, where that
+/// difference cancels, x (1 - x^2/3 + 2x^4/15).
+Expected<llvm::Value*> MathEmitter::tanh(llvm::Value* x) {
+  if (!gpu()) return libm("tanhf", "tanh", {x});
+  llvm::Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
+  auto e = exp(b_.CreateFMul(ax, c(x, 2)));
+  if (!e) return e;
+  llvm::Value* t = b_.CreateFSub(c(x, 1), b_.CreateFDiv(c(x, 2), b_.CreateFAdd(*e, c(x, 1))));
+  llvm::Value* x2 = b_.CreateFMul(x, x);
+  llvm::Value* small = b_.CreateFMul(x, b_.CreateFAdd(c(x, 1), b_.CreateFMul(x2, b_.CreateFAdd(c(x, -1.0 / 3), b_.CreateFMul(x2, c(x, 2.0 / 15))))));
+  return b_.CreateSelect(b_.CreateFCmpOLT(ax, c(x, 1e-3)), small, intrinsic(llvm::Intrinsic::copysign, {t, x}));
+}
+
+/// erf: Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7); GPU precision is checked on the device.
+Expected<llvm::Value*> MathEmitter::erf(llvm::Value* x) {
+  if (!gpu()) return libm("erff", "erf", {x});
+  llvm::Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
+  llvm::Value* t = b_.CreateFDiv(c(x, 1), b_.CreateFAdd(c(x, 1), b_.CreateFMul(c(x, 0.3275911), ax)));
+  const double k[] = {1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592};
+  llvm::Value* p = c(x, k[0]);
+  for (int i = 1; i < 5; ++i) p = b_.CreateFAdd(b_.CreateFMul(p, t), c(x, k[i]));
+  p = b_.CreateFMul(p, t);
+  auto e = exp(b_.CreateFNeg(b_.CreateFMul(ax, ax)));
+  if (!e) return e;
+  return intrinsic(llvm::Intrinsic::copysign, {b_.CreateFSub(c(x, 1), b_.CreateFMul(p, *e)), x});
+}
+
+/// sin and cos on the GPU: x reduced to [-pi, pi] by a two-part 2 pi (Cody and Waite), then
+/// PTX's sin/cos.approx (absolute error under 2^-20.9 there).
+Expected<llvm::Value*> MathEmitter::sinCos(llvm::Value* x, bool sine) {
+  if (!gpu()) return intrinsic(sine ? llvm::Intrinsic::sin : llvm::Intrinsic::cos, {x});
+  if (auto e = gpuF32(x, sine ? "sin" : "cos"); !e) return e.takeError();
+  const double hi = 6.28125, lo = 2 * M_PI - 6.28125;
+  llvm::Value* k = intrinsic(llvm::Intrinsic::roundeven, {b_.CreateFMul(x, c(x, 1 / (2 * M_PI)))});
+  llvm::Value* r = b_.CreateFSub(b_.CreateFSub(x, b_.CreateFMul(k, c(x, hi))), b_.CreateFMul(k, c(x, lo)));
+  return (llvm::Value*)b_.CreateIntrinsic(sine ? llvm::Intrinsic::nvvm_sin_approx_f : llvm::Intrinsic::nvvm_cos_approx_f, {}, {r});
+}
+
+/// atan on the GPU: |x| > 1 through pi/2 - atan(1/|x|), then above tan(pi/8) through
+/// pi/4 + atan((t - 1) / (t + 1)), leaving |t| <= 0.4142 for the odd series to t^15
+/// (truncation under 2e-8).
+Expected<llvm::Value*> MathEmitter::atan(llvm::Value* x) {
+  if (!gpu()) return libm("atanf", "atan", {x});
+  if (auto e = gpuF32(x, "atan"); !e) return e.takeError();
+  llvm::Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
+  llvm::Value* big = b_.CreateFCmpOGT(ax, c(x, 1));
+  llvm::Value* a = b_.CreateSelect(big, b_.CreateFDiv(c(x, 1), ax), ax);
+  llvm::Value* mid = b_.CreateFCmpOGT(a, c(x, 0.41421356237309503));
+  llvm::Value* t = b_.CreateSelect(mid, b_.CreateFDiv(b_.CreateFSub(a, c(x, 1)), b_.CreateFAdd(a, c(x, 1))), a);
+  llvm::Value* t2 = b_.CreateFMul(t, t);
+  llvm::Value* p = c(x, -1.0 / 15);
+  for (int k = 13; k >= 1; k -= 2) p = b_.CreateFAdd(b_.CreateFMul(p, t2), c(x, (k % 4 == 1 ? 1.0 : -1.0) / k));
+  llvm::Value* r = b_.CreateFMul(p, t);
+  r = b_.CreateSelect(mid, b_.CreateFAdd(r, c(x, M_PI / 4)), r);
+  r = b_.CreateSelect(big, b_.CreateFSub(c(x, M_PI / 2), r), r);
+  return intrinsic(llvm::Intrinsic::copysign, {r, x});
+}
+
+/// a^e: libm on the CPU; on the GPU |a|^e = exp(e log|a|), a negative base taking the sign of
+/// an odd integer e (NaN for a fractional e), a zero exponent giving 1, as pow does.
+Expected<llvm::Value*> MathEmitter::pow(llvm::Value* a, llvm::Value* e) {
+  if (!gpu()) return libm("powf", "pow", {a, e});
+  auto l = log(intrinsic(llvm::Intrinsic::fabs, {a}));
+  if (!l) return l;
+  auto r = exp(b_.CreateFMul(e, *l));
+  if (!r) return r;
+  llvm::Value* isInt = b_.CreateFCmpOEQ(intrinsic(llvm::Intrinsic::floor, {e}), e);
+  llvm::Value* half = intrinsic(llvm::Intrinsic::floor, {b_.CreateFMul(e, c(e, 0.5))});
+  llvm::Value* odd = b_.CreateFCmpUNE(b_.CreateFMul(half, c(e, 2)), e);
+  llvm::Value* negBase = b_.CreateSelect(isInt, b_.CreateSelect(odd, b_.CreateFNeg(*r), *r), c(e, NAN));
+  llvm::Value* v = b_.CreateSelect(b_.CreateFCmpOLT(a, c(a, 0)), negBase, *r);
+  return b_.CreateSelect(b_.CreateFCmpOEQ(e, c(e, 0)), c(e, 1), v);
+}
+
+Expected<llvm::Value*> MathEmitter::compare(KOp op, llvm::Value* a, llvm::Value* v) {
+  bool fp = a->getType()->isFloatingPointTy();
+  using P = llvm::CmpInst::Predicate;
+  P f = P::FCMP_OEQ, i = P::ICMP_EQ;
+  switch (op) {
+  case KOp::Eq: break;
+  case KOp::Ne: f = P::FCMP_UNE, i = P::ICMP_NE; break;
+  case KOp::Lt: f = P::FCMP_OLT, i = P::ICMP_SLT; break;
+  case KOp::Le: f = P::FCMP_OLE, i = P::ICMP_SLE; break;
+  case KOp::Gt: f = P::FCMP_OGT, i = P::ICMP_SGT; break;
+  case KOp::Ge: f = P::FCMP_OGE, i = P::ICMP_SGE; break;
+  default: return makeError(std::string("'") + kir::kopName(op) + "' is not a comparison");
+  }
+  return fp ? b_.CreateFCmp(f, a, v) : b_.CreateICmp(i, a, v);
+}
+
+Expected<llvm::Value*> MathEmitter::unary(KOp op, llvm::Value* x) {
+  bool fp = x->getType()->isFloatingPointTy();
+  switch (op) {
+  case KOp::Neg: return fp ? b_.CreateFNeg(x) : b_.CreateNeg(x);
+  case KOp::Abs: return fp ? intrinsic(llvm::Intrinsic::fabs, {x}) : b_.CreateIntrinsic(llvm::Intrinsic::abs, {x->getType()}, {x, b_.getFalse()});
+  case KOp::Not: return b_.CreateNot(x);
+  default: break;
+  }
+  if (!fp) return makeError(std::string("'") + kir::kopName(op) + "' needs a floating-point operand");
+  switch (op) {
+  case KOp::Exp: return exp(x);
+  case KOp::Expm1: return expm1(x);
+  case KOp::Log: return log(x);
+  case KOp::Log1p: return log1p(x);
+  case KOp::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, {x});
+  case KOp::Floor: return intrinsic(llvm::Intrinsic::floor, {x});
+  case KOp::Ceil: return intrinsic(llvm::Intrinsic::ceil, {x});
+  case KOp::RoundEven: return intrinsic(llvm::Intrinsic::roundeven, {x});
+  case KOp::Tanh: return tanh(x);
+  case KOp::Erf: return erf(x);
+  case KOp::Sin: return sinCos(x, true);
+  case KOp::Cos: return sinCos(x, false);
+  case KOp::Atan: return atan(x);
+  case KOp::IsNan: return b_.CreateFCmpUNO(x, x);
+  case KOp::RoundBf16: return bf16ToFloat(floatToBf16(x));
+  case KOp::RoundF16: return b_.CreateFPExt(b_.CreateFPTrunc(x, b_.getHalfTy()), x->getType());
+  default: return makeError(std::string("'") + kir::kopName(op) + "' is not a unary op");
+  }
+}
+
+Expected<llvm::Value*> MathEmitter::binary(KOp op, llvm::Value* a, llvm::Value* v) {
+  bool fp = a->getType()->isFloatingPointTy();
+  switch (op) {
+  case KOp::Add: return fp ? b_.CreateFAdd(a, v) : b_.CreateAdd(a, v);
+  case KOp::Sub: return fp ? b_.CreateFSub(a, v) : b_.CreateSub(a, v);
+  case KOp::Mul: return fp ? b_.CreateFMul(a, v) : b_.CreateMul(a, v);
+  case KOp::Div: return fp ? b_.CreateFDiv(a, v) : b_.CreateSDiv(a, v);
+  case KOp::IDiv: return b_.CreateSDiv(a, v);
+  case KOp::IMod: return b_.CreateSRem(a, v);
+  case KOp::Rem: return fp ? b_.CreateFRem(a, v) : b_.CreateSRem(a, v);
+  case KOp::And: return b_.CreateAnd(a, v);
+  case KOp::Or: return b_.CreateOr(a, v);
+  case KOp::Xor: return b_.CreateXor(a, v);
+  case KOp::Shl: return b_.CreateShl(a, v);
+  case KOp::Shr: return b_.CreateLShr(a, v);
+  case KOp::Min: return fp ? intrinsic(llvm::Intrinsic::minimum, {a, v}) : intrinsic(llvm::Intrinsic::smin, {a, v});
+  case KOp::Max: return fp ? intrinsic(llvm::Intrinsic::maximum, {a, v}) : intrinsic(llvm::Intrinsic::smax, {a, v});
+  case KOp::Pow:
+    if (!fp) return makeError("'pow' needs floating-point operands");
+    return pow(a, v);
+  default: return compare(op, a, v);
+  }
+}
+
+} // namespace sgc::codegen
