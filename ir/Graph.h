@@ -58,6 +58,13 @@ public:
   std::vector<Value*> inputs, params, state, consts, outputs;
   /// (persistent value, its new value after a step): parameters and state only.
   std::vector<std::pair<Value*, Value*>> updates;
+  /// Constants a training step must not depend on, by name, and why: tensors an exporter folded
+  /// out of a module's parameters in a way that training them could not train the parameters
+  /// (passes/TrainingStep refuses a loss that reads one; inference may).
+  std::map<std::string, std::string> untrainable;
+  /// Why the graph as a whole is not the training graph of the module it was exported from
+  /// (empty: it is); a training step refuses it.
+  std::string notTrainable;
 
   Value* addInput(const std::string& name, Type type);
   /// Removes a graph input no node reads.

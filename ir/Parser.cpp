@@ -162,6 +162,7 @@ private:
     if (isIdent("input") || isIdent("param") || isIdent("state") || isIdent("const")) return declaration();
     if (isIdent("output")) return outputs();
     if (isIdent("update")) return update();
+    if (isIdent("untrainable")) return untrainable();
     if (tok_.kind == Tok::Local || isIdent("_")) return node();
     return fail("'input', 'param', 'state', 'const', 'output', 'update' or a node");
   }
@@ -216,6 +217,20 @@ private:
     if (!next) return next.takeError();
     g_->updates.push_back({*target, *next});
     return Error::success();
+  }
+
+  Error untrainable() {
+    if (Error e = advance()) return e;
+    if (tok_.kind == Tok::String) { // the graph as a whole
+      g_->notTrainable = tok_.text;
+      return advance();
+    }
+    if (tok_.kind != Tok::Local) return fail("a value name like %x, or a quoted reason");
+    std::string v = tok_.text;
+    if (Error e = advance()) return e;
+    if (tok_.kind != Tok::String) return fail("a quoted reason");
+    g_->untrainable[v] = tok_.text;
+    return advance();
   }
 
   Expected<Value*> valueRef(bool allowAbsent) {

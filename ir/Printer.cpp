@@ -117,6 +117,8 @@ std::string print(const Graph& g, const PrintOptions& o) {
     s += "\n";
   }
   for (auto& [v, next] : g.updates) s += "  update " + valueRef(v) + " = " + valueRef(next) + "\n";
+  for (auto& [v, why] : g.untrainable) s += "  untrainable " + name('%', v) + " " + quote(why) + "\n";
+  if (!g.notTrainable.empty()) s += "  untrainable " + quote(g.notTrainable) + "\n";
   return s + "}\n";
 }
 

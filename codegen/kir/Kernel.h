@@ -20,6 +20,9 @@ enum class Scalar : uint8_t { F32, F64, I64, I1 };
 /// The compute type of a buffer dtype (f16/bf16 compute in f32).
 Scalar computeType(ir::DType t);
 const char* scalarName(Scalar s);
+/// The type long sums of `t` accumulate in: f64 for f32 (and the narrow floats computed in f32),
+/// so that rounding grows with the terms' precision rather than their count; `t` otherwise.
+inline Scalar accumulatorType(Scalar t) { return t == Scalar::F32 ? Scalar::F64 : t; }
 
 struct Expr;
 using ExprRef = std::shared_ptr<const Expr>;

@@ -81,6 +81,34 @@ Expected<std::vector<Kernel>> lowerSlice(const std::string& name, const ir::Node
   })};
 }
 
+/// The gradient of a Slice: each element of dx is dy's element where the slice read it (the
+/// coordinate lies on the slice's lattice in every dim), else zero. One parallel iteration per
+/// element of dx, no atomics.
+Expected<std::vector<Kernel>> lowerSliceGrad(const std::string& name, const ir::Node& n) {
+  const ir::Value *dy = n.input(0), *dx = n.outputs[0];
+  ir::InferCtx ic{n, {ir::Type{}}, {nullptr}, {}}; // the forward Slice's view: (x, starts, ends, axes, steps)
+  for (size_t i = 2; i < n.inputs.size(); ++i) {
+    const ir::Value* v = n.inputs[i];
+    ic.in.push_back(v ? v->type : ir::Type{});
+    ic.values.push_back(v && v->kind == ir::ValueKind::Const ? v->data.get() : nullptr);
+  }
+  auto g = ir::sliceGeometry(ic, shapeOf(dx));
+  if (!g) return g.takeError();
+  return std::vector<Kernel>{pointwise(name, dx, [&](B& b, const std::vector<ExprRef>& c) {
+    std::vector<ExprRef> at;
+    ExprRef inside = constant(1, Scalar::I1);
+    for (size_t d = 0; d < c.size(); ++d) {
+      const ir::SliceDim& s = (*g)[d];
+      ExprRef off = c[d] - (double)s.start, q = binary(KOp::IDiv, off, B::i(s.step));
+      ExprRef on = binary(KOp::And, eq(q * (double)s.step, off), binary(KOp::And, ge(q, 0), lt(q, (double)s.count)));
+      inside = binary(KOp::And, inside, on);
+      at.push_back(B::clamp(q, std::max<int64_t>(s.count, 1)));
+    }
+    Scalar t = computeType(dx->type.dtype);
+    return select(inside, b.ld(dy, B::offset(at, shapeOf(dy))), constant(0, t));
+  })};
+}
+
 Expected<std::vector<Kernel>> lowerConcat(const std::string& name, const ir::Node& n) {
   const ir::Value* y = n.outputs[0];
   int64_t axis = axisAttr(n, y->type.rank());

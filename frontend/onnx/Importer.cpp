@@ -67,7 +67,9 @@ Error addInitializers(ImportCtx& c, const onnx::GraphProto& g) {
     if (t.name().empty()) return makeError(c.file + ": an initializer has no name");
     auto data = decodeTensor(t, c.baseDir, c.file + ": initializer '" + t.name() + "'");
     if (!data) return data.takeError();
-    bool trainable = ir::isFloat(data->dtype);
+    std::string why;
+    bool trainable = ir::isFloat(data->dtype) && c.torch.trainable(t.name(), *data, why);
+    if (!why.empty()) c.graph.untrainable[t.name()] = why;
     c.values[t.name()] = trainable ? c.graph.addParam(t.name(), std::move(*data)) : c.graph.addConst(t.name(), std::move(*data));
   }
   if (g.sparse_initializer_size()) return makeError(c.file + ": sparse initializers are not supported");
@@ -130,8 +132,9 @@ Expected<std::unique_ptr<ir::Graph>> importGraph(const onnx::ModelProto& m, cons
   if (!opset) return opset.takeError();
   auto graph = std::make_unique<ir::Graph>();
   if (!m.graph().name().empty()) graph->name = m.graph().name();
-  ImportCtx c{*graph, file, baseDir, *opset, {}, {}};
+  ImportCtx c{*graph, file, baseDir, *opset, {}, {}, {}, readTorchExport(m.graph())};
   if (Error e = importGraphBody(c, m.graph())) return e;
+  finishTorchExport(c);
   if (Error e = importTrainingInfo(c, m)) return e;
   if (Error e = ir::verify(*graph)) return makeError(file + ": " + errorText(std::move(e)));
   if (Error e = ir::inferShapes(*graph)) return makeError(file + ": " + errorText(std::move(e)));

@@ -132,6 +132,7 @@ Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
   std::string name = n.name().empty() ? n.op_type() + "_" + std::to_string(index) : n.name();
   c.label = c.file + ": node '" + name + "' (" + n.op_type() + ")";
   if (isGradientNode(n)) return importGradientNode(c, n);
+  if (isSequenceOp(n)) return importSequenceOp(c, n, name);
   std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
   if (!domain.empty() && domain != kTrainingDomain) return c.fail("ops of domain '" + domain + "' are not supported");
   if (domain.empty() && c.opset == 0) return c.fail("the model imports no opset of the default ONNX domain");
@@ -154,6 +155,7 @@ Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
       continue;
     }
     auto it = c.values.find(in);
+    if (it == c.values.end() && c.sequences.count(in)) return c.fail("input '" + in + "' is a sequence; " + n.op_type() + " takes a tensor");
     if (it == c.values.end()) return c.fail("input '" + in + "' is not defined");
     ins.push_back(it->second);
   }

@@ -54,7 +54,7 @@ Expected<size_t> position(ImportCtx& c, const onnx::NodeProto& n, int i, size_t 
 
 /// The static size of `v`'s dim `axis`, from the shapes of the graph read so far.
 Expected<int64_t> dimOf(ImportCtx& c, ir::Value* v, int64_t& axis) {
-  if (Error e = ir::inferShapes(c.graph, false)) return e;
+  if (Error e = ir::inferShapes(c.graph)) return e; // folds shape computations: positions and shapes known now stay known
   if (!v->type.ranked) return c.fail("the rank of %" + v->name + " is not known when the model is read");
   int64_t r = v->type.rank();
   if (axis < -r || axis >= r) return c.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));

@@ -2,6 +2,8 @@
 // splits, slices, gathers, broadcasts.
 #include "ir/autodiff/Autodiff.h"
 
+#include <algorithm>
+
 namespace sgc::ir {
 
 Error gradReshape(GradCtx& c) {
@@ -87,17 +89,52 @@ Error gradPad(GradCtx& c) {
   if (c.x(3)) axes = c.x(3)->data->toI64();
   else
     for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  if (std::any_of(p.begin(), p.end(), [](int64_t v) { return v < 0; })) { // a crop somewhere: pad dy back by the opposite
+    std::vector<int64_t> back;
+    for (int64_t v : p) back.push_back(-v);
+    c.dx[0] = c.emit(Op::Pad, {c.dy[0], c.ints(back), c.scalar(0, x->type.dtype), c.ints(axes)});
+    return Error::success();
+  }
   std::vector<int64_t> starts, ends;
   for (size_t i = 0; i < axes.size(); ++i) {
     int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
     const Dim& d = x->type.dims[a];
     if (!d.isStatic()) return c.fail("padded dims must be static");
-    if (p[i] < 0 || p[i + axes.size()] < 0) return c.fail("negative pads are not differentiated");
     starts.push_back(p[i]);
     ends.push_back(p[i] + d.value);
   }
   c.dx[0] = c.emit(Op::Slice, {c.dy[0], c.ints(starts), c.ints(ends), c.ints(axes)});
   return Error::success();
 }
+
+} // namespace sgc::ir
+
+namespace sgc::ir {
+
+Error gradGatherND(GradCtx& c) {
+  c.dx[0] = c.emit(Op::GatherNDGrad, {c.dy[0], c.x(1), c.shapeOf(c.x(0))}, {{"batch_dims", c.n.getInt("batch_dims", 0)}});
+  return Error::success();
+}
+
+/// A scatter without reduction passes dy on except where it wrote (those positions took the
+/// updates), and the updates get dy at their positions; with "add" the data gets all of dy.
+/// (Duplicate positions without a reduction have no defined result in ONNX: the last update
+/// wins in the interpreter, and every duplicate gets dy here.)
+Error gradScatter(GradCtx& c, bool nd) {
+  std::string red = c.n.getString("reduction", "none");
+  if (red != "none" && red != "add") return c.fail("only scatters without a reduction or with 'add' are differentiated");
+  Value *idx = c.x(1), *upd = c.x(2), *dy = c.dy[0];
+  std::map<std::string, Attr> axis;
+  if (!nd) axis["axis"] = c.n.getInt("axis", 0);
+  if (c.wants[0]) {
+    Value* zeros = c.emit(Op::Expand, {c.scalar(0, upd->type.dtype), c.shapeOf(upd)});
+    c.dx[0] = red == "add" ? dy : c.emit(nd ? Op::ScatterND : Op::ScatterElements, {dy, idx, zeros}, axis);
+  }
+  if (c.wants[2]) c.dx[2] = c.emit(nd ? Op::GatherND : Op::GatherElements, {dy, idx}, axis);
+  return Error::success();
+}
+
+Error gradScatterND(GradCtx& c) { return gradScatter(c, true); }
+Error gradScatterElements(GradCtx& c) { return gradScatter(c, false); }
 
 } // namespace sgc::ir

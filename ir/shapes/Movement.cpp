@@ -428,3 +428,40 @@ Error inferPad(InferCtx& c) {
 }
 
 } // namespace sgc::ir
+
+namespace sgc::ir {
+
+/// GatherND: indices [..., k] pick slices data[b..., i0..ik-1, :] -> indices.shape[:-1] + data.shape[b+k:].
+Error inferGatherND(InferCtx& c) {
+  const Type &x = c.in[0], &idx = c.in[1];
+  c.out[0] = Type::unranked(x.dtype);
+  if (!isInteger(idx.dtype)) return c.fail("indices must be integers");
+  if (!x.ranked || !idx.ranked) return Error::success();
+  int64_t b = c.node.getInt("batch_dims", 0), q = idx.rank(), r = x.rank();
+  if (q < 1 || r < 1) return c.fail("data and indices need a rank of at least 1");
+  if (b < 0 || b >= q || b >= r) return c.fail("batch_dims must be below both ranks");
+  const Dim& last = idx.dims.back();
+  if (!last.isStatic()) return Error::success();
+  int64_t k = last.value;
+  if (k < 1 || b + k > r) return c.fail("the indices' last dim (" + std::to_string(k) + ") must be 1 to the data's rank less batch_dims");
+  std::vector<Dim> dims(idx.dims.begin(), idx.dims.end() - 1);
+  dims.insert(dims.end(), x.dims.begin() + b + k, x.dims.end());
+  c.out[0] = Type::ranked_(x.dtype, dims);
+  return Error::success();
+}
+
+/// ScatterND and ScatterElements: the data's type; updates of the data's dtype, integer indices.
+Error inferScatter(InferCtx& c) {
+  const Type &x = c.in[0], &idx = c.in[1], &upd = c.in[2];
+  if (!isInteger(idx.dtype)) return c.fail("indices must be integers");
+  if (upd.dtype != x.dtype) return c.fail("updates must have the data's dtype");
+  std::string red = c.node.getString("reduction", "none");
+  if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
+    return c.fail("reduction must be none, add, mul, max or min, not '" + red + "'");
+  if (c.node.op == Op::ScatterElements && x.ranked && idx.ranked && (idx.rank() != x.rank() || (upd.ranked && upd.dims != idx.dims)))
+    return c.fail("indices and updates must have one shape, of the data's rank");
+  c.out[0] = x;
+  return Error::success();
+}
+
+} // namespace sgc::ir

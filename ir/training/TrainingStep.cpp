@@ -132,11 +132,32 @@ Error checkTrainingOptions(const TrainingOptions& opts) {
   return Error::success();
 }
 
+/// Refuses a graph that is not its module's training graph, or a loss that reads a constant an
+/// exporter folded out of parameters in a way training could not follow (Graph::untrainable).
+Error checkTrainable(const Graph& g, const Value* loss) {
+  if (!g.notTrainable.empty()) return makeError("this graph cannot be trained as its module trains: " + g.notTrainable);
+  if (g.untrainable.empty()) return Error::success();
+  std::set<const Value*> seen{loss};
+  std::vector<const Value*> todo{loss};
+  while (!todo.empty()) {
+    const Value* v = todo.back();
+    todo.pop_back();
+    if (v->kind == ValueKind::Const && g.untrainable.count(v->name))
+      return makeError("the loss depends on %" + v->name + ", which cannot be trained as the module's parameters are: it was " +
+                       g.untrainable.at(v->name));
+    if (v->producer)
+      for (const Value* in : v->producer->inputs)
+        if (in && seen.insert(in).second) todo.push_back(in);
+  }
+  return Error::success();
+}
+
 Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   if (Error e = checkTrainingOptions(opts)) return e;
   if (Error e = inferShapes(g)) return e;
   auto loss = findLoss(g, opts.loss);
   if (!loss) return loss.takeError();
+  if (Error e = checkTrainable(g, *loss)) return e;
   if (!isFloat((*loss)->type.dtype) || (*loss)->type.staticNumel() != 1)
     return makeError("loss '" + (*loss)->name + "' is " + toString((*loss)->type) + ", expected a floating-point scalar");
   if (g.findValue(kLrInput) || g.findValue(kStepState)) return makeError("the model already has a value named sgc.lr or sgc.step");

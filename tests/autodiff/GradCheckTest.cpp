@@ -108,6 +108,50 @@ std::vector<Case> cases() {
   cs.push_back({"AveragePoolNoPadCount", Op::AveragePool, {p({1, 1, 4, 4})}, {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
   cs.push_back({"GlobalAveragePool", Op::GlobalAveragePool, {p({2, 3, 2, 2})}});
   cs.push_back({"GlobalMaxPool", Op::GlobalMaxPool, {p({2, 3, 2, 2})}});
+  // Cases that break rules (issue 18): slices with steps, negative starts and axes; splits and
+  // concatenations; broadcasting both ways; repeated indices; ties; padding; pooling with padding,
+  // ceil_mode and dilations; grouped and depthwise convolutions, and windows larger than their input.
+  cs.push_back({"SliceNegativeAxesSteps", Op::Slice, {p({3, 6, 4}), ints({-1, -5}), ints({-4, 100}), ints({-1, 1}), ints({-1, 2})}});
+  cs.push_back({"SliceStepThree", Op::Slice, {p({7, 2}), ints({1}), ints({7}), ints({0}), ints({3})}});
+  cs.push_back({"SliceEndsPastDim", Op::Slice, {p({4, 3}), ints({2, -100}), ints({100, 100}), ints({0, 1})}});
+  cs.push_back({"SplitThreeWays", Op::Split, {p({2, 7, 2}), ints({3, 1, 3})}, {{"axis", int64_t(-2)}}, 3});
+  cs.push_back({"SplitEqual", Op::Split, {p({6, 2})}, {{"num_outputs", int64_t(3)}}, 3});
+  cs.push_back({"ConcatThree", Op::Concat, {p({1, 2, 2}), p({3, 2, 2}), p({2, 2, 2})}, {{"axis", int64_t(0)}}});
+  cs.push_back({"AddBroadcastBoth", Op::Add, {p({2, 1, 3}), p({4, 1})}});
+  cs.push_back({"MulBroadcastScalar", Op::Mul, {p({2, 3}), p({})}});
+  cs.push_back({"DivBroadcastFirst", Op::Div, {p({3, 1}, 0.5, 2), p({2, 1, 4}, 0.5, 2)}});
+  cs.push_back({"GatherRepeated", Op::Gather, {p({3, 2}), indices({5}, {1, 1, 0, 1, -2})}});
+  cs.push_back({"GatherScalarIndex", Op::Gather, {p({3, 4}), indices({}, {2})}, {{"axis", int64_t(1)}}});
+  cs.push_back({"GatherElementsRepeated", Op::GatherElements, {p({2, 3}), indices({2, 4}, {2, 2, 0, 2, 1, 1, 1, 0})}, {{"axis", int64_t(1)}}});
+  cs.push_back({"MaxTies", Op::Max, {f64({2, 2}, {1, 2, 3, 4}), p({2, 2}, 0, 0), f64({2, 2}, {1, 0, 3, -1})}});
+  cs.push_back({"ReduceMaxTies", Op::ReduceMax, {f64({2, 3}, {1, 3, 3, 2, 2, 0}), ints({1})}});
+  cs.push_back({"MaxPoolTies", Op::MaxPool, {f64({1, 1, 3, 3}, {1, 1, 0, 1, 1, 0, 0, 0, 2})}, {{"kernel_shape", std::vector<int64_t>{2, 2}}}});
+  cs.push_back({"MaxPoolCeilDilated", Op::MaxPool, {p({1, 2, 6, 5})},
+                {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}, {"dilations", std::vector<int64_t>{2, 1}},
+                 {"ceil_mode", int64_t(1)}}});
+  cs.push_back({"MaxPoolPadStride2", Op::MaxPool, {p({2, 1, 4, 4})},
+                {{"kernel_shape", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
+  cs.push_back({"AveragePoolCeil", Op::AveragePool, {p({1, 1, 5, 5})},
+                {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}, {"ceil_mode", int64_t(1)}}});
+  cs.push_back({"PadConstant", Op::Pad, {p({2, 3}), ints({1, 0, 0, 2}), f64({}, {0.5})}});
+  cs.push_back({"PadNegative", Op::Pad, {p({3, 4}), ints({-1, 1, 0, -2})}});
+  cs.push_back({"ConvDepthwise", Op::Conv, {p({2, 3, 4, 4}), p({3, 1, 3, 3}), p({3})}, {{"group", int64_t(3)}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
+  cs.push_back({"ConvDepthwiseStride2Small", Op::Conv, {p({2, 2, 2, 2}), p({2, 1, 3, 3})},
+                {{"group", int64_t(2)}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}}});
+  cs.push_back({"ConvKernelOverOneByOne", Op::Conv, {p({2, 2, 1, 1}), p({2, 1, 3, 3})}, {{"group", int64_t(2)}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
+  cs.push_back({"ConvGrouped", Op::Conv, {p({1, 6, 3, 3}), p({4, 3, 2, 2}), p({4})}, {{"group", int64_t(2)}, {"strides", std::vector<int64_t>{1, 2}}}});
+  cs.push_back({"ConvStride2Odd", Op::Conv, {p({1, 1, 5, 4}), p({2, 1, 3, 2})}, {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 0, 0, 1}}}});
+  cs.push_back({"BatchNormSmallBatch", Op::BatchNormalization, {p({2, 3, 1, 1}), p({3}), p({3}), f64({3}, {0, 0, 0}), f64({3}, {1, 1, 1})},
+                {{"training_mode", int64_t(1)}}});
+  cs.push_back({"BatchNormSpatial", Op::BatchNormalization, {p({2, 2, 3, 2}), p({2}), p({2}), f64({2}, {0, 0}), f64({2}, {1, 1})},
+                {{"training_mode", int64_t(1)}, {"epsilon", 1e-3}}});
+  cs.push_back({"GatherND", Op::GatherND, {p({3, 2, 2}), indices({3, 2}, {0, 1, 2, 0, 0, 1})}});
+  cs.push_back({"GatherNDRepeatedBatch", Op::GatherND, {p({2, 3, 2}), indices({2, 2, 1}, {1, 1, 2, -1})}, {{"batch_dims", int64_t(1)}}});
+  cs.push_back({"ScatterND", Op::ScatterND, {p({4, 3}), indices({2, 1}, {3, 1}), p({2, 3})}});
+  cs.push_back({"ScatterNDAddRepeated", Op::ScatterND, {p({4, 3}), indices({3, 1}, {1, 1, -1}), p({3, 3})}, {{"reduction", std::string("add")}}});
+  cs.push_back({"ScatterElements", Op::ScatterElements, {p({3, 3}), indices({2, 3}, {1, 0, 2, 0, 2, 1}), p({2, 3})}});
+  cs.push_back({"ScatterElementsAddRepeated", Op::ScatterElements, {p({2, 4}), indices({2, 3}, {1, 1, 3, 0, 0, -1}), p({2, 3})},
+                {{"axis", int64_t(1)}, {"reduction", std::string("add")}}});
   // Fused attention: its result only (no gradient flows through the log-sum-exp).
   cs.push_back({"FusedAttention", Op::FusedAttention, {p({2, 3, 4}), p({2, 5, 4}), p({2, 5, 3})}, {{"scale", 0.6}}, 2, 1});
   cs.push_back({"FusedAttentionCausal", Op::FusedAttention, {p({1, 2, 4, 3}), p({1, 2, 4, 3}), p({1, 2, 4, 2})},

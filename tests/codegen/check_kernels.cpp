@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <cstdio>
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   auto jit = llvm::orc::LLJITBuilder().create();
   if (!jit) return fprintf(stderr, "%s\n", llvm::toString(jit.takeError()).c_str()), 1;
   int nodes = 0, kernels = 0, failures = 0;
+  std::vector<std::pair<double, std::string>> worst; // the largest differences, for the report
   std::vector<kir::Kernel> all;
   for (const auto& n : (*g)->nodes()) {
     std::vector<const ir::Tensor*> ins;
@@ -130,6 +132,7 @@ int main(int argc, char** argv) {
       if (!n->outputs[i]) continue;
       double d = maxRelDiff(out[n->outputs[i]->name], (*ref)[i]);
       double tol = n->outputs[i]->type.dtype == ir::DType::F64 ? 1e-10 : 1e-4;
+      worst.push_back({d, ir::describe(*n) + " %" + n->outputs[i]->name});
       if (!(d <= tol)) {
         printf("MISMATCH %s result %%%s: max relative difference %.3g\n", ir::describe(*n).c_str(), n->outputs[i]->name.c_str(), d);
         ++failures;
@@ -137,6 +140,8 @@ int main(int argc, char** argv) {
     }
   }
   printf("%s: %d nodes, %d kernels, %d passed, %d failed\n", argv[1], nodes, kernels, nodes - failures, failures);
+  std::sort(worst.begin(), worst.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; i < std::min<size_t>(worst.size(), 5); ++i) printf("  %.2e  %s\n", worst[i].first, worst[i].second.c_str());
   const char* ptxas = "/usr/local/cuda/bin/ptxas";
   if (!std::filesystem::exists(ptxas)) {
     printf("SKIP: ptxas (CUDA toolkit) not found\n");

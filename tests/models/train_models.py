@@ -2,10 +2,11 @@
 # the GPU machine with torch 2.11): each model, as each exporter wrote it, is
 # compiled to a .so and trained 10 AdamW steps on the CPU by `sgc train`, from
 # the exported weights on the batches PyTorch trained on; every step's loss
-# must be within 1e-4 relative of PyTorch's float32 losses, or within 5 times
-# the distance between PyTorch's own float32 and float64 runs at that step
-# where that is larger (ShuffleNetV2's last steps, 3e-3 apart in PyTorch
-# itself: rounding alone moves its trajectory that far). With --interp the
+# must be within 1e-4 relative of PyTorch's float32 losses, or, where that is
+# larger, within 10 times the largest distance between PyTorch's own float32
+# and float64 runs up to that step (ShuffleNetV2's trajectory is chaotic: its
+# float32 and float64 runs part from 5e-8 at step 2 to 3e-3 at step 10, so
+# any other rounding moves it that far too). With --interp the
 # same runs go through the reference interpreter too (float64). An export that
 # cannot be trained as PyTorch trains the module (the dynamo exporter's
 # optimizer folds BatchNormalization into the convolutions as in inference)
@@ -21,8 +22,13 @@ import st  # noqa: E402
 MODELS = ["gpt2", "llama", "qwen2", "bert", "t5", "vit", "resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]
 EXPORTS = ["legacy", "dynamo", "dynamo_noopt"]
 RTOL = 1e-4
-# Exports whose graph is not the module's training graph, and the error sgc must give.
-REFUSED = {(m, "dynamo"): "folded" for m in ["resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]}
+# Exports whose graph is not the module's training graph, and the error sgc must give: the
+# dynamo exporter's optimizer (on by default) merges equal-valued parameters, folds
+# BatchNormalization into the convolutions as in inference and repeats ViT's cls token.
+REFUSED = {(m, "dynamo"): "merged them with equal-valued initializers" for m in ["gpt2", "llama", "qwen2", "bert"]}
+REFUSED.update({(m, "dynamo"): "folded its BatchNormalization into the convolutions"
+                for m in ["resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]})
+REFUSED[("vit", "dynamo")] = "merged them with equal-valued initializers"
 
 
 def unpack(work, name):
@@ -52,9 +58,13 @@ def losses_of(out):
 
 
 def tolerances(info):
-    """Per step: 1e-4, or 5 times PyTorch's own float32 / float64 distance where that is larger."""
+    """Per step: 1e-4, or 10 times the largest float32 / float64 distance of PyTorch's up to it."""
     f32, f64 = info["losses_f32"], info["losses_f64"] or info["losses_f32"]
-    return [max(RTOL, 5 * abs(a - b) / abs(b)) for a, b in zip(f32, f64)]
+    out, envelope = [], 0.0
+    for a, b in zip(f32, f64):
+        envelope = max(envelope, abs(a - b) / abs(b))
+        out.append(max(RTOL, 10 * envelope))
+    return out
 
 
 def worst(got, ref, tol):
