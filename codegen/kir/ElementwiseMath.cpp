@@ -36,12 +36,15 @@ ExprRef asinh(const ExprRef& x) {
 ExprRef acosh(const ExprRef& x) { return log(x + sqrt(x * x - 1)); }
 ExprRef atanh(const ExprRef& x) { return 0.5 * log1p(2 * x / (1 - x)); }
 
-/// Mod: C's remainder with fmod = 1; otherwise (integers) the remainder takes the divisor's sign.
+/// Mod: C's remainder with fmod = 1; otherwise the remainder takes the divisor's sign (a zero
+/// remainder too, on floats), as numpy's.
 ExprRef mod(const ir::Node& n, const ExprRef& a, const ExprRef& b) {
   ExprRef r = binary(KOp::Rem, a, b);
-  if (n.getInt("fmod", 0) || a->type == Scalar::F32 || a->type == Scalar::F64) return r;
+  if (n.getInt("fmod", 0)) return r;
   ExprRef fix = binary(KOp::And, ne(r, zero(r)), binary(KOp::Xor, lt(r, 0), lt(b, 0)));
-  return select(fix, r + b, r);
+  r = select(fix, r + b, r);
+  if (a->type == Scalar::I64) return r;
+  return select(eq(r, 0), select(lt(b, 0), constantLike(r, -0.0), zero(r)), r);
 }
 
 ExprRef pow(const ir::Node& n, const ExprRef& a, const ExprRef& b) {

@@ -152,6 +152,8 @@ Error importGraphBody(ImportCtx& c, const onnx::GraphProto& g) {
     if (Error e = importNode(c, g.node((int)i), i)) return e;
   for (const auto& o : g.output()) {
     auto it = c.values.find(o.name());
+    if (it == c.values.end() && c.sequences.count(o.name()))
+      return makeError(c.file + ": graph output '" + o.name() + "' is a sequence: sequence outputs are not supported");
     if (it == c.values.end()) return makeError(c.file + ": graph output '" + o.name() + "' is not produced by any node");
     c.graph.outputs.push_back(it->second);
   }

@@ -14,8 +14,8 @@
 
 namespace sgc::onnx_import {
 
-constexpr int kMinOpset = 11;
-constexpr int kMaxOpset = 23;
+constexpr int kMinOpset = 7; ///< the first with multidirectional broadcasting (ops newer than it say theirs in Ops.def)
+constexpr int kMaxOpset = 28;
 
 /// Imports the model file at `path`. Errors start with the path.
 Expected<std::unique_ptr<ir::Graph>> importModel(const std::string& path);

@@ -66,6 +66,23 @@ void liftInts(ImportCtx& c, std::map<std::string, Attr>& attrs, const char* attr
   attrs.erase(it);
 }
 
+/// Moves a float attribute of older opsets into input `index`, as a scalar of `like`'s dtype
+/// (which the importer knows for graph inputs and initializers; float32 otherwise).
+Error liftFloat(ImportCtx& c, std::map<std::string, Attr>& attrs, const char* attr, std::vector<ir::Value*>& ins, size_t index,
+                const std::string& nodeName, const ir::Value* like) {
+  auto it = attrs.find(attr);
+  if (it == attrs.end()) return Error::success();
+  auto* v = std::get_if<double>(&it->second);
+  if (!v) return c.fail(std::string("attribute '") + attr + "' must be a float");
+  bool known = like && like->type.dtype != ir::DType::Undefined;
+  if (ins.size() <= index) ins.resize(index + 1, nullptr);
+  ins[index] = constInput(c, nodeName + "/" + attr, ir::Tensor::fromF64(known ? like->type.dtype : ir::DType::F64, {}, {*v}));
+  if (!known) // a node's result: its dtype is known after shape inference
+    ins[index] = c.graph.addNode(Op::CastLike, {ins[index], const_cast<ir::Value*>(like)}, 1, nodeName + "/" + attr)->outputs[0];
+  attrs.erase(it);
+  return Error::success();
+}
+
 bool isReduce(Op op) {
   switch (op) {
   case Op::ReduceSum: case Op::ReduceMean: case Op::ReduceMax: case Op::ReduceMin: case Op::ReduceProd:
@@ -80,6 +97,19 @@ Error upgrade(ImportCtx& c, Op op, std::map<std::string, Attr>& attrs, std::vect
   if (isReduce(op) && c.opset < (op == Op::ReduceSum ? 13 : 18)) liftInts(c, attrs, "axes", ins, 1, name);
   if ((op == Op::Squeeze || op == Op::Unsqueeze) && c.opset < 13) liftInts(c, attrs, "axes", ins, 1, name);
   if (op == Op::Split && c.opset < 13) liftInts(c, attrs, "split", ins, 1, name);
+  if (op == Op::Slice && c.opset < 10) {
+    liftInts(c, attrs, "starts", ins, 1, name);
+    liftInts(c, attrs, "ends", ins, 2, name);
+    liftInts(c, attrs, "axes", ins, 3, name);
+  }
+  if (op == Op::Pad && c.opset < 11) {
+    liftInts(c, attrs, "pads", ins, 1, name);
+    if (Error e = liftFloat(c, attrs, "value", ins, 2, name, ins[0])) return e;
+  }
+  if (op == Op::Clip && c.opset < 11) {
+    if (Error e = liftFloat(c, attrs, "min", ins, 1, name, ins[0])) return e;
+    if (Error e = liftFloat(c, attrs, "max", ins, 2, name, ins[0])) return e;
+  }
   if (op == Op::Dropout && c.opset < 12 && attrs.count("ratio")) {
     auto* rp = std::get_if<double>(&attrs["ratio"]);
     if (!rp) return c.fail("attribute 'ratio' must be a float");
@@ -137,7 +167,8 @@ Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
   if (!domain.empty() && domain != kTrainingDomain) return c.fail("ops of domain '" + domain + "' are not supported");
   if (domain.empty() && c.opset == 0) return c.fail("the model imports no opset of the default ONNX domain");
   if (domain.empty() && n.op_type() == "Constant") return importConstant(c, n);
-  auto op = ir::opFromName(n.op_type());
+  // Scatter (opsets 9 and 10) is ScatterElements under its old name.
+  auto op = domain.empty() && n.op_type() == "Scatter" ? std::optional<Op>(Op::ScatterElements) : ir::opFromName(n.op_type());
   if (!op || onnxDomain(*op) != domain)
     return c.fail("op " + n.op_type() + (domain.empty() ? " (opset " + std::to_string(c.opset) + ")" : " of domain '" + domain + "'") +
                   " is not supported");

@@ -31,7 +31,7 @@ Expected<std::vector<int64_t>> constInts(ImportCtx& c, const onnx::NodeProto& n,
   auto v = input(c, n, i);
   if (!v) return v.takeError();
   if (!*v || (*v)->kind != ir::ValueKind::Const || ir::isFloat((*v)->data->dtype))
-    return c.fail(what + " must be an integer constant (sequences are resolved when the model is read)");
+    return c.fail(what + " that is not an integer constant is not supported (sequences are resolved when the model is read)");
   return (*v)->data->toI64();
 }
 

@@ -218,6 +218,13 @@ Error evalCast(EvalCtx& c) {
 
 namespace {
 
+/// Mod with fmod = 0 on floats (opset 28): the remainder takes the divisor's sign, as numpy's.
+double floorMod(double a, double b) {
+  double r = std::fmod(a, b);
+  if (r != 0 && (r < 0) != (b < 0)) r += b;
+  return r == 0 ? std::copysign(0.0, b) : r;
+}
+
 double binaryFloat(Op op, double a, double b, bool fmod) {
   switch (op) {
   case Op::Add: return a + b;
@@ -225,7 +232,7 @@ double binaryFloat(Op op, double a, double b, bool fmod) {
   case Op::Mul: return a * b;
   case Op::Div: return a / b;
   case Op::Pow: return std::pow(a, b);
-  case Op::Mod: return fmod ? std::fmod(a, b) : a - std::floor(a / b) * b;
+  case Op::Mod: return fmod ? std::fmod(a, b) : floorMod(a, b);
   case Op::PRelu: return a < 0 ? a * b : a;
   case Op::Equal: return a == b;
   case Op::Less: return a < b;
@@ -274,7 +281,6 @@ Error evalBinary(EvalCtx& c) {
   if (logical && (a.dtype != DType::Bool || b.dtype != DType::Bool)) return c.fail("inputs must be bool");
   bool useFloat = isFloat(a.dtype) || (op == Op::Pow && isFloat(b.dtype));
   bool fmod = c.node.getInt("fmod", 0);
-  if (op == Op::Mod && isFloat(a.dtype) && !fmod) return c.fail("fmod must be 1 for floating-point inputs");
   auto offA = broadcastOffsets(y.shape, a.shape), offB = broadcastOffsets(y.shape, b.shape);
   for (int64_t i = 0; i < y.numel(); ++i) {
     if (useFloat) {

@@ -22,6 +22,15 @@ std::vector<int64_t> groupOf(const std::vector<int64_t>& shape, const std::set<i
 
 } // namespace
 
+/// ReduceMax (ReduceMin) of nothing on integers and bool: the dtype's lowest (highest) value.
+int64_t emptyExtreme(DType t, bool max) {
+  if (t == DType::Bool) return max ? 0 : 1;
+  int bits = (int)dtypeSize(t) * 8;
+  if (isUnsignedInt(t)) return max ? 0 : (bits == 64 ? -1 : (int64_t)((uint64_t(1) << bits) - 1));
+  int64_t hi = bits == 64 ? INT64_MAX : (int64_t(1) << (bits - 1)) - 1;
+  return max ? -hi - 1 : hi;
+}
+
 Error evalReduce(EvalCtx& c) {
   const Tensor& x = *c.in[0];
   Tensor& y = c.out[0];
@@ -65,6 +74,7 @@ Error evalReduce(EvalCtx& c) {
     if (op == Op::ReduceLogSum) r = std::log(r);
     if (op == Op::ReduceLogSumExp) r = std::isinf(mx[g]) ? mx[g] : mx[g] + std::log(r);
     if (isFloat(y.dtype)) y.setF(g, r);
+    else if (count[g] == 0 && (op == Op::ReduceMax || op == Op::ReduceMin)) y.setI(g, emptyExtreme(y.dtype, op == Op::ReduceMax));
     else y.setI(g, toInt(r));
   }
   return Error::success();

@@ -45,6 +45,9 @@ bool isUnsupported(const std::string& msg) {
 }
 
 std::string compare(const ir::Tensor& got, const ir::Tensor& want) {
+  // rtol 1e-3, or two units in the last place of a narrower float (bf16's 1e-3 is finer than its
+  // resolution: references that round intermediates differently part by an ulp).
+  double rtol = got.dtype == ir::DType::BF16 ? 0x1p-7 : got.dtype == ir::DType::F16 ? 0x1p-9 : 1e-3;
   if (got.dtype != want.dtype)
     return "dtype " + std::string(ir::dtypeName(got.dtype)) + " vs expected " + std::string(ir::dtypeName(want.dtype));
   if (got.shape != want.shape)
@@ -58,7 +61,7 @@ std::string compare(const ir::Tensor& got, const ir::Tensor& want) {
     double a = got.getF(i), b = want.getF(i);
     if (std::isnan(a) && std::isnan(b)) continue;
     if (a == b) continue; // also equal infinities
-    if (!(std::fabs(a - b) <= 1e-7 + 1e-3 * std::fabs(b)))
+    if (!(std::fabs(a - b) <= 1e-7 + rtol * std::fabs(b)))
       return "element " + std::to_string(i) + ": " + std::to_string(a) + " vs " + std::to_string(b);
   }
   return "";
@@ -70,6 +73,10 @@ std::vector<std::pair<std::string, ir::Tensor>> readSet(const fs::path& dir, con
   for (int i = 0;; ++i) {
     fs::path p = dir / (prefix + "_" + std::to_string(i) + ".pb");
     if (!fs::exists(p)) break;
+    if (fs::file_size(p) == 0) { // onnx could not write the data (sequences, optionals, some dtypes)
+      error = "no test data: " + p.string() + " is empty";
+      return {};
+    }
     std::string name;
     auto t = onnx_import::readTensorFile(p.string(), &name);
     if (!t) {
@@ -99,7 +106,8 @@ Result runTest(const fs::path& dir) {
   for (const fs::path& set : sets) {
     std::string error;
     auto ins = readSet(set, "input", error);
-    auto outs = readSet(set, "output", error);
+    auto outs = error.empty() ? readSet(set, "output", error) : decltype(ins){};
+    if (error.rfind("no test data", 0) == 0) return {Outcome::Unsupported, error};
     if (!error.empty()) return {Outcome::Fail, error};
     std::map<std::string, ir::Tensor> feed;
     const auto& graphInputs = (*g)->inputs;
