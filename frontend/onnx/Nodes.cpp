@@ -1,6 +1,6 @@
 // Node import: ONNX nodes to IR nodes of the same op, attributes converted,
 // and the forms of older opsets rewritten into the IR's (newest) form.
-#include "frontend/onnx/Internal.h"
+#include "frontend/onnx/Build.h"
 
 namespace sgc::onnx_import {
 namespace {
@@ -163,6 +163,7 @@ Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
   c.label = c.file + ": node '" + name + "' (" + n.op_type() + ")";
   if (isGradientNode(n)) return importGradientNode(c, n);
   if (isSequenceOp(n)) return importSequenceOp(c, n, name);
+  if (isDecomposed(n)) return importDecomposed(c, n, name);
   std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
   if (!domain.empty() && domain != kTrainingDomain) return c.fail("ops of domain '" + domain + "' are not supported");
   if (domain.empty() && c.opset == 0) return c.fail("the model imports no opset of the default ONNX domain");
