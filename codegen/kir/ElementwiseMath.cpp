@@ -54,6 +54,16 @@ ExprRef pow(const ir::Node& n, const ExprRef& a, const ExprRef& b) {
   return pow(a, cast(b, a->type));
 }
 
+/// BitShift of integers (loaded zero- or sign-extended into i64): a shift by a negative amount
+/// or by the dtype's width or more gives 0, or on the right -1 for a negative signed value.
+ExprRef shift(const ir::Node& n, const ExprRef& a, const ExprRef& b) {
+  ir::DType t = n.input(0)->type.dtype;
+  bool left = n.getString("direction", "") == "LEFT", sign = ir::isSignedInt(t);
+  ExprRef s = binary(left ? KOp::Shl : sign ? KOp::AShr : KOp::Shr, a, b);
+  ExprRef out = left || !sign ? zero(a) : select(lt(a, 0), constantLike(a, -1), zero(a));
+  return select(binary(KOp::And, ge(b, 0), lt(b, 8.0 * (double)ir::dtypeSize(t))), s, out);
+}
+
 ExprRef isInf(const ir::Node& n, const ExprRef& x) {
   ExprRef pos = eq(x, INFINITY), neg = eq(x, -INFINITY), no = constant(0, Scalar::I1);
   return binary(KOp::Or, n.getInt("detect_positive", 1) ? pos : no, n.getInt("detect_negative", 1) ? neg : no);
@@ -101,7 +111,12 @@ std::optional<ExprRef> unaryValue(const ir::Node& n, const ExprRef& x) {
   case Op::Asinh: return asinh(x);
   case Op::Acosh: return acosh(x);
   case Op::Atanh: return atanh(x);
-  case Op::Not: return unary(KOp::Not, x);
+  case Op::Not: case Op::BitwiseNot: return unary(KOp::Not, x);
+  case Op::Swish: return x * sigmoid(n.getFloat("alpha", 1) * x);
+  case Op::Shrink: {
+    double l = n.getFloat("lambd", 0.5), bias = n.getFloat("bias", 0);
+    return select(lt(x, -l), x + bias, select(gt(x, l), x - bias, zero(x)));
+  }
   case Op::IsNaN: return x->type == Scalar::I1 || x->type == Scalar::I64 ? constant(0, Scalar::I1) : unary(KOp::IsNan, x);
   case Op::IsInf: return x->type == Scalar::I1 || x->type == Scalar::I64 ? constant(0, Scalar::I1) : isInf(n, x);
   default: return std::nullopt;
@@ -118,7 +133,10 @@ std::optional<ExprRef> binaryValue(const ir::Node& n, const ExprRef& a, const Ex
   case Op::Pow: return pow(n, a, b);
   case Op::Mod: return mod(n, a, b);
   case Op::PRelu: return select(lt(a, 0), a * b, a);
-  case Op::And: return binary(KOp::And, a, b);
+  case Op::And: case Op::BitwiseAnd: return binary(KOp::And, a, b);
+  case Op::BitwiseOr: return binary(KOp::Or, a, b);
+  case Op::BitwiseXor: return binary(KOp::Xor, a, b);
+  case Op::BitShift: return shift(n, a, b);
   case Op::Or: return binary(KOp::Or, a, b);
   case Op::Xor: return binary(KOp::Xor, a, b);
   case Op::Equal: return eq(a, b);
@@ -227,6 +245,15 @@ Expected<ExprRef> unaryDerivative(const ir::Node& n, ir::Op of, ExprRef x) {
   case Op::Asinh: return 1 / sqrt(x * x + 1);
   case Op::Acosh: return 1 / sqrt(x * x - 1);
   case Op::Atanh: return 1 / (1 - x * x);
+  case Op::Swish: {
+    double a = n.getFloat("alpha", 1);
+    ExprRef s = sigmoid(a * x);
+    return s + a * x * s * (1 - s);
+  }
+  case Op::Shrink: {
+    double l = n.getFloat("lambd", 0.5);
+    return select(binary(KOp::Or, lt(x, -l), gt(x, l)), o, z);
+  }
   default: return makeError(ir::describe(n) + ": " + std::string(ir::opName(of)) + " has no derivative");
   }
 }

@@ -212,6 +212,7 @@ Expected<llvm::Value*> MathEmitter::binary(KOp op, llvm::Value* a, llvm::Value* 
   case KOp::Xor: return b_.CreateXor(a, v);
   case KOp::Shl: return b_.CreateShl(a, v);
   case KOp::Shr: return b_.CreateLShr(a, v);
+  case KOp::AShr: return b_.CreateAShr(a, v);
   case KOp::Min: return fp ? intrinsic(llvm::Intrinsic::minimum, {a, v}) : intrinsic(llvm::Intrinsic::smin, {a, v});
   case KOp::Max: return fp ? intrinsic(llvm::Intrinsic::maximum, {a, v}) : intrinsic(llvm::Intrinsic::smax, {a, v});
   case KOp::Pow:

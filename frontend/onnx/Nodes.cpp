@@ -173,7 +173,7 @@ Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
   if (!op || onnxDomain(*op) != domain)
     return c.fail("op " + n.op_type() + (domain.empty() ? " (opset " + std::to_string(c.opset) + ")" : " of domain '" + domain + "'") +
                   " is not supported");
-  if (ir::opInfo(*op).domain == ir::OpDomain::Onnx && c.opset < ir::opInfo(*op).since) return c.fail("op " + n.op_type() + " does not exist in opset " + std::to_string(c.opset));
+  if (ir::opInfo(*op).domain == ir::OpDomain::Onnx && c.opset < ir::opInfo(*op).since && n.op_type() != "Scatter") return c.fail("op " + n.op_type() + " does not exist in opset " + std::to_string(c.opset));
   std::map<std::string, Attr> attrs;
   for (const auto& a : n.attribute()) {
     auto v = convertAttr(c, a);

@@ -65,6 +65,10 @@ std::function<double(double)> unaryFloat(const Node& n) {
   case Op::Asinh: return [](double x) { return std::asinh(x); };
   case Op::Acosh: return [](double x) { return std::acosh(x); };
   case Op::Atanh: return [](double x) { return std::atanh(x); };
+  case Op::Swish: alpha = n.getFloat("alpha", 1); return [=](double x) { return x / (1 + std::exp(-alpha * x)); };
+  case Op::Shrink:
+    alpha = n.getFloat("lambd", 0.5), beta = n.getFloat("bias", 0);
+    return [=](double x) { return x < -alpha ? x + beta : x > alpha ? x - beta : 0.0; };
   default: return nullptr;
   }
 }
@@ -129,6 +133,13 @@ std::function<double(double)> unaryDerivative(const Node& n, Op of) {
   case Op::Asinh: return [](double x) { return 1 / std::sqrt(x * x + 1); };
   case Op::Acosh: return [](double x) { return 1 / std::sqrt(x * x - 1); };
   case Op::Atanh: return [](double x) { return 1 / (1 - x * x); };
+  case Op::Swish:
+    alpha = n.getFloat("alpha", 1);
+    return [=](double x) {
+      double s = sigmoid(alpha * x);
+      return s + alpha * x * s * (1 - s);
+    };
+  case Op::Shrink: alpha = n.getFloat("lambd", 0.5); return [=](double x) { return x < -alpha || x > alpha ? 1.0 : 0.0; };
   default: return nullptr;
   }
 }
@@ -152,6 +163,11 @@ Error evalUnary(EvalCtx& c) {
   if (op == Op::Not) {
     if (x.dtype != DType::Bool) return c.fail("input must be bool");
     for (int64_t i = 0; i < x.numel(); ++i) y.setI(i, !x.getI(i));
+    return Error::success();
+  }
+  if (op == Op::BitwiseNot) {
+    if (!isInteger(x.dtype)) return c.fail("input must be an integer");
+    for (int64_t i = 0; i < x.numel(); ++i) y.setI(i, ~x.getI(i));
     return Error::success();
   }
   if (op == Op::IsNaN || op == Op::IsInf) {
@@ -267,6 +283,16 @@ Expected<int64_t> binaryInt(const EvalCtx& c, int64_t a, int64_t b) {
   case Op::LessOrEqual: return a <= b;
   case Op::Greater: return a > b;
   case Op::GreaterOrEqual: return a >= b;
+  case Op::BitwiseAnd: return a & b;
+  case Op::BitwiseOr: return a | b;
+  case Op::BitwiseXor: return a ^ b;
+  case Op::BitShift: { // past the width (or negative): 0, or on the right -1 for a negative signed value
+    DType t = c.node.input(0)->type.dtype;
+    bool left = c.node.getString("direction", "") == "LEFT", sign = isSignedInt(t);
+    if (b < 0 || b >= 8 * (int64_t)dtypeSize(t)) return int64_t(!left && sign && a < 0 ? -1 : 0);
+    if (left) return (int64_t)((uint64_t)a << b);
+    return sign ? a >> b : (int64_t)((uint64_t)a >> b);
+  }
   default: return c.fail("not defined for integers");
   }
 }
