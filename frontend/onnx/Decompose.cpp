@@ -91,6 +91,64 @@ Error rotaryEmbedding(ImportCtx& c, const onnx::NodeProto& n, const std::string&
   return Error::success();
 }
 
+std::vector<int64_t> intsAttr(const onnx::NodeProto& n, const std::string& name, std::vector<int64_t> def) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return {a.ints().begin(), a.ints().end()};
+  return def;
+}
+
+/// ConvTranspose(X, W, B?): the gradient of a convolution with respect to its input, which
+/// ConvGradInput computes (the weight layout [C_in, C_out / group, k...] is the forward
+/// convolution's), over the output shape the attributes give, plus the bias.
+Error convTranspose(ImportCtx& c, const onnx::NodeProto& n, const std::string& name) {
+  Build b{c, name};
+  auto x = inputOf(c, n, 0), w = inputOf(c, n, 1), bias = inputOf(c, n, 2);
+  if (!x) return x.takeError();
+  if (!w) return w.takeError();
+  if (!bias) return bias.takeError();
+  if (!*x || !*w) return c.fail("X and W are required");
+  auto xs = b.shape(*x), ws = b.shape(*w);
+  if (!xs) return xs.takeError();
+  if (!ws) return ws.takeError();
+  size_t r = xs->size();
+  if (r < 3 || ws->size() != r) return c.fail("X and W must be [N, C, spatial...] of one rank");
+  size_t sp = r - 2;
+  int64_t group = intAttr(n, "group", 1);
+  std::vector<int64_t> k(ws->begin() + 2, ws->end());
+  k = intsAttr(n, "kernel_shape", k);
+  auto strides = intsAttr(n, "strides", std::vector<int64_t>(sp, 1)), dil = intsAttr(n, "dilations", std::vector<int64_t>(sp, 1));
+  auto outPad = intsAttr(n, "output_padding", std::vector<int64_t>(sp, 0)), pads = intsAttr(n, "pads", std::vector<int64_t>(2 * sp, 0));
+  auto outShape = intsAttr(n, "output_shape", {});
+  std::string autoPad;
+  for (const auto& a : n.attribute())
+    if (a.name() == "auto_pad") autoPad = a.s();
+  if (k.size() != sp || strides.size() != sp || dil.size() != sp || outPad.size() != sp || pads.size() != 2 * sp)
+    return c.fail("kernel_shape, strides, dilations, output_padding and pads must give every spatial dim");
+  if (outShape.size() > sp) outShape.erase(outShape.begin(), outShape.end() - sp); // [N, C, spatial] written whole
+  if (outShape.empty() && (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER"))
+    for (size_t i = 0; i < sp; ++i) outShape.push_back((*xs)[2 + i] * strides[i]);
+  std::vector<int64_t> out{(*xs)[0], (*ws)[1] * group};
+  for (size_t i = 0; i < sp; ++i) {
+    int64_t full = strides[i] * ((*xs)[2 + i] - 1) + outPad[i] + (k[i] - 1) * dil[i] + 1;
+    if (!outShape.empty()) { // the padding that gives the asked size; a larger size gets zeros at the end
+      int64_t total = std::max<int64_t>(full - outShape[i], 0);
+      pads[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pads[sp + i] = total - pads[i];
+    }
+    out.push_back(outShape.empty() ? full - pads[i] - pads[sp + i] : outShape[i]);
+    if (out.back() < 1) return c.fail("the output would have no elements along spatial dim " + std::to_string(i));
+  }
+  ir::Value* y = b.op(ir::Op::ConvGradInput, {*x, *w, b.ints(out)},
+                      {{"strides", strides}, {"pads", pads}, {"dilations", dil}, {"group", group}, {"kernel_shape", k}});
+  if (*bias) {
+    std::vector<int64_t> bshape{out[1]};
+    bshape.insert(bshape.end(), sp, 1);
+    y = b.op(ir::Op::Add, {y, b.op(ir::Op::Reshape, {*bias, b.ints(bshape)})});
+  }
+  b.output(n, 0, y);
+  return Error::success();
+}
+
 using Decomposition = Error (*)(ImportCtx&, const onnx::NodeProto&, const std::string&);
 
 struct Entry {
@@ -103,6 +161,7 @@ const Entry kDecomposed[] = {
     {"Attention", 23, importAttention},
     {"RMSNormalization", 23, rmsNormalization},
     {"RotaryEmbedding", 23, rotaryEmbedding},
+    {"ConvTranspose", 1, convTranspose},
 };
 
 const Entry* find(const onnx::NodeProto& n) {

@@ -83,6 +83,17 @@ Error gradConv(GradCtx& c) {
   return Error::success();
 }
 
+/// ConvGradInput (the transposed convolution, ConvTranspose's form) is linear in both operands:
+/// the gradient of its dy operand is the forward convolution of the upstream gradient, that of
+/// the weights the weight gradient with the two swapped.
+Error gradConvGradInput(GradCtx& c) {
+  Value *a = c.x(0), *w = c.x(1), *g = c.dy[0];
+  std::map<std::string, Attr> attrs = c.n.attrs;
+  if (c.wants[0]) c.dx[0] = c.emit(Op::Conv, {g, w}, attrs);
+  if (c.wants[1]) c.dx[1] = c.emit(Op::ConvGradWeight, {g, a, c.shapeOf(w)}, attrs);
+  return Error::success();
+}
+
 Error gradPool(GradCtx& c) {
   std::map<std::string, Attr> attrs = c.n.attrs;
   attrs["mode"] = std::string(c.n.op == Op::MaxPool ? "max" : "avg");

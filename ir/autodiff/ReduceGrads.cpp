@@ -160,3 +160,19 @@ Error gradNllLoss(GradCtx& c) {
 }
 
 } // namespace sgc::ir
+
+namespace sgc::ir {
+
+/// CumSum's gradient is the cumulative sum of dy the other way; CumProd's, CumProdGrad.
+Error gradCumulative(GradCtx& c) {
+  std::map<std::string, Attr> attrs = c.n.attrs;
+  if (c.n.op == Op::CumSum) {
+    attrs["reverse"] = int64_t(!c.n.getInt("reverse", 0));
+    c.dx[0] = c.emit(Op::CumSum, {c.dy[0], c.x(1)}, attrs);
+  } else {
+    c.dx[0] = c.emit(Op::CumProdGrad, {c.x(0), c.dy[0], c.x(1)}, attrs);
+  }
+  return Error::success();
+}
+
+} // namespace sgc::ir

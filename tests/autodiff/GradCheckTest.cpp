@@ -19,6 +19,7 @@ struct In {
   std::vector<int64_t> shape;
   double lo = -1, hi = 1;
   std::optional<Tensor> value; ///< a constant instead of a parameter
+  bool param = false;          ///< with `value`: a parameter holding it (chosen points: zeros, ties)
 };
 
 struct Case {
@@ -36,6 +37,7 @@ In indices(std::vector<int64_t> shape, std::vector<int64_t> v) { return In{{}, 0
 In f64(std::vector<int64_t> shape, std::vector<double> v) { return In{{}, 0, 0, Tensor::fromF64(DType::F64, shape, v)}; }
 In boolean(std::vector<int64_t> shape, std::vector<int64_t> v) { return In{{}, 0, 0, Tensor::fromI64(DType::Bool, shape, v)}; }
 In p(std::vector<int64_t> shape, double lo = -1, double hi = 1) { return In{shape, lo, hi, std::nullopt}; }
+In pAt(std::vector<int64_t> shape, std::vector<double> v) { return In{{}, 0, 0, Tensor::fromF64(DType::F64, shape, v), true}; }
 
 std::vector<Case> cases() {
   std::vector<Case> cs;
@@ -152,6 +154,15 @@ std::vector<Case> cases() {
   cs.push_back({"ScatterElements", Op::ScatterElements, {p({3, 3}), indices({2, 3}, {1, 0, 2, 0, 2, 1}), p({2, 3})}});
   cs.push_back({"ScatterElementsAddRepeated", Op::ScatterElements, {p({2, 4}), indices({2, 3}, {1, 1, 3, 0, 0, -1}), p({2, 3})},
                 {{"axis", int64_t(1)}, {"reduction", std::string("add")}}});
+  cs.push_back({"CumSum", Op::CumSum, {p({2, 4}), scalarInt(1)}});
+  cs.push_back({"CumSumExclusiveReverse", Op::CumSum, {p({3, 2}), scalarInt(0)}, {{"exclusive", int64_t(1)}, {"reverse", int64_t(1)}}});
+  cs.push_back({"CumProd", Op::CumProd, {p({2, 4}, 0.5, 1.5), scalarInt(-1)}});
+  cs.push_back({"CumProdWithZero", Op::CumProd, {pAt({5}, {0.7, 0, -1.3, 0.4, 2}), scalarInt(0)}, {{"reverse", int64_t(1)}}});
+  cs.push_back({"CumProdExclusive", Op::CumProd, {p({4, 2}, -1.5, 1.5), scalarInt(0)}, {{"exclusive", int64_t(1)}}});
+  // ConvTranspose is ConvGradInput at import: its own gradients, strided with padding, grouped.
+  cs.push_back({"ConvTransposeStrided", Op::ConvGradInput, {p({1, 2, 3, 3}), p({2, 3, 3, 2}), ints({1, 3, 6, 5})},
+                {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 0, 0, 0}}}});
+  cs.push_back({"ConvTransposeGrouped", Op::ConvGradInput, {p({2, 4, 3}), p({4, 1, 2}), ints({2, 2, 4})}, {{"group", int64_t(2)}}});
   // Fused attention: its result only (no gradient flows through the log-sum-exp).
   cs.push_back({"FusedAttention", Op::FusedAttention, {p({2, 3, 4}), p({2, 5, 4}), p({2, 5, 3})}, {{"scale", 0.6}}, 2, 1});
   cs.push_back({"FusedAttentionCausal", Op::FusedAttention, {p({1, 2, 4, 3}), p({1, 2, 4, 3}), p({1, 2, 4, 2})},
@@ -179,6 +190,11 @@ TEST_P(GradCheck, MatchesFiniteDifferences) {
   for (size_t i = 0; i < cs.ins.size(); ++i) {
     const In& in = cs.ins[i];
     std::string name = "in" + std::to_string(i);
+    if (in.value && in.param) {
+      ins.push_back(g.addParam(name, *in.value));
+      params.push_back(ins.back());
+      continue;
+    }
     if (in.value) {
       ins.push_back(g.addConst(name, *in.value));
       continue;
