@@ -27,6 +27,7 @@ struct Build {
 bool isDecomposed(const onnx::NodeProto& n);
 Error importDecomposed(ImportCtx& c, const onnx::NodeProto& n, const std::string& name);
 Error importAttention(ImportCtx& c, const onnx::NodeProto& n, const std::string& name);
+Error importEinsum(ImportCtx& c, const onnx::NodeProto& n, const std::string& name);
 
 /// The value of an ONNX node's input, nullptr when absent or empty.
 Expected<ir::Value*> inputOf(ImportCtx& c, const onnx::NodeProto& n, int i);

@@ -162,6 +162,7 @@ const Entry kDecomposed[] = {
     {"RMSNormalization", 23, rmsNormalization},
     {"RotaryEmbedding", 23, rotaryEmbedding},
     {"ConvTranspose", 1, convTranspose},
+    {"Einsum", 12, importEinsum},
 };
 
 const Entry* find(const onnx::NodeProto& n) {

@@ -133,6 +133,7 @@ Expected<std::unique_ptr<ir::Graph>> importGraph(const onnx::ModelProto& m, cons
   auto graph = std::make_unique<ir::Graph>();
   if (!m.graph().name().empty()) graph->name = m.graph().name();
   ImportCtx c{*graph, file, baseDir, *opset, {}, {}, {}, readTorchExport(m.graph())};
+  registerFunctions(c, m);
   if (Error e = importGraphBody(c, m.graph())) return e;
   finishTorchExport(c);
   if (Error e = importTrainingInfo(c, m)) return e;

@@ -35,6 +35,8 @@ struct ImportCtx {
   std::map<std::string, std::vector<ir::Value*>> sequences; ///< sequence values, resolved to their tensors
   std::string label; ///< "file: node 'name' (Op)" of the node being imported
   TorchExport torch; ///< the torch.onnx exporter's record, when present
+  std::map<std::string, const onnx::FunctionProto*> functions; ///< the model's functions, by "domain::name"
+  int functionDepth = 0;                                        ///< calls being inlined
 
   Error fail(const std::string& msg) const { return makeError(label + ": " + msg); }
 };
@@ -46,6 +48,11 @@ Error importNode(ImportCtx& ctx, const onnx::NodeProto& n, size_t index);
 /// BatchNormalization is marked untrainable, and inference-form BatchNormalization of a
 /// module in training mode made training-mode again.
 void finishTorchExport(ImportCtx& ctx);
+
+/// Model-local functions, inlined where they are called (Functions.cpp).
+void registerFunctions(ImportCtx& ctx, const onnx::ModelProto& m);
+bool isFunctionCall(const ImportCtx& ctx, const onnx::NodeProto& n);
+Error importFunctionCall(ImportCtx& ctx, const onnx::NodeProto& n, const std::string& name);
 
 /// ONNX sequence ops, resolved to tensor ops at import (Sequences.cpp).
 bool isSequenceOp(const onnx::NodeProto& n);

@@ -162,6 +162,7 @@ Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
   std::string name = n.name().empty() ? n.op_type() + "_" + std::to_string(index) : n.name();
   c.label = c.file + ": node '" + name + "' (" + n.op_type() + ")";
   if (isGradientNode(n)) return importGradientNode(c, n);
+  if (isFunctionCall(c, n)) return importFunctionCall(c, n, name);
   if (isSequenceOp(n)) return importSequenceOp(c, n, name);
   if (isDecomposed(n)) return importDecomposed(c, n, name);
   std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
