@@ -156,6 +156,33 @@ Error importLegacySoftmax(ImportCtx& c, Op op, const std::string& name, ir::Valu
   return Error::success();
 }
 
+/// Upsample(X, scales) {mode}, scales an attribute before opset 9.
+Error importUpsample(ImportCtx& c, const onnx::NodeProto& n, const std::string& name) {
+  if (n.input_size() < 1 || n.output_size() != 1) return c.fail("expected X (and scales) and one output");
+  auto x = c.values.find(n.input(0));
+  if (x == c.values.end()) return c.fail("input '" + n.input(0) + "' is not defined");
+  ir::Value* scales = nullptr;
+  std::string mode = "nearest";
+  for (const auto& a : n.attribute()) {
+    if (a.name() == "mode") mode = a.s();
+    if (a.name() == "scales")
+      scales = constInput(c, name + "/scales", ir::Tensor::fromF64(ir::DType::F32, {(int64_t)a.floats_size()}, {a.floats().begin(), a.floats().end()}));
+  }
+  if (!scales && n.input_size() > 1) {
+    auto s = c.values.find(n.input(1));
+    if (s == c.values.end()) return c.fail("input '" + n.input(1) + "' is not defined");
+    scales = s->second;
+  }
+  if (!scales) return c.fail("scales are required");
+  ir::Value* roi = constInput(c, name + "/roi", ir::Tensor::fromF64(ir::DType::F32, {0}, {}));
+  ir::Node* r = c.graph.addNode(Op::Resize, {x->second, roi, scales}, 1, name, {n.output(0)});
+  r->attrs["mode"] = mode == "bilinear" ? std::string("linear") : mode;
+  r->attrs["coordinate_transformation_mode"] = std::string("asymmetric");
+  r->attrs["nearest_mode"] = std::string("floor");
+  c.values[n.output(0)] = r->outputs[0];
+  return Error::success();
+}
+
 } // namespace
 
 Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
@@ -169,6 +196,8 @@ Error importNode(ImportCtx& c, const onnx::NodeProto& n, size_t index) {
   if (!domain.empty() && domain != kTrainingDomain) return c.fail("ops of domain '" + domain + "' are not supported");
   if (domain.empty() && c.opset == 0) return c.fail("the model imports no opset of the default ONNX domain");
   if (domain.empty() && n.op_type() == "Constant") return importConstant(c, n);
+  // Upsample (opsets 7 to 9) is Resize with asymmetric coordinates (nearest: the floor).
+  if (domain.empty() && n.op_type() == "Upsample") return importUpsample(c, n, name);
   // Scatter (opsets 9 and 10) is ScatterElements under its old name.
   auto op = domain.empty() && n.op_type() == "Scatter" ? std::optional<Op>(Op::ScatterElements) : ir::opFromName(n.op_type());
   if (!op || onnxDomain(*op) != domain)

@@ -138,3 +138,15 @@ Error gradScatterND(GradCtx& c) { return gradScatter(c, true); }
 Error gradScatterElements(GradCtx& c) { return gradScatter(c, false); }
 
 } // namespace sgc::ir
+
+namespace sgc::ir {
+
+/// Resize is linear in X: its gradient scatters dy back through the same taps.
+Error gradResize(GradCtx& c) {
+  std::vector<Value*> ins{c.dy[0], c.shapeOf(c.x(0))};
+  for (size_t i = 1; i < c.n.inputs.size(); ++i) ins.push_back(c.x(i));
+  c.dx[0] = c.emit(Op::ResizeGrad, ins, c.n.attrs);
+  return Error::success();
+}
+
+} // namespace sgc::ir

@@ -61,4 +61,21 @@ struct PadGeometry {
 };
 Expected<PadGeometry> padGeometry(const InferCtx& c, int64_t rank);
 
+/// Resize's sizes: per axis the scale, the output size and the roi (tf_crop_and_resize).
+struct ResizeGeometry {
+  std::vector<double> scale, roiStart, roiEnd;
+  std::vector<int64_t> out;
+};
+Expected<ResizeGeometry> resizeGeometry(const InferCtx& c, const std::vector<int64_t>& in, const Tensor* roi, const Tensor* scales,
+                                        const Tensor* sizes);
+/// What one output position of a Resize axis reads: input positions (clamped), their weights,
+/// and whether it lies outside the input (tf_crop_and_resize: it takes extrapolation_value).
+struct ResizeTap {
+  std::vector<int64_t> index;
+  std::vector<double> weight;
+  bool outside = false;
+};
+/// The taps of every output position of `axis` (input size `in`), by the node's attributes.
+Expected<std::vector<ResizeTap>> resizeTaps(const InferCtx& c, const ResizeGeometry& g, int64_t axis, int64_t in);
+
 } // namespace sgc::ir

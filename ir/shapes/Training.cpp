@@ -50,7 +50,7 @@ Error inferLossGrad(InferCtx& c) {
 }
 
 Error inferScatterGrad(InferCtx& c) {
-  size_t shapeInput = c.node.op == Op::SliceGrad ? 1 : 2;
+  size_t shapeInput = c.node.op == Op::SliceGrad || c.node.op == Op::ResizeGrad ? 1 : 2;
   c.out[0] = shapeFromInput(c, shapeInput, c.in[0].dtype);
   if (c.out[0].ranked && c.out[0].rank() < 3 && (c.node.op == Op::ConvGradInput || c.node.op == Op::ConvGradWeight))
     return c.fail("the convolution shape must be [N, C, spatial...]");

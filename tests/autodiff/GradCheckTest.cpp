@@ -163,6 +163,14 @@ std::vector<Case> cases() {
   cs.push_back({"ConvTransposeStrided", Op::ConvGradInput, {p({1, 2, 3, 3}), p({2, 3, 3, 2}), ints({1, 3, 6, 6})},
                 {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 0, 0, 0}}}});
   cs.push_back({"ConvTransposeGrouped", Op::ConvGradInput, {p({2, 4, 3}), p({4, 1, 2}), ints({2, 2, 4})}, {{"group", int64_t(2)}}});
+  cs.push_back({"ResizeLinearUp", Op::Resize, {p({1, 2, 3, 2}), f64({0}, {}), f64({4}, {1, 1, 2, 1.5})}, {{"mode", std::string("linear")}}});
+  cs.push_back({"ResizeCubicAlignCorners", Op::Resize, {p({1, 1, 4, 4}), f64({0}, {}), f64({4}, {1, 1, 0.75, 1.25})},
+                {{"mode", std::string("cubic")}, {"coordinate_transformation_mode", std::string("align_corners")}}});
+  cs.push_back({"ResizeNearest", Op::Resize, {p({2, 3}), f64({0}, {}), f64({2}, {2, 0.7})}});
+  cs.push_back({"ResizeLinearAntialiasDown", Op::Resize, {p({1, 1, 6, 5}), f64({0}, {}), f64({4}, {1, 1, 0.5, 0.6})},
+                {{"mode", std::string("linear")}, {"antialias", int64_t(1)}}});
+  cs.push_back({"ResizeCropAndResize", Op::Resize, {p({1, 1, 4, 4}), f64({8}, {0, 0, 0.2, 0.1, 1, 1, 0.9, 1.3}), f64({4}, {1, 1, 0.8, 1.5})},
+                {{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}, {"extrapolation_value", 2.0}}});
   // Fused attention: its result only (no gradient flows through the log-sum-exp).
   cs.push_back({"FusedAttention", Op::FusedAttention, {p({2, 3, 4}), p({2, 5, 4}), p({2, 5, 3})}, {{"scale", 0.6}}, 2, 1});
   cs.push_back({"FusedAttentionCausal", Op::FusedAttention, {p({1, 2, 4, 3}), p({1, 2, 4, 3}), p({1, 2, 4, 2})},
