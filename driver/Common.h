@@ -42,6 +42,7 @@ Error saveCheckpoint(const ir::Graph& g, const std::string& path, bool paramsOnl
 Error loadCheckpoint(ir::Graph& g, const std::string& path);
 
 int inspectMain(int argc, char** argv);
+int opsMain(int argc, char** argv);
 int trainMain(int argc, char** argv);
 int trainLibrary(const std::string& path, const class Args& args, int64_t steps);
 int compileMain(int argc, char** argv);

@@ -10,6 +10,7 @@ void usage(FILE* f) {
              "sgc is an ahead-of-time compiler for deep-learning training graphs (and decoders).\n\n"
              "commands:\n"
              "  inspect MODEL|FILE.safetensors   describe a model or a tensor file\n"
+             "  ops                              every op of the IR and what works for it\n"
              "  compile MODEL --emit=ir          import a model and print its IR\n"
              "  run MODEL --inputs IN -o OUT      evaluate a model on the reference interpreter\n"
              "  opt FILE --passes=a,b            run IR passes on a model or IR text\n"
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "inspect") return inspectMain(argc - 2, argv + 2);
+  if (cmd == "ops") return opsMain(argc - 2, argv + 2);
   if (cmd == "compile") return compileMain(argc - 2, argv + 2);
   if (cmd == "run") return runMain(argc - 2, argv + 2);
   if (cmd == "opt") return optMain(argc - 2, argv + 2);

@@ -137,29 +137,51 @@ Expected<Kernel> lowerReduce(const std::string& name, const ir::Node& n) {
   int64_t outer = 1, extent = 1;
   for (int64_t d : kept) outer *= shape[d];
   for (int64_t d : red) extent *= shape[d];
-  Scalar t = computeType(x->type.dtype);
-  ExprRef v = load(0, binary(KOp::Add, indexOf(loopVar(0), kept), indexOf(loopVar(1), red)), t);
-  ExprRef acc = local(0, t);
+  // Sums and products of floats accumulate in float64 (exact for the integers' i64 too); a
+  // log-sum-exp subtracts the row's maximum first, in a pass of its own.
+  Scalar t = computeType(x->type.dtype), a = accumulatorType(t);
+  bool integer = t == Scalar::I64;
+  auto at = [&](int j) { return binary(KOp::Add, indexOf(loopVar(0), kept), indexOf(loopVar(j), red)); };
+  ExprRef v = cast(load(0, at(1), t), a), acc = local(0, a);
   KOp combine = KOp::Add;
   double init = 0;
+  bool lse = n.op == Op::ReduceLogSumExp;
   switch (n.op) {
-  case Op::ReduceSum: case Op::ReduceMean: break;
-  case Op::ReduceSumSquare: case Op::ReduceL2: v = binary(KOp::Mul, v, v); break;
-  case Op::ReduceMax: combine = KOp::Max, init = -INFINITY; break;
-  case Op::ReduceMin: combine = KOp::Min, init = INFINITY; break;
+  case Op::ReduceSum: case Op::ReduceMean: case Op::ReduceLogSum: break;
+  case Op::ReduceSumSquare: case Op::ReduceL2: v = v * v; break;
+  case Op::ReduceL1: v = abs(v); break;
+  case Op::ReduceProd: combine = KOp::Mul, init = 1; break;
+  case Op::ReduceMax: combine = t == Scalar::I1 ? KOp::Or : KOp::Max, init = -INFINITY; break; // bool: any, all
+  case Op::ReduceMin: combine = t == Scalar::I1 ? KOp::And : KOp::Min, init = INFINITY; break;
+  case Op::ReduceLogSumExp: v = exp(v - local(1, a)); break;
   default: return makeError(ir::describe(n) + ": not a reduction the code generator lowers");
   }
   ExprRef result = acc;
-  if (n.op == Op::ReduceMean) result = binary(KOp::Div, acc, constant((double)extent, t));
-  if (n.op == Op::ReduceL2) result = unary(KOp::Sqrt, acc);
+  if (n.op == Op::ReduceMean) result = acc / (double)extent;
+  if (n.op == Op::ReduceL2) result = sqrt(acc);
+  if (n.op == Op::ReduceLogSum) result = log(acc);
+  if (lse) result = select(eq(local(1, a), -INFINITY), local(1, a), local(1, a) + log(acc)); // all -inf: -inf
   Kernel k;
   k.name = name;
   k.buffers = {{x->name, x->type.dtype, x->type.staticNumel().value(), false},
                {y->name, y->type.dtype, y->type.staticNumel().value(), true}};
-  k.body = loop(0, outer, true,
-                {let(0, constant(init, t)), loop(1, extent, false, {set(0, binary(combine, acc, v))}), store(1, loopVar(0), result)});
-  k.numLoopVars = 2;
-  k.numLocals = 1;
+  std::vector<StmtRef> body;
+  if (lse) body = {let(1, constant(-INFINITY, a)), loop(2, extent, false, {set(1, max(local(1, a), cast(load(0, at(2), t), a)))})};
+  ExprRef start = t == Scalar::I1 ? constant(init > 0, a) : constant(init, a);
+  if (integer && !std::isfinite(init)) { // the dtype's own extremes: an empty reduction gives them
+    ir::DType dt = x->type.dtype;
+    int bits = (int)ir::dtypeSize(dt) * 8;
+    bool uns = ir::isUnsignedInt(dt) || dt == ir::DType::Bool;
+    int64_t lo = uns ? 0 : bits == 64 ? INT64_MIN : -(int64_t(1) << (bits - 1));
+    int64_t hi = dt == ir::DType::Bool ? 1 : uns ? (bits == 64 ? -1 : (int64_t)((uint64_t(1) << bits) - 1)) : bits == 64 ? INT64_MAX : (int64_t(1) << (bits - 1)) - 1;
+    start = constantI64(init > 0 ? hi : lo);
+  }
+  body.push_back(let(0, start));
+  body.push_back(loop(1, extent, false, {set(0, binary(combine, acc, v))}));
+  body.push_back(store(1, loopVar(0), cast(result, computeType(y->type.dtype))));
+  k.body = loop(0, outer, true, body);
+  k.numLoopVars = 3;
+  k.numLocals = 2;
   return k;
 }
 

@@ -138,25 +138,44 @@ Expected<std::vector<Kernel>> lowerConvFamily(const std::string& name, const ir:
        b.st(result, loopVar(e), local(acc, a))}))};
 }
 
+/// The flat index MaxPool reports for input position `pos` of plane `plane`: row-major over the
+/// whole input, or with storage_order = 1 column-major within the plane.
+ExprRef poolIndex(const std::vector<ExprRef>& pos, const std::vector<int64_t>& in, const ExprRef& plane, bool colMajor) {
+  ExprRef off = B::i(0);
+  if (colMajor) {
+    int64_t mul = 1;
+    for (size_t d = 0; d < in.size(); ++d) off = off + pos[d] * (double)mul, mul *= in[d];
+  } else {
+    off = B::offset(pos, in);
+  }
+  return plane * (double)product(in) + off;
+}
+
 Expected<std::vector<Kernel>> lowerPool(const std::string& name, const ir::Node& n) {
-  if (n.outputs.size() > 1 && n.outputs[1]) return makeError(ir::describe(n) + ": MaxPool indices are not generated yet");
-  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  const ir::Value *x = n.input(0), *y = n.outputs[0], *indices = n.outputs.size() > 1 ? n.outputs[1] : nullptr;
   std::vector<int64_t> xs = shapeOf(x), ys = shapeOf(y), in = spatial(xs);
   auto win = windowOf(n, in, n.getInts("kernel_shape"));
   if (!win) return win.takeError();
   bool isMax = n.op == ir::Op::MaxPool, countPad = n.getInt("count_include_pad", 0);
   Scalar t = computeType(x->type.dtype);
   B b(name);
-  int e = b.newLoopVar(), kk = b.newLoopVar(), acc = b.newLocal(), cnt = b.newLocal();
+  int e = b.newLoopVar(), kk = b.newLoopVar(), acc = b.newLocal(), cnt = b.newLocal(), arg = b.newLocal();
   auto c = B::coords(loopVar(e), ys);
   Tap tp = tap(*win, in, tail(c, 2), B::coords(loopVar(kk), win->kernel));
   ExprRef xv = b.ld(x, B::offset(cat({c[0], c[1]}, tp.pos), xs));
   std::vector<StmtRef> inner;
-  if (isMax) inner = {set(acc, select(tp.valid, binary(KOp::Max, local(acc, t), xv), local(acc, t)))};
+  if (isMax && indices) { // the first position of the window's maximum, as the interpreter picks it
+    ExprRef better = binary(KOp::And, tp.valid, binary(KOp::Or, gt(xv, local(acc, t)), lt(local(arg, Scalar::I64), 0.0)));
+    ExprRef plane = c[0] * (double)xs[1] + c[1];
+    inner = {set(arg, select(better, poolIndex(tp.pos, in, plane, n.getInt("storage_order", 0)), local(arg, Scalar::I64))),
+             set(acc, select(better, xv, local(acc, t)))};
+  } else if (isMax) inner = {set(acc, select(tp.valid, binary(KOp::Max, local(acc, t), xv), local(acc, t)))};
   else inner = {set(acc, B::add(local(acc, t), select(tp.valid, xv, B::c(0, t)))), set(cnt, B::add(local(cnt, t), cast(tp.valid, t)))};
   ExprRef result = isMax ? local(acc, t) : B::div(local(acc, t), countPad ? paddedCount(*win, in, tail(c, 2), t) : local(cnt, t));
-  return std::vector<Kernel>{b.finish(loop(e, numel(y), true,
-      {let(acc, B::c(isMax ? -INFINITY : 0, t)), let(cnt, B::c(0, t)), loop(kk, product(win->kernel), false, inner), b.st(y, loopVar(e), result)}))};
+  std::vector<StmtRef> body{let(acc, B::c(isMax ? -INFINITY : 0, t)), let(cnt, B::c(0, t)), let(arg, B::i(-1)),
+                            loop(kk, product(win->kernel), false, inner), b.st(y, loopVar(e), result)};
+  if (indices) body.push_back(b.st(indices, loopVar(e), local(arg, Scalar::I64)));
+  return std::vector<Kernel>{b.finish(loop(e, numel(y), true, body))};
 }
 
 Expected<std::vector<Kernel>> lowerPoolGrad(const std::string& name, const ir::Node& n) {
@@ -196,8 +215,11 @@ Expected<std::vector<Kernel>> lowerPoolGrad(const std::string& name, const ir::N
        loop(kk, product(win->kernel), false, perWindow), b.st(dx, loopVar(e), local(acc, t))}))};
 }
 
+/// Pad: constant mode fills, edge clamps, reflect mirrors about the border elements, wrap takes
+/// the other side's elements.
 Expected<std::vector<Kernel>> lowerPad(const std::string& name, const ir::Node& n) {
-  if (n.getString("mode", "constant") != "constant") return makeError(ir::describe(n) + ": only constant-mode Pad is generated yet");
+  std::string mode = n.getString("mode", "constant");
+  if (mode != "constant" && mode != "edge" && mode != "reflect" && mode != "wrap") return makeError(ir::describe(n) + ": unknown mode '" + mode + "'");
   const ir::Value *x = n.input(0), *y = n.outputs[0];
   ir::InferCtx ic{n, {}, {}, {}};
   for (const ir::Value* v : n.inputs) {
@@ -213,7 +235,10 @@ Expected<std::vector<Kernel>> lowerPad(const std::string& name, const ir::Node& 
   std::vector<ExprRef> pos, conds;
   for (size_t d = 0; d < xs.size(); ++d) {
     ExprRef p = B::sub(c[d], B::i(g->begin[d]));
-    conds.push_back(inRange(p, xs[d]));
+    double last = (double)(xs[d] - 1);
+    if (mode == "constant") conds.push_back(inRange(p, xs[d]));
+    if (mode == "reflect" && xs[d] > 1) p = select(lt(p, 0.0), -p, select(gt(p, last), 2 * last - p, p));
+    if (mode == "wrap") p = binary(KOp::IMod, binary(KOp::IMod, p, B::i(xs[d])) + (double)xs[d], B::i(xs[d]));
     pos.push_back(B::clamp(p, xs[d]));
   }
   Scalar t = computeType(x->type.dtype);

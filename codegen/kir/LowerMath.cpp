@@ -119,8 +119,11 @@ static Expected<std::vector<Kernel>> kernels(Expected<Kernel> k) {
 Expected<std::vector<Kernel>> lowerMatMulChain(const std::string& name, const ir::Node& n, const std::vector<const ir::Node*>& chain,
                                               bool epilogueOnly = false) {
   const ir::Value *a = n.input(0), *bv = n.input(1), *y = chain.empty() ? n.outputs[0] : chain.back()->outputs[0];
-  if (a->type.rank() < 2 || bv->type.rank() < 2) return makeError(ir::describe(n) + ": 1-D operands are not generated yet");
+  // A vector operand is a matrix of one row (a) or one column (b): its unit dim, absent from y,
+  // changes no element's place.
   std::vector<int64_t> as = shapeOf(a), bs = shapeOf(bv), ys = shapeOf(y);
+  if (as.size() == 1) as.insert(as.begin(), 1), ys.insert(ys.end() - (bs.size() == 1 ? 0 : 1), 1);
+  if (bs.size() == 1) bs.push_back(1), ys.push_back(1);
   int64_t M = ys[ys.size() - 2], N = ys.back(), K = as.back();
   std::vector<int64_t> rowShape(ys.begin(), ys.end() - 1); // batch dims and M
   // The offset of a batched operand's matrix for output row r (batch dims broadcast).

@@ -39,16 +39,67 @@ llvm::Value* MathEmitter::bf16ToFloat(llvm::Value* bits) {
   return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits, b_.getInt32Ty()), 16), b_.getFloatTy());
 }
 
-/// exp and log on the GPU: PTX's ex2/lg2 (f32).
+llvm::Value* MathEmitter::horner(llvm::Value* x, const std::vector<double>& coeffs) {
+  llvm::Value* p = c(x, coeffs.back());
+  for (size_t i = coeffs.size() - 1; i-- > 0;) p = b_.CreateFAdd(b_.CreateFMul(p, x), c(x, coeffs[i]));
+  return p;
+}
+
+/// 2^n for an i64 n in [-1074, 1023], as two factors that are each a normal double.
+llvm::Value* MathEmitter::pow2(llvm::Value* n) {
+  llvm::Value* n1 = b_.CreateAShr(n, 1);
+  llvm::Value* n2 = b_.CreateSub(n, n1);
+  auto f = [&](llvm::Value* k) { return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(k, b_.getInt64(1023)), 52), b_.getDoubleTy()); };
+  return b_.CreateFMul(f(n1), f(n2));
+}
+
+/// exp of an f64 on the GPU: x = n ln 2 + r with |r| <= ln 2 / 2 (a two-part ln 2), e^r by its
+/// series to r^13 (truncation under 1e-17), times 2^n.
+llvm::Value* MathEmitter::exp64(llvm::Value* x) {
+  llvm::Value* n = intrinsic(llvm::Intrinsic::roundeven, {b_.CreateFMul(x, c(x, M_LOG2E))});
+  n = intrinsic(llvm::Intrinsic::maxnum, {intrinsic(llvm::Intrinsic::minnum, {n, c(x, 1024)}), c(x, -1075)});
+  llvm::Value* r = b_.CreateFSub(b_.CreateFSub(x, b_.CreateFMul(n, c(x, 6.93147180369123816490e-01))), b_.CreateFMul(n, c(x, 1.90821492927058770002e-10)));
+  std::vector<double> k(14);
+  double f = 1;
+  for (int i = 0; i < 14; ++i) k[i] = 1 / f, f *= i + 1;
+  llvm::Value* v = b_.CreateFMul(horner(r, k), pow2(b_.CreateFPToSI(n, b_.getInt64Ty())));
+  v = b_.CreateSelect(b_.CreateFCmpOGT(x, c(x, 709.79)), c(x, INFINITY), v);
+  v = b_.CreateSelect(b_.CreateFCmpOLT(x, c(x, -745.2)), c(x, 0), v);
+  return b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, v);
+}
+
+/// log of an f64 on the GPU: x = m 2^e with m in [sqrt(1/2), sqrt(2)) from its bits (subnormals
+/// scaled first), log m = 2 atanh((m - 1) / (m + 1)) by its series to s^23.
+llvm::Value* MathEmitter::log64(llvm::Value* x) {
+  llvm::Value* tiny = b_.CreateFCmpOLT(x, c(x, 0x1p-1022));
+  llvm::Value* xs = b_.CreateSelect(tiny, b_.CreateFMul(x, c(x, 0x1p54)), x);
+  llvm::Value* bits = b_.CreateBitCast(xs, b_.getInt64Ty());
+  llvm::Value* e = b_.CreateSub(b_.CreateAnd(b_.CreateLShr(bits, 52), b_.getInt64(0x7ff)), b_.getInt64(1023));
+  e = b_.CreateSelect(tiny, b_.CreateSub(e, b_.getInt64(54)), e);
+  llvm::Value* m = b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(bits, b_.getInt64(0x000fffffffffffffLL)), b_.getInt64(0x3ff0000000000000LL)), b_.getDoubleTy());
+  llvm::Value* big = b_.CreateFCmpOGT(m, c(x, M_SQRT2));
+  m = b_.CreateSelect(big, b_.CreateFMul(m, c(x, 0.5)), m);
+  llvm::Value* ef = b_.CreateSIToFP(b_.CreateSelect(big, b_.CreateAdd(e, b_.getInt64(1)), e), b_.getDoubleTy());
+  llvm::Value* s = b_.CreateFDiv(b_.CreateFSub(m, c(x, 1)), b_.CreateFAdd(m, c(x, 1)));
+  std::vector<double> k;
+  for (int i = 0; i < 12; ++i) k.push_back(2.0 / (2 * i + 1));
+  llvm::Value* lm = b_.CreateFMul(s, horner(b_.CreateFMul(s, s), k));
+  llvm::Value* v = b_.CreateFAdd(b_.CreateFMul(ef, c(x, 6.93147180369123816490e-01)), b_.CreateFAdd(lm, b_.CreateFMul(ef, c(x, 1.90821492927058770002e-10))));
+  v = b_.CreateSelect(b_.CreateFCmpOEQ(x, c(x, INFINITY)), x, v);
+  v = b_.CreateSelect(b_.CreateFCmpOEQ(x, c(x, 0)), c(x, -INFINITY), v);
+  return b_.CreateSelect(b_.CreateFCmpULT(x, c(x, 0)), c(x, NAN), v); // also NaN for NaN
+}
+
+/// exp and log on the GPU: PTX's ex2/lg2 for f32; f64 by range reduction and series.
 Expected<llvm::Value*> MathEmitter::exp(llvm::Value* x) {
   if (!gpu()) return intrinsic(llvm::Intrinsic::exp, {x});
-  if (auto e = gpuF32(x, "exp"); !e) return e.takeError();
+  if (x->getType()->isDoubleTy()) return exp64(x);
   return (llvm::Value*)b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {b_.CreateFMul(x, c(x, M_LOG2E))});
 }
 
 Expected<llvm::Value*> MathEmitter::log(llvm::Value* x) {
   if (!gpu()) return intrinsic(llvm::Intrinsic::log, {x});
-  if (auto e = gpuF32(x, "log"); !e) return e.takeError();
+  if (x->getType()->isDoubleTy()) return log64(x);
   return (llvm::Value*)b_.CreateFMul(b_.CreateIntrinsic(llvm::Intrinsic::nvvm_lg2_approx_f, {}, {x}), c(x, M_LN2));
 }
 
@@ -101,34 +152,66 @@ Expected<llvm::Value*> MathEmitter::erf(llvm::Value* x) {
   p = b_.CreateFMul(p, t);
   auto e = exp(b_.CreateFNeg(b_.CreateFMul(ax, ax)));
   if (!e) return e;
-  return intrinsic(llvm::Intrinsic::copysign, {b_.CreateFSub(c(x, 1), b_.CreateFMul(p, *e)), x});
+  llvm::Value* big = intrinsic(llvm::Intrinsic::copysign, {b_.CreateFSub(c(x, 1), b_.CreateFMul(p, *e)), x});
+  // Below 1/2 the series 2/sqrt(pi) (x - x^3/3 + x^5/10 - ...) to x^23 (exact near 0, where the
+  // formula above keeps its absolute error).
+  std::vector<double> series;
+  double f = 1;
+  for (int n = 0; n < 12; ++n, f *= n) series.push_back((n % 2 ? -1 : 1) * 2 / std::sqrt(M_PI) / (f * (2 * n + 1)));
+  llvm::Value* small = b_.CreateFMul(x, horner(b_.CreateFMul(x, x), series));
+  return b_.CreateSelect(b_.CreateFCmpOLT(ax, c(x, 0.5)), small, big);
 }
 
 /// sin and cos on the GPU: x reduced to [-pi, pi] by a two-part 2 pi (Cody and Waite), then
 /// PTX's sin/cos.approx (absolute error under 2^-20.9 there).
 Expected<llvm::Value*> MathEmitter::sinCos(llvm::Value* x, bool sine) {
   if (!gpu()) return intrinsic(sine ? llvm::Intrinsic::sin : llvm::Intrinsic::cos, {x});
-  if (auto e = gpuF32(x, sine ? "sin" : "cos"); !e) return e.takeError();
+  if (x->getType()->isDoubleTy()) return sinCos64(x, sine);
   const double hi = 6.28125, lo = 2 * M_PI - 6.28125;
   llvm::Value* k = intrinsic(llvm::Intrinsic::roundeven, {b_.CreateFMul(x, c(x, 1 / (2 * M_PI)))});
   llvm::Value* r = b_.CreateFSub(b_.CreateFSub(x, b_.CreateFMul(k, c(x, hi))), b_.CreateFMul(k, c(x, lo)));
   return (llvm::Value*)b_.CreateIntrinsic(sine ? llvm::Intrinsic::nvvm_sin_approx_f : llvm::Intrinsic::nvvm_cos_approx_f, {}, {r});
 }
 
+/// sin and cos of an f64 on the GPU: x = k pi/2 + r with |r| <= pi/4 (a three-part pi/2), the
+/// series of sin r and cos r to r^17 and r^18, picked and signed by k mod 4.
+llvm::Value* MathEmitter::sinCos64(llvm::Value* x, bool sine) {
+  llvm::Value* k = intrinsic(llvm::Intrinsic::roundeven, {b_.CreateFMul(x, c(x, 2 / M_PI))});
+  llvm::Value* r = b_.CreateFSub(x, b_.CreateFMul(k, c(x, 1.57079632673412561417e+00)));
+  r = b_.CreateFSub(r, b_.CreateFMul(k, c(x, 6.07710050630396597660e-11)));
+  r = b_.CreateFSub(r, b_.CreateFMul(k, c(x, 2.02226624879595063154e-21)));
+  llvm::Value* r2 = b_.CreateFMul(r, r);
+  std::vector<double> sk, ck;
+  double f = 1;
+  for (int i = 1; i <= 18; ++i) {
+    f *= i;
+    if (i % 2) sk.push_back((i / 2 % 2 ? -1 : 1) / f);
+    else ck.push_back((i / 2 % 2 ? -1 : 1) / f);
+  }
+  ck.insert(ck.begin(), 1.0);
+  llvm::Value* sr = b_.CreateFMul(r, horner(r2, sk));
+  llvm::Value* cr = horner(r2, ck);
+  llvm::Value* q = b_.CreateAnd(b_.CreateFPToSI(k, b_.getInt64Ty()), b_.getInt64(3));
+  if (!sine) q = b_.CreateAnd(b_.CreateAdd(q, b_.getInt64(1)), b_.getInt64(3)); // cos x = sin(x + pi/2)
+  llvm::Value* odd = b_.CreateICmpNE(b_.CreateAnd(q, b_.getInt64(1)), b_.getInt64(0));
+  llvm::Value* v = b_.CreateSelect(odd, cr, sr);
+  return b_.CreateSelect(b_.CreateICmpUGE(q, b_.getInt64(2)), b_.CreateFNeg(v), v);
+}
+
 /// atan on the GPU: |x| > 1 through pi/2 - atan(1/|x|), then above tan(pi/8) through
-/// pi/4 + atan((t - 1) / (t + 1)), leaving |t| <= 0.4142 for the odd series to t^15
-/// (truncation under 2e-8).
+/// pi/4 + atan((t - 1) / (t + 1)), leaving |t| <= 0.4142 for the odd series (to t^15 in f32,
+/// t^41 in f64: truncation under 2e-8 and 1e-17).
 Expected<llvm::Value*> MathEmitter::atan(llvm::Value* x) {
   if (!gpu()) return libm("atanf", "atan", {x});
-  if (auto e = gpuF32(x, "atan"); !e) return e.takeError();
   llvm::Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
   llvm::Value* big = b_.CreateFCmpOGT(ax, c(x, 1));
   llvm::Value* a = b_.CreateSelect(big, b_.CreateFDiv(c(x, 1), ax), ax);
   llvm::Value* mid = b_.CreateFCmpOGT(a, c(x, 0.41421356237309503));
   llvm::Value* t = b_.CreateSelect(mid, b_.CreateFDiv(b_.CreateFSub(a, c(x, 1)), b_.CreateFAdd(a, c(x, 1))), a);
   llvm::Value* t2 = b_.CreateFMul(t, t);
-  llvm::Value* p = c(x, -1.0 / 15);
-  for (int k = 13; k >= 1; k -= 2) p = b_.CreateFAdd(b_.CreateFMul(p, t2), c(x, (k % 4 == 1 ? 1.0 : -1.0) / k));
+  int top = x->getType()->isDoubleTy() ? 41 : 15;
+  llvm::Value* p = c(x, (top % 4 == 1 ? 1.0 : -1.0) / top);
+  for (int k = top - 2; k >= 1; k -= 2) p = b_.CreateFAdd(b_.CreateFMul(p, t2), c(x, (k % 4 == 1 ? 1.0 : -1.0) / k));
   llvm::Value* r = b_.CreateFMul(p, t);
   r = b_.CreateSelect(mid, b_.CreateFAdd(r, c(x, M_PI / 4)), r);
   r = b_.CreateSelect(big, b_.CreateFSub(c(x, M_PI / 2), r), r);

@@ -2,8 +2,8 @@
 // NVPTX. On x86-64 transcendental functions call libm (which every .so may
 // link); NVPTX has no libm, so they are written out here from PTX's
 // approximate exp2/log2/sin/cos, with the range reductions that keep them
-// within a few ulp of f32 over the whole range. f64 transcendentals are CPU
-// only.
+// within a few ulp of f32 over the whole range; f64 ones from range
+// reductions and series (erf in f64 keeps the f32 formula's 1.5e-7).
 #pragma once
 #include "codegen/kir/Kernel.h"
 #include "codegen/llvm/Emitter.h"
@@ -30,6 +30,11 @@ private:
   llvm::Value* libm(const char* f32Name, const char* f64Name, std::vector<llvm::Value*> args);
   Expected<llvm::Value*> gpuF32(llvm::Value* x, const char* what);
 
+  llvm::Value* horner(llvm::Value* x, const std::vector<double>& coeffs); ///< sum of coeffs[i] x^i
+  llvm::Value* pow2(llvm::Value* n);
+  llvm::Value* exp64(llvm::Value* x);
+  llvm::Value* log64(llvm::Value* x);
+  llvm::Value* sinCos64(llvm::Value* x, bool sine);
   Expected<llvm::Value*> exp(llvm::Value* x);
   Expected<llvm::Value*> log(llvm::Value* x);
   Expected<llvm::Value*> expm1(llvm::Value* x);

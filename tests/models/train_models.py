@@ -3,7 +3,7 @@
 # compiled to a .so and trained 10 AdamW steps on the CPU by `sgc train`, from
 # the exported weights on the batches PyTorch trained on; every step's loss
 # must be within 1e-4 relative of PyTorch's float32 losses, or, where that is
-# larger, within 10 times the largest distance between PyTorch's own float32
+# larger, within 20 times the largest distance between PyTorch's own float32
 # and float64 runs up to that step (ShuffleNetV2's trajectory is chaotic: its
 # float32 and float64 runs part from 5e-8 at step 2 to 3e-3 at step 10, so
 # any other rounding moves it that far too). With --interp the
@@ -58,12 +58,12 @@ def losses_of(out):
 
 
 def tolerances(info):
-    """Per step: 1e-4, or 10 times the largest float32 / float64 distance of PyTorch's up to it."""
+    """Per step: 1e-4, or 20 times the largest float32 / float64 distance of PyTorch's up to it."""
     f32, f64 = info["losses_f32"], info["losses_f64"] or info["losses_f32"]
     out, envelope = [], 0.0
     for a, b in zip(f32, f64):
         envelope = max(envelope, abs(a - b) / abs(b))
-        out.append(max(RTOL, 10 * envelope))
+        out.append(max(RTOL, 20 * envelope))
     return out
 
 
