@@ -125,6 +125,7 @@ Error convTranspose(ImportCtx& c, const onnx::NodeProto& n, const std::string& n
   if (k.size() != sp || strides.size() != sp || dil.size() != sp || outPad.size() != sp || pads.size() != 2 * sp)
     return c.fail("kernel_shape, strides, dilations, output_padding and pads must give every spatial dim");
   if (outShape.size() > sp) outShape.erase(outShape.begin(), outShape.end() - sp); // [N, C, spatial] written whole
+  if (!outShape.empty() && outShape.size() != sp) return c.fail("output_shape must give every spatial dim");
   if (outShape.empty() && (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER"))
     for (size_t i = 0; i < sp; ++i) outShape.push_back((*xs)[2 + i] * strides[i]);
   std::vector<int64_t> out{(*xs)[0], (*ws)[1] * group};
