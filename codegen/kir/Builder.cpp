@@ -79,4 +79,30 @@ Kernel zeroKernel(const std::string& name, const ir::Value* y) {
   return b.finish(loop(i, y->type.staticNumel().value(), true, {b.st(y, loopVar(i), Builder::c(0, computeType(y->type.dtype)))}));
 }
 
+Kernel pointwise(const std::string& name, const ir::Value* out, const std::function<ExprRef(Builder&, const std::vector<ExprRef>&)>& value) {
+  Builder b(name);
+  int v = b.newLoopVar();
+  auto c = Builder::coords(loopVar(v), out->type.shape());
+  ExprRef val = value(b, c);
+  return b.finish(loop(v, out->type.staticNumel().value(), true, {b.st(out, loopVar(v), val)}));
+}
+
+AxisRows::AxisRows(const std::vector<int64_t>& shape, int64_t axis) {
+  for (int64_t q = 0; q < (int64_t)shape.size(); ++q) (q < axis ? outer : q == axis ? d : inner) *= shape[q];
+}
+
+ExprRef AxisRows::at(const ExprRef& row, const ExprRef& k) const {
+  return (binary(KOp::IDiv, row, Builder::i(inner)) * (double)d + k) * (double)inner + binary(KOp::IMod, row, Builder::i(inner));
+}
+
+ir::InferCtx knownInputs(const ir::Node& n, size_t from, size_t placeholders) {
+  ir::InferCtx ic{n, std::vector<ir::Type>(placeholders), std::vector<const ir::Tensor*>(placeholders, nullptr), {}};
+  for (size_t i = from; i < n.inputs.size(); ++i) {
+    const ir::Value* v = n.inputs[i];
+    ic.in.push_back(v ? v->type : ir::Type{});
+    ic.values.push_back(v && v->kind == ir::ValueKind::Const ? v->data.get() : nullptr);
+  }
+  return ic;
+}
+
 } // namespace sgc::kir

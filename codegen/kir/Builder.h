@@ -4,6 +4,7 @@
 #pragma once
 #include "codegen/kir/Kernel.h"
 #include "ir/Graph.h"
+#include "ir/shapes/Shapes.h"
 
 #include <functional>
 #include <map>
@@ -75,5 +76,22 @@ StmtRef when(Builder& b, ExprRef cond, std::vector<StmtRef> body);
 
 /// A kernel writing zeros over all of `y` (where partial results then meet by atomic adds).
 Kernel zeroKernel(const std::string& name, const ir::Value* y);
+
+/// out[i] = value(coordinates of i in out's shape), one parallel iteration per element (the
+/// iteration's loop variable is 0).
+Kernel pointwise(const std::string& name, const ir::Value* out,
+                 const std::function<ExprRef(Builder&, const std::vector<ExprRef>&)>& value);
+
+/// The rows of a row-wise op along `axis` of `shape`: outer * inner rows of d elements, inner apart.
+struct AxisRows {
+  int64_t outer = 1, d = 1, inner = 1;
+  AxisRows(const std::vector<int64_t>& shape, int64_t axis);
+  /// The offset of element k of row `row`.
+  ExprRef at(const ExprRef& row, const ExprRef& k) const;
+};
+
+/// What a shape rule sees of node `n`'s inputs from `from` on (types, and the values of the
+/// constants), after `placeholders` absent ones: the geometry helpers of ir/shapes take it.
+ir::InferCtx knownInputs(const ir::Node& n, size_t from = 0, size_t placeholders = 0);
 
 } // namespace sgc::kir

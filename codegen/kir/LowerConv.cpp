@@ -221,11 +221,7 @@ Expected<std::vector<Kernel>> lowerPad(const std::string& name, const ir::Node& 
   std::string mode = n.getString("mode", "constant");
   if (mode != "constant" && mode != "edge" && mode != "reflect" && mode != "wrap") return makeError(ir::describe(n) + ": unknown mode '" + mode + "'");
   const ir::Value *x = n.input(0), *y = n.outputs[0];
-  ir::InferCtx ic{n, {}, {}, {}};
-  for (const ir::Value* v : n.inputs) {
-    ic.in.push_back(v ? v->type : ir::Type{});
-    ic.values.push_back(v && v->kind == ir::ValueKind::Const ? v->data.get() : nullptr);
-  }
+  ir::InferCtx ic = knownInputs(n);
   auto g = ir::padGeometry(ic, x->type.rank());
   if (!g) return g.takeError();
   std::vector<int64_t> xs = shapeOf(x);

@@ -13,17 +13,6 @@ using B = Builder;
 std::vector<int64_t> shapeOf(const ir::Value* v) { return v->type.shape(); }
 int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
 
-/// Rows along `axis` of `shape`: (outer * inner) rows of d elements, inner apart.
-struct AxisRows {
-  int64_t outer = 1, d = 1, inner = 1;
-  AxisRows(const std::vector<int64_t>& s, int64_t axis) {
-    for (int64_t q = 0; q < (int64_t)s.size(); ++q) (q < axis ? outer : q == axis ? d : inner) *= s[q];
-  }
-  ExprRef at(const ExprRef& row, const ExprRef& k) const {
-    return (binary(KOp::IDiv, row, B::i(inner)) * (double)d + k) * (double)inner + binary(KOp::IMod, row, B::i(inner));
-  }
-};
-
 int64_t axisOf(const ir::Node& n, int64_t rank, int64_t def) {
   int64_t a = n.getInt("axis", def);
   return a < 0 ? a + rank : a;
@@ -64,15 +53,6 @@ Expected<std::vector<Kernel>> lowerHardmax(const std::string& name, const ir::No
   int k = b.newLoopVar();
   body.push_back(loop(k, r.d, false, {b.st(y, r.at(loopVar(row), loopVar(k)), cast(eq(loopVar(k), local(arg, Scalar::I64)), t))}));
   return std::vector<Kernel>{b.finish(loop(row, r.outer * r.inner, true, body))};
-}
-
-/// out[i] = f(coordinates of i in the output's shape), one parallel iteration each.
-static Kernel pointwise(const std::string& name, const ir::Value* out, const std::function<ExprRef(B&, const std::vector<ExprRef>&)>& value) {
-  B b(name);
-  int v = b.newLoopVar();
-  auto c = B::coords(loopVar(v), shapeOf(out));
-  ExprRef val = value(b, c);
-  return b.finish(loop(v, numel(out), true, {b.st(out, loopVar(v), val)}));
 }
 
 Expected<std::vector<Kernel>> lowerTile(const std::string& name, const ir::Node& n) {

@@ -15,19 +15,6 @@ using B = Builder;
 std::vector<int64_t> shapeOf(const ir::Value* v) { return v->type.shape(); }
 int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
 
-/// Rows of a row-wise op over `axis` of `shape`: (outer * inner rows of d elements, stride inner).
-struct Rows {
-  int64_t outer = 1, d = 1, inner = 1;
-  ExprRef at(ExprRef row, ExprRef k) const { // element k of row
-    ExprRef o = binary(KOp::IDiv, row, B::i(inner)), in = binary(KOp::IMod, row, B::i(inner));
-    return B::add(B::mul(B::add(B::mul(o, B::i(d)), k), B::i(inner)), in);
-  }
-};
-Rows rowsOf(const std::vector<int64_t>& shape, int64_t axis) {
-  Rows r;
-  for (int64_t q = 0; q < (int64_t)shape.size(); ++q) (q < axis ? r.outer : q == axis ? r.d : r.inner) *= shape[q];
-  return r;
-}
 int64_t axisOf(const ir::Node& n, int64_t rank, int64_t def) {
   int64_t a = n.getInt("axis", def);
   return a < 0 ? a + rank : a;
@@ -215,7 +202,7 @@ Expected<std::optional<Kernel>> lowerProductEpilogue(const std::string& name, co
 
 Expected<std::vector<Kernel>> lowerSoftmax(const std::string& name, const ir::Node& n) {
   const ir::Value *x = n.input(0), *y = n.outputs[0];
-  Rows R = rowsOf(shapeOf(x), axisOf(n, x->type.rank(), -1));
+  AxisRows R(shapeOf(x), axisOf(n, x->type.rank(), -1));
   Scalar t = computeType(x->type.dtype);
   B b(name);
   int row = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), k3 = b.newLoopVar(), mx = b.newLocal(), sum = b.newLocal();
@@ -230,7 +217,7 @@ Expected<std::vector<Kernel>> lowerSoftmax(const std::string& name, const ir::No
 
 Expected<std::vector<Kernel>> lowerSoftmaxGrad(const std::string& name, const ir::Node& n) {
   const ir::Value *y = n.input(0), *dy = n.input(1), *dx = n.outputs[0];
-  Rows R = rowsOf(shapeOf(y), axisOf(n, y->type.rank(), -1));
+  AxisRows R(shapeOf(y), axisOf(n, y->type.rank(), -1));
   bool log = n.getInt("log", 0);
   Scalar t = computeType(y->type.dtype);
   B b(name);

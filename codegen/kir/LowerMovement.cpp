@@ -17,16 +17,6 @@ int64_t axisAttr(const ir::Node& n, int64_t rank, int64_t def = 0) {
   return a < 0 ? a + rank : a;
 }
 
-/// out[i] = f(coords of i in the output shape)
-Kernel pointwise(const std::string& name, const ir::Value* out,
-                 const std::function<ExprRef(B&, const std::vector<ExprRef>&)>& value) {
-  B b(name);
-  int v = b.newLoopVar();
-  auto c = B::coords(loopVar(v), shapeOf(out));
-  ExprRef val = value(b, c);
-  return b.finish(loop(v, numel(out), true, {b.st(out, loopVar(v), val)}));
-}
-
 
 } // namespace
 
@@ -67,11 +57,7 @@ Expected<std::vector<Kernel>> lowerExpand(const std::string& name, const ir::Nod
 
 Expected<std::vector<Kernel>> lowerSlice(const std::string& name, const ir::Node& n) {
   const ir::Value *x = n.input(0), *y = n.outputs[0];
-  ir::InferCtx ic{n, {}, {}, {}};
-  for (const ir::Value* v : n.inputs) {
-    ic.in.push_back(v ? v->type : ir::Type{});
-    ic.values.push_back(v && v->kind == ir::ValueKind::Const ? v->data.get() : nullptr);
-  }
+  ir::InferCtx ic = knownInputs(n);
   auto g = ir::sliceGeometry(ic, shapeOf(x));
   if (!g) return g.takeError();
   return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
@@ -86,12 +72,7 @@ Expected<std::vector<Kernel>> lowerSlice(const std::string& name, const ir::Node
 /// element of dx, no atomics.
 Expected<std::vector<Kernel>> lowerSliceGrad(const std::string& name, const ir::Node& n) {
   const ir::Value *dy = n.input(0), *dx = n.outputs[0];
-  ir::InferCtx ic{n, {ir::Type{}}, {nullptr}, {}}; // the forward Slice's view: (x, starts, ends, axes, steps)
-  for (size_t i = 2; i < n.inputs.size(); ++i) {
-    const ir::Value* v = n.inputs[i];
-    ic.in.push_back(v ? v->type : ir::Type{});
-    ic.values.push_back(v && v->kind == ir::ValueKind::Const ? v->data.get() : nullptr);
-  }
+  ir::InferCtx ic = knownInputs(n, 2, 1); // the forward Slice's view: (x, starts, ends, axes, steps)
   auto g = ir::sliceGeometry(ic, shapeOf(dx));
   if (!g) return g.takeError();
   return std::vector<Kernel>{pointwise(name, dx, [&](B& b, const std::vector<ExprRef>& c) {

@@ -12,13 +12,11 @@ using B = Builder;
 
 /// The rows of a cumulative op over its (constant) axis input.
 struct ScanGeometry {
-  int64_t outer = 1, n = 1, inner = 1;
+  AxisRows rows;
+  int64_t outer, n, inner;
   bool reverse, exclusive;
   /// Element t of row `row` in scan order.
-  ExprRef at(const ExprRef& row, const ExprRef& t) const {
-    ExprRef p = reverse ? (double)(n - 1) - t : t;
-    return (binary(KOp::IDiv, row, B::i(inner)) * (double)n + p) * (double)inner + binary(KOp::IMod, row, B::i(inner));
-  }
+  ExprRef at(const ExprRef& row, const ExprRef& t) const { return rows.at(row, reverse ? (double)(n - 1) - t : t); }
 };
 
 Expected<ScanGeometry> scanGeometry(const ir::Node& n, const ir::Value* x, const ir::Value* axisV) {
@@ -27,9 +25,8 @@ Expected<ScanGeometry> scanGeometry(const ir::Node& n, const ir::Value* x, const
   int64_t r = (int64_t)s.size(), axis = axisV->data->getI(0);
   if (axis < -r || axis >= r) return makeError(ir::describe(n) + ": axis out of range");
   if (axis < 0) axis += r;
-  ScanGeometry g{1, 1, 1, (bool)n.getInt("reverse", 0), (bool)n.getInt("exclusive", 0)};
-  for (int64_t d = 0; d < r; ++d) (d < axis ? g.outer : d == axis ? g.n : g.inner) *= s[d];
-  return g;
+  AxisRows rows(s, axis);
+  return ScanGeometry{rows, rows.outer, rows.d, rows.inner, (bool)n.getInt("reverse", 0), (bool)n.getInt("exclusive", 0)};
 }
 
 } // namespace

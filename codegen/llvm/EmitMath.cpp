@@ -21,11 +21,6 @@ llvm::Value* MathEmitter::libm(const char* f32Name, const char* f64Name, std::ve
   return b_.CreateCall(f, args);
 }
 
-Expected<llvm::Value*> MathEmitter::gpuF32(llvm::Value* x, const char* what) {
-  if (!x->getType()->isFloatTy()) return makeError(std::string("f64 ") + what + " on the GPU is not generated yet");
-  return x;
-}
-
 llvm::Value* MathEmitter::floatToBf16(llvm::Value* f) {
   llvm::Value* bits = b_.CreateBitCast(f, b_.getInt32Ty());
   llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));

@@ -28,7 +28,6 @@ private:
   llvm::Value* c(llvm::Value* like, double v) { return llvm::ConstantFP::get(like->getType(), v); }
   llvm::Value* intrinsic(llvm::Intrinsic::ID id, std::vector<llvm::Value*> args);
   llvm::Value* libm(const char* f32Name, const char* f64Name, std::vector<llvm::Value*> args);
-  Expected<llvm::Value*> gpuF32(llvm::Value* x, const char* what);
 
   llvm::Value* horner(llvm::Value* x, const std::vector<double>& coeffs); ///< sum of coeffs[i] x^i
   llvm::Value* pow2(llvm::Value* n);
