@@ -78,12 +78,9 @@ Expected<ir::Value*> attentionBias(Build& b, const onnx::NodeProto& n, const Geo
 
 Error importAttention(ImportCtx& c, const onnx::NodeProto& n, const std::string& name) {
   Build b{c, name};
-  std::vector<ir::Value*> in(7, nullptr);
-  for (int i = 0; i < 7; ++i) {
-    auto v = inputOf(c, n, i);
-    if (!v) return v.takeError();
-    in[i] = *v;
-  }
+  auto inputs = inputsOf(c, n, 7);
+  if (!inputs) return inputs.takeError();
+  std::vector<ir::Value*>& in = *inputs;
   if (!in[0] || !in[1] || !in[2]) return c.fail("Q, K and V are required");
   if ((in[4] == nullptr) != (in[5] == nullptr)) return c.fail("past_key and past_value go together");
   auto q0 = b.shape(in[0]);

@@ -29,6 +29,7 @@ ir::Value* Build::scalarLike(double v, ir::Value* like) {
 }
 
 Expected<std::vector<int64_t>> Build::shape(ir::Value* v) {
+  if (v->type.isStatic()) return v->type.shape(); // known already: no need to infer the graph again
   if (Error e = ir::inferShapes(c.graph)) return e;
   if (!v->type.isStatic()) return c.fail("the shape of %" + v->name + " (" + ir::toString(v->type) + ") is not static when the model is read");
   return v->type.shape();
@@ -44,6 +45,28 @@ Expected<ir::Value*> inputOf(ImportCtx& c, const onnx::NodeProto& n, int i) {
   auto it = c.values.find(n.input(i));
   if (it == c.values.end()) return c.fail("input '" + n.input(i) + "' is not defined");
   return it->second;
+}
+
+Expected<std::vector<ir::Value*>> inputsOf(ImportCtx& c, const onnx::NodeProto& n, int count) {
+  std::vector<ir::Value*> in(count, nullptr);
+  for (int i = 0; i < count; ++i) {
+    auto v = inputOf(c, n, i);
+    if (!v) return v.takeError();
+    in[i] = *v;
+  }
+  return in;
+}
+
+std::vector<int64_t> intsAttr(const onnx::NodeProto& n, const std::string& name, std::vector<int64_t> def) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return {a.ints().begin(), a.ints().end()};
+  return def;
+}
+
+std::string stringAttr(const onnx::NodeProto& n, const std::string& name, const std::string& def) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return a.s();
+  return def;
 }
 
 int64_t intAttr(const onnx::NodeProto& n, const std::string& name, int64_t def) {

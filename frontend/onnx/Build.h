@@ -31,7 +31,11 @@ Error importEinsum(ImportCtx& c, const onnx::NodeProto& n, const std::string& na
 
 /// The value of an ONNX node's input, nullptr when absent or empty.
 Expected<ir::Value*> inputOf(ImportCtx& c, const onnx::NodeProto& n, int i);
+/// Inputs 0..count-1 of `n` (nullptr where absent).
+Expected<std::vector<ir::Value*>> inputsOf(ImportCtx& c, const onnx::NodeProto& n, int count);
 int64_t intAttr(const onnx::NodeProto& n, const std::string& name, int64_t def);
+std::vector<int64_t> intsAttr(const onnx::NodeProto& n, const std::string& name, std::vector<int64_t> def);
+std::string stringAttr(const onnx::NodeProto& n, const std::string& name, const std::string& def);
 double floatAttr(const onnx::NodeProto& n, const std::string& name, double def);
 bool hasAttr(const onnx::NodeProto& n, const std::string& name);
 

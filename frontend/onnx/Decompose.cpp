@@ -42,12 +42,9 @@ Error rmsNormalization(ImportCtx& c, const onnx::NodeProto& n, const std::string
 /// or interleaved pairs; X as [B, H, S, D] or [B, S, H * D].
 Error rotaryEmbedding(ImportCtx& c, const onnx::NodeProto& n, const std::string& name) {
   Build b{c, name};
-  std::vector<ir::Value*> in(4, nullptr);
-  for (int i = 0; i < 4; ++i) {
-    auto v = inputOf(c, n, i);
-    if (!v) return v.takeError();
-    in[i] = *v;
-  }
+  auto inputs = inputsOf(c, n, 4);
+  if (!inputs) return inputs.takeError();
+  std::vector<ir::Value*>& in = *inputs;
   if (!in[0] || !in[1] || !in[2]) return c.fail("X, cos_cache and sin_cache are required");
   auto xs = b.shape(in[0]);
   if (!xs) return xs.takeError();
@@ -91,12 +88,6 @@ Error rotaryEmbedding(ImportCtx& c, const onnx::NodeProto& n, const std::string&
   return Error::success();
 }
 
-std::vector<int64_t> intsAttr(const onnx::NodeProto& n, const std::string& name, std::vector<int64_t> def) {
-  for (const auto& a : n.attribute())
-    if (a.name() == name) return {a.ints().begin(), a.ints().end()};
-  return def;
-}
-
 /// ConvTranspose(X, W, B?): the gradient of a convolution with respect to its input, which
 /// ConvGradInput computes (the weight layout [C_in, C_out / group, k...] is the forward
 /// convolution's), over the output shape the attributes give, plus the bias.
@@ -119,9 +110,7 @@ Error convTranspose(ImportCtx& c, const onnx::NodeProto& n, const std::string& n
   auto strides = intsAttr(n, "strides", std::vector<int64_t>(sp, 1)), dil = intsAttr(n, "dilations", std::vector<int64_t>(sp, 1));
   auto outPad = intsAttr(n, "output_padding", std::vector<int64_t>(sp, 0)), pads = intsAttr(n, "pads", std::vector<int64_t>(2 * sp, 0));
   auto outShape = intsAttr(n, "output_shape", {});
-  std::string autoPad;
-  for (const auto& a : n.attribute())
-    if (a.name() == "auto_pad") autoPad = a.s();
+  std::string autoPad = stringAttr(n, "auto_pad", "");
   if (k.size() != sp || strides.size() != sp || dil.size() != sp || outPad.size() != sp || pads.size() != 2 * sp)
     return c.fail("kernel_shape, strides, dilations, output_padding and pads must give every spatial dim");
   if (outShape.size() > sp) outShape.erase(outShape.begin(), outShape.end() - sp); // [N, C, spatial] written whole

@@ -136,9 +136,7 @@ Expected<Term> combine(Build& b, const Term& a, const Term& bt, const std::set<s
 
 Error importEinsum(ImportCtx& c, const onnx::NodeProto& n, const std::string& name) {
   Build b{c, name};
-  std::string eq;
-  for (const auto& a : n.attribute())
-    if (a.name() == "equation") eq = a.s();
+  std::string eq = stringAttr(n, "equation", "");
   size_t arrow = eq.find("->");
   std::string lhs = eq.substr(0, arrow);
   std::vector<std::string> terms;

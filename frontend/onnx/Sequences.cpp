@@ -5,7 +5,7 @@
 // (SplitToSequence a Split, ConcatFromSequence a Concat, SequenceAt a
 // lookup). A length or position that depends on the data is an error naming
 // the node.
-#include "frontend/onnx/Internal.h"
+#include "frontend/onnx/Build.h"
 
 #include "ir/passes/InferShapes.h"
 
@@ -14,13 +14,6 @@ namespace {
 
 using ir::Op;
 
-Expected<ir::Value*> input(ImportCtx& c, const onnx::NodeProto& n, int i) {
-  if (i >= n.input_size() || n.input(i).empty()) return nullptr;
-  auto it = c.values.find(n.input(i));
-  if (it == c.values.end()) return c.fail("input '" + n.input(i) + "' is not a tensor defined before it");
-  return it->second;
-}
-
 Expected<std::vector<ir::Value*>*> sequence(ImportCtx& c, const onnx::NodeProto& n, int i) {
   auto it = i < n.input_size() ? c.sequences.find(n.input(i)) : c.sequences.end();
   if (it == c.sequences.end()) return c.fail("input " + std::to_string(i) + " is not a sequence defined before it");
@@ -28,17 +21,11 @@ Expected<std::vector<ir::Value*>*> sequence(ImportCtx& c, const onnx::NodeProto&
 }
 
 Expected<std::vector<int64_t>> constInts(ImportCtx& c, const onnx::NodeProto& n, int i, const std::string& what) {
-  auto v = input(c, n, i);
+  auto v = inputOf(c, n, i);
   if (!v) return v.takeError();
   if (!*v || (*v)->kind != ir::ValueKind::Const || ir::isFloat((*v)->data->dtype))
     return c.fail(what + " that is not an integer constant is not supported (sequences are resolved when the model is read)");
   return (*v)->data->toI64();
-}
-
-int64_t attrInt(const onnx::NodeProto& n, const std::string& name, int64_t def) {
-  for (const auto& a : n.attribute())
-    if (a.name() == name) return a.i();
-  return def;
 }
 
 /// A position in a sequence of `size` elements (negative: from the end); `end` allows `size`.
@@ -54,7 +41,8 @@ Expected<size_t> position(ImportCtx& c, const onnx::NodeProto& n, int i, size_t 
 
 /// The static size of `v`'s dim `axis`, from the shapes of the graph read so far.
 Expected<int64_t> dimOf(ImportCtx& c, ir::Value* v, int64_t& axis) {
-  if (Error e = ir::inferShapes(c.graph)) return e; // folds shape computations: positions and shapes known now stay known
+  if (!v->type.isStatic()) // folds shape computations: positions and shapes known now stay known
+    if (Error e = ir::inferShapes(c.graph)) return e;
   if (!v->type.ranked) return c.fail("the rank of %" + v->name + " is not known when the model is read");
   int64_t r = v->type.rank();
   if (axis < -r || axis >= r) return c.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
@@ -69,10 +57,10 @@ std::string outName(const onnx::NodeProto& n, const std::string& name, size_t i)
 /// SplitToSequence(input, split?) {axis, keepdims}: a Split into the listed lengths, into
 /// chunks of a scalar length, or into pieces of 1 (squeezed away unless keepdims).
 Error splitToSequence(ImportCtx& c, const onnx::NodeProto& n, const std::string& name) {
-  auto x = input(c, n, 0);
+  auto x = inputOf(c, n, 0);
   if (!x) return x.takeError();
   if (!*x) return c.fail("input 0 is missing");
-  int64_t axis = attrInt(n, "axis", 0);
+  int64_t axis = intAttr(n, "axis", 0);
   bool given = n.input_size() > 1 && !n.input(1).empty();
   std::vector<int64_t> split;
   bool scalarSplit = false;
@@ -97,7 +85,7 @@ Error splitToSequence(ImportCtx& c, const onnx::NodeProto& n, const std::string&
   ir::Node* s = c.graph.addNode(Op::Split, {*x, sizes}, (int)split.size(), name, outs);
   s->attrs["axis"] = ir::Attr(axis);
   std::vector<ir::Value*> seq(s->outputs.begin(), s->outputs.end());
-  if (!given && !attrInt(n, "keepdims", 1)) {
+  if (!given && !intAttr(n, "keepdims", 1)) {
     ir::Value* axes = c.graph.addConst(c.graph.uniqueName(name + "/axes"), ir::Tensor::fromI64(ir::DType::I64, {1}, {axis}));
     for (auto& v : seq) v = c.graph.addNode(Op::Squeeze, {v, axes}, 1, name + "/squeeze")->outputs[0];
   }
@@ -110,9 +98,9 @@ Error concatFromSequence(ImportCtx& c, const onnx::NodeProto& n, const std::stri
   auto seq = sequence(c, n, 0);
   if (!seq) return seq.takeError();
   if ((*seq)->empty()) return c.fail("the sequence is empty");
-  int64_t axis = attrInt(n, "axis", 0);
+  int64_t axis = intAttr(n, "axis", 0);
   std::vector<ir::Value*> parts = **seq;
-  if (attrInt(n, "new_axis", 0)) {
+  if (intAttr(n, "new_axis", 0)) {
     ir::Value* axes = c.graph.addConst(c.graph.uniqueName(name + "/axes"), ir::Tensor::fromI64(ir::DType::I64, {1}, {axis}));
     for (auto& v : parts) v = c.graph.addNode(Op::Unsqueeze, {v, axes}, 1, name + "/unsqueeze")->outputs[0];
   }
@@ -125,7 +113,7 @@ Error concatFromSequence(ImportCtx& c, const onnx::NodeProto& n, const std::stri
 Error sequenceConstruct(ImportCtx& c, const onnx::NodeProto& n) {
   std::vector<ir::Value*> seq;
   for (int i = 0; i < n.input_size(); ++i) {
-    auto v = input(c, n, i);
+    auto v = inputOf(c, n, i);
     if (!v) return v.takeError();
     if (!*v) return c.fail("input " + std::to_string(i) + " is missing");
     seq.push_back(*v);
@@ -148,7 +136,7 @@ Error sequenceEdit(ImportCtx& c, const onnx::NodeProto& n, bool insert) {
     at = *p;
   }
   if (insert) {
-    auto v = input(c, n, 1);
+    auto v = inputOf(c, n, 1);
     if (!v) return v.takeError();
     if (!*v) return c.fail("input 1 is missing");
     out.insert(out.begin() + (ptrdiff_t)at, *v);

@@ -49,18 +49,9 @@ class CausalLM(nn.Module):
         return self.m(input_ids=input_ids, labels=input_ids).loss
 
 
-class MaskedClassifier(nn.Module):
-    """A Hugging Face sequence classifier fed padded batches with their attention mask."""
+class Masked(nn.Module):
+    """A Hugging Face model fed padded batches with their attention mask and labels (BERT's classifier, T5)."""
 
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids, attention_mask, labels):
-        return self.m(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-
-
-class Seq2Seq(nn.Module):
     def __init__(self, m):
         super().__init__()
         self.m = m
@@ -151,7 +142,7 @@ def bert():
     c = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                    max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                    classifier_dropout=0.0, num_labels=3)
-    return MaskedClassifier(BertForSequenceClassification(c)), lambda g: masked_batches(g, 3)
+    return Masked(BertForSequenceClassification(c)), lambda g: masked_batches(g, 3)
 
 
 def t5():
@@ -159,7 +150,7 @@ def t5():
     c = T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
                  dropout_rate=0.0, relative_attention_num_buckets=8, relative_attention_max_distance=16,
                  decoder_start_token_id=0, pad_token_id=0)
-    return Seq2Seq(T5ForConditionalGeneration(c)), seq2seq_batches
+    return Masked(T5ForConditionalGeneration(c)), seq2seq_batches
 
 
 def vit():
