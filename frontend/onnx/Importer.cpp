@@ -132,7 +132,7 @@ Expected<std::unique_ptr<ir::Graph>> importGraph(const onnx::ModelProto& m, cons
   if (!opset) return opset.takeError();
   auto graph = std::make_unique<ir::Graph>();
   if (!m.graph().name().empty()) graph->name = m.graph().name();
-  ImportCtx c{*graph, file, baseDir, *opset, {}, {}, {}, readTorchExport(m.graph())};
+  ImportCtx c{*graph, file, baseDir, *opset, {}, {}, {}, readTorchExport(m.graph()), {}, 0};
   registerFunctions(c, m);
   if (Error e = importGraphBody(c, m.graph())) return e;
   finishTorchExport(c);

@@ -49,7 +49,7 @@ Error importGradient(ImportCtx& c, const onnx::NodeProto& n) {
 Error runInitialization(ImportCtx& c, const onnx::TrainingInfoProto& ti) {
   if (!ti.has_initialization() || ti.initialization().node_size() == 0) return Error::success();
   ir::Graph init;
-  ImportCtx ic{init, c.file + " (initialization graph)", c.baseDir, c.opset, {}, {}, {}};
+  ImportCtx ic{init, c.file + " (initialization graph)", c.baseDir, c.opset, {}, {}, {}, {}, c.functions, 0};
   if (Error e = importGraphBody(ic, ti.initialization())) return e;
   if (Error e = ir::inferShapes(init)) return e;
   auto values = ir::run(init, {});
