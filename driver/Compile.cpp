@@ -10,6 +10,7 @@
 #include "codegen/Program.h"
 #include "ir/Text.h"
 #include "ir/passes/BindDims.h"
+#include "ir/passes/ExpandResize.h"
 #include "ir/passes/Recompute.h"
 #include "ir/passes/Passes.h"
 
@@ -50,7 +51,7 @@ const CommandSpec kCompile{
 
 const CommandSpec kOpt{
     "opt", "sgc opt MODEL.onnx|FILE.sgcir --passes=a,b,... [--verify-each] [-o FILE] [--print-data]",
-    "Runs IR passes in order and prints the resulting IR. Passes: infer-shapes, dce, fuse-attention,\nattention-layout, fuse-gelu, widen-sums, narrow-moves, fold-transposes, training-step (the whole training step with SGD; see sgc train for the options).",
+    "Runs IR passes in order and prints the resulting IR. Passes: infer-shapes, dce, fuse-attention,\nattention-layout, fuse-gelu, widen-sums, narrow-moves, fold-transposes, expand-resize, training-step (the whole training step with SGD; see sgc train for the options).",
     {{"passes", "LIST", "comma-separated pass names"},
      {"verify-each", "", "run the verifier after each pass"},
      {"o", "FILE", "write the IR to FILE instead of standard output"},
@@ -191,6 +192,7 @@ int compileMain(int argc, char** argv) {
     if (Error e = ir::recompute(**g, args->get("recompute", "none"), &repeated)) return reportError(model + ": " + errorText(std::move(e)));
     if (args->has("stats")) fprintf(stderr, "recomputed nodes: %d\n", repeated);
   }
+  if (Error e = ir::expandResize(**g)) return reportError(model + ": " + errorText(std::move(e)));
   if (emit == "ir") return emitIR(**g, *args);
   if (emit == "plan") {
     auto plan = codegen::planMemory(**g, codegen::kernelSchedule(**g));

@@ -2,7 +2,9 @@
 // histogram) or of a safetensors file.
 #include "driver/Args.h"
 #include "driver/Common.h"
+#include "driver/CompileCheck.h"
 #include "driver/LibraryApi.h"
+#include "driver/TrainingFlags.h"
 #include "runtime/Program.h"
 
 #include <cstdio>
@@ -11,12 +13,14 @@
 namespace sgc::driver {
 namespace {
 
-const CommandSpec kSpec{"inspect", "sgc inspect MODEL.onnx|MODEL.sgcir|FILE.safetensors|LIB.so",
-                        "Describes a model (inputs, outputs, parameters with shapes and bytes, op histogram),\n"
+const CommandSpec kSpec{"inspect", "sgc inspect MODEL.onnx|MODEL.sgcir [--dim N=SIZE,...] | FILE.safetensors | LIB.so",
+                        "Describes a model (inputs, outputs, parameters with shapes and bytes, op histogram,\n"
+                        "and whether it compiles: the nodes of its training step that code generation would\n"
+                        "refuse, each with the reason),\n"
                         "a safetensors file (each tensor's dtype and shape, small tensors' values) or a library\n"
                         "compiled by sgc (its memory plan's regions, tensors and launches; for a decoding library\n"
                         "the paged key/value cache: pool, block tables and free list).",
-                        {}};
+                        {{"dim", "N=SIZE,...", "bind symbolic input dims to sizes for the compile check, as sgc compile --dim"}}};
 
 int64_t bytesOf(const ir::Value* v) { return (int64_t)v->data->bytes.size(); }
 
@@ -34,7 +38,7 @@ void printValues(const char* title, const std::vector<ir::Value*>& vs, bool with
   }
 }
 
-int inspectModel(const std::string& path) {
+int inspectModel(const std::string& path, const std::map<std::string, int64_t>& dims) {
   auto g = loadModel(path);
   if (!g) return reportError(g.takeError());
   const ir::Graph& graph = **g;
@@ -47,7 +51,7 @@ int inspectModel(const std::string& path) {
   for (const auto& n : graph.nodes()) hist[std::string(ir::opName(n->op))]++;
   printf("ops: %zu nodes\n", graph.nodes().size());
   for (auto& [op, count] : hist) printf("  %-24s %d\n", op.c_str(), count);
-  return 0;
+  return printCompileCheck(path, dims);
 }
 
 int inspectSafetensors(const std::string& path) {
@@ -112,7 +116,13 @@ int inspectMain(int argc, char** argv) {
   const std::string& path = args->positional()[0];
   if (path.size() > 12 && path.substr(path.size() - 12) == ".safetensors") return inspectSafetensors(path);
   if (path.size() > 3 && path.substr(path.size() - 3) == ".so") return inspectLibrary(path);
-  return inspectModel(path);
+  std::map<std::string, int64_t> dims;
+  if (args->has("dim")) {
+    auto d = parseDims(args->get("dim"));
+    if (!d) return reportError(d.takeError());
+    dims = std::move(*d);
+  }
+  return inspectModel(path, dims);
 }
 
 } // namespace sgc::driver

@@ -7,7 +7,7 @@ constexpr bool isNone(std::string_view s) { return s == "None"; }
 
 constexpr OpInfo kOps[] = {
 #define OP(N, MinI, MaxI, MinO, MaxO, Class, Rule, Kernel, Grad, Lower, Domain, Since, ...)                        \
-  {#N, MinI, MaxI, MinO, MaxO, OpClass::Class, OpDomain::Domain, Since, !isNone(#Grad), !isNone(#Lower), "" __VA_ARGS__},
+  {#N, MinI, MaxI, MinO, MaxO, OpClass::Class, OpDomain::Domain, Since, !isNone(#Grad), !isNone(#Lower), std::string_view(#Lower) == "Expanded", "" __VA_ARGS__},
 #include "ir/Ops.def"
 };
 } // namespace

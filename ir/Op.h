@@ -29,7 +29,8 @@ struct OpInfo {
   int since;                  ///< the first opset of its domain with the op in its IR form
   bool differentiable;        ///< a gradient rule exists
   bool generated;             ///< the code generator lowers it
-  std::string_view notGenerated; ///< why not, when it does not
+  bool expanded;              ///< ... after a pass has rewritten it into other ops
+  std::string_view notGenerated; ///< why not, when it does not; for an expanded op, when it cannot be
 };
 
 const OpInfo& opInfo(Op op);

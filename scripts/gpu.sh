@@ -2,13 +2,16 @@
 # GPU checks and benchmark in two halves, for a machine without a GPU and one with:
 #   scripts/gpu.sh build   here: builds sgc, compiles the GPU test bundle into
 #                          build/gpu-bundle and the benchmark's models into bench/out
+#   scripts/gpu.sh models  here: compiles the real-model suite (tests/models, bf16,
+#                          sm_90) into build/gpu-models (about 10 minutes, 28 MB)
 #   scripts/gpu.sh run     on the GPU machine (the device tool), from the project
-#                          root, with build/gpu-bundle and bench/out/*.so.xz carried
-#                          (one device call carries 64 MiB; the libraries packed
-#                          are under 1 MiB each): the GPU tests, the benchmark
-#                          against PyTorch, the data-parallel one and, with two
-#                          GPUs or more, the scaling one (each skips what was not
-#                          carried)
+#                          root, with build/gpu-bundle, bench/out/*.so.xz and
+#                          build/gpu-models carried (one device call carries 64 MiB;
+#                          the libraries packed are under 1 MiB each but the real
+#                          models'): the GPU tests, the real-model suite against
+#                          PyTorch's losses, the benchmark against PyTorch, the
+#                          data-parallel one and, with two GPUs or more, the
+#                          scaling one (each skips what was not carried)
 set -eu
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -21,9 +24,18 @@ build)
   bench/gpu_build.sh build/driver/sgc
   du -sh build/gpu-bundle bench/out/*.so
   ;;
+models)
+  scripts/build.sh >/dev/null
+  # The suite's fixtures, unpacked as the real_models test unpacks them.
+  [ -d build/tests/real-models ] || (cd build && ctest -R real_models >/dev/null)
+  rm -rf build/gpu-models
+  tests/models/gpu_build.sh build/driver/sgc build/tests/real-models build/gpu-models
+  du -sh build/gpu-models
+  ;;
 run)
   status=0
   [ ! -d build/gpu-bundle ] || (cd build/gpu-bundle && sh check_gpu.sh .) || status=1
+  [ ! -d build/gpu-models ] || python3 build/gpu-models/check_gpu_models.py build/gpu-models || status=1
   has() { [ -f "bench/out/$1" ] || [ -f "bench/out/$1.xz" ]; }
   ! has gpt.so || python3 bench/gpu_train.py bench/out || status=1
   ! has gpt_dp.so || python3 bench/gpu_dp.py bench/out || status=1
@@ -33,7 +45,7 @@ run)
   exit $status
   ;;
 *)
-  echo "usage: scripts/gpu.sh build|run" >&2
+  echo "usage: scripts/gpu.sh build|models|run" >&2
   exit 2
   ;;
 esac

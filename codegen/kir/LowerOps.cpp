@@ -39,6 +39,11 @@ Expected<std::vector<Kernel>> lowerNone(const std::string&, const ir::Node& n) {
                    std::string(ir::opInfo(n.op).notGenerated));
 }
 
+/// An op that a pass rewrites into others before code generation; met here, it could not be.
+Expected<std::vector<Kernel>> lowerExpanded(const std::string&, const ir::Node& n) {
+  return makeError(ir::describe(n) + ": " + std::string(ir::opInfo(n.op).notGenerated));
+}
+
 // The lowering of each op, as Ops.def's Lower column names it.
 #define OP(N, MinI, MaxI, MinO, MaxO, Class, Rule, Interp, Grad, Lower, ...) \
   Expected<std::vector<Kernel>> lower##Lower(const std::string& name, const ir::Node& n);
@@ -47,6 +52,7 @@ Expected<std::vector<Kernel>> lowerNone(const std::string&, const ir::Node& n) {
 #include "ir/Ops.def"
 
 Expected<std::vector<Kernel>> lowerNode(const std::string& name, const ir::Node& n) {
+  if (ir::opInfo(n.op).expanded) return lowerExpanded(name, n); // whatever its shapes: the pass did not take it
   for (const ir::Value* v : n.inputs)
     if (v && !v->type.isStatic()) return makeError(ir::describe(n) + ": input %" + v->name + " has no static shape");
   for (const ir::Value* v : n.outputs)

@@ -3,6 +3,7 @@
 
 #include "ir/Verifier.h"
 #include "ir/passes/AttentionLayout.h"
+#include "ir/passes/ExpandResize.h"
 #include "ir/passes/FoldTransposes.h"
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/FuseGelu.h"
@@ -27,6 +28,7 @@ Error runFuseGelu(Graph& g) { return fuseGelu(g); }
 Error runWidenSums(Graph& g) { return widenSums(g); }
 Error runNarrowMoves(Graph& g) { return narrowMoves(g); }
 Error runFoldTransposes(Graph& g) { return foldTransposes(g); }
+Error runExpandResize(Graph& g) { return expandResize(g); }
 
 /// The training step with default options (SGD; the single scalar output is the loss).
 Error runTrainingStep(Graph& g) { return buildTrainingStep(g, TrainingOptions{}); }

@@ -11,6 +11,8 @@
 #include "codegen/llvm/Emitter.h"
 #include "frontend/onnx/Importer.h"
 #include "ir/interp/Interpreter.h"
+#include "ir/passes/ExpandResize.h"
+#include "ir/passes/InferShapes.h"
 #include "ir/training/TrainingStep.h"
 
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -80,7 +82,7 @@ public:
   /// A node test's shapes may depend on its data (axes or shapes fed as inputs): the walk gives
   /// each value the type of its tensor, and integer graph inputs become the constants that a
   /// compiled model would have folded them to.
-  Error walk(ir::Graph& g, std::map<const ir::Value*, ir::Tensor> env) {
+  Error walk(ir::Graph& g, std::map<const ir::Value*, ir::Tensor>& env) {
     for (const auto* list : {&g.params, &g.state, &g.consts})
       for (ir::Value* v : *list) env[v] = *v->data;
     for (const auto& n : g.nodes()) {
@@ -114,6 +116,7 @@ private:
     OpStats& s = stats[n.op];
     ++s.samples;
     if (!ir::opInfo(n.op).generated) return;
+    if (ir::opInfo(n.op).expanded) return checkExpanded(n, ins, ref, s);
     std::string name = "k" + std::to_string(count_++);
     auto ks = kir::lowerNode(name, n);
     if (!ks) {
@@ -133,6 +136,33 @@ private:
     std::string why = run(n, *ks, ins, ref);
     if (why.empty()) ++s.cpuPass;
     else ++s.cpuFail, problem(s, ir::describe(n) + ": " + why);
+  }
+
+  /// An op that a pass rewrites before code generation: the nodes it becomes, on the node's own
+  /// operands (the first as an input, the others as the constants a compiled model has), each
+  /// checked as any node is, and their result against the interpreter's of the node itself.
+  void checkExpanded(const ir::Node& n, const std::vector<const ir::Tensor*>& ins, const std::vector<ir::Tensor>& ref, OpStats& s) {
+    ir::Graph g;
+    std::map<const ir::Value*, ir::Tensor> env;
+    std::vector<ir::Value*> vs;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!ins[i]) vs.push_back(nullptr);
+      else if (i == 0) vs.push_back(g.addInput("x", ir::Type::of(ins[0]->dtype, ins[0]->shape))), env[vs[0]] = *ins[0];
+      else vs.push_back(g.addConst("operand" + std::to_string(i), *ins[i]));
+    }
+    ir::Node* copy = g.addNode(n.op, vs, 1, n.name);
+    copy->attrs = n.attrs;
+    g.outputs = {copy->outputs[0]};
+    Error e = ir::inferShapes(g);
+    if (!e) e = ir::expandResize(g);
+    for (const auto& m : g.nodes())
+      if (!e && m->op == n.op) e = makeError(ir::describe(n) + ": the pass left it as it was");
+    if (!e) e = walk(g, env);
+    if (e) return ++s.lowerFail, problem(s, errorText(std::move(e)));
+    double d = worstDiff(env.at(g.outputs[0]), ref[0]);
+    if (d <= tolerance(ref[0].dtype)) return void(++s.cpuPass);
+    ++s.cpuFail;
+    problem(s, ir::describe(n) + ": its expansion differs from the interpreter's result by " + std::to_string(d));
   }
 
   /// Runs the node's kernels on copies of its inputs; "" when every result matches.
@@ -278,6 +308,10 @@ int main(int argc, char** argv) {
       ++noCodegen;
       note = "not generated: " + std::string(info.notGenerated);
       if (info.notGenerated.empty()) ++failures, note = "NOT GENERATED AND NO REASON IN Ops.def";
+    } else if (info.expanded && s.samples) {
+      ++covered;
+      note = "expanded by a pass before code generation: its parts' kernels are checked as theirs";
+      if (s.cpuFail || s.lowerFail) ++failures, note = "FAILED: " + s.firstProblem.substr(0, 200);
     } else if (!s.samples) {
       ++unsampled;
       note = "no sample here (tested elsewhere or not at all)";

@@ -1,6 +1,6 @@
 # Writes op_samples.onnx: a small model whose loss passes through ops that no
 # other test model differentiates (GatherElements, GatherND, CumProd, Not,
-# NegativeLogLikelihoodLoss of other than a LogSoftmax),
+# NegativeLogLikelihoodLoss of other than a LogSoftmax, Resize in its three modes),
 # so that sgc-check-ops sees their gradient ops' kernels too.
 # Usage: /usr/bin/python3 op_samples.py OUT.onnx
 import sys
@@ -15,7 +15,11 @@ inits = [numpy_helper.from_array(rng.standard_normal((4, 6)).astype(np.float32),
          numpy_helper.from_array(np.array([[1, 2], [3, 5], [1, 2]], np.int64), "idx_nd"),
          numpy_helper.from_array(np.array(1, np.int64), "axis"),
          numpy_helper.from_array(np.array(0, np.float32), "zero"),
-         numpy_helper.from_array(np.array([5, 0, 2, 3], np.int64), "labels")]
+         numpy_helper.from_array(np.array([5, 0, 2, 3], np.int64), "labels"),
+         numpy_helper.from_array(np.array([1, 1, 4, 6], np.int64), "image"),
+         numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), "up"),
+         numpy_helper.from_array(np.array([1, 1, 3, 5], np.int64), "down"),
+         numpy_helper.from_array(np.array([1, 1, 7, 11], np.int64), "odd")]
 nodes = [helper.make_node("Mul", ["x", "w"], ["h"]),
          helper.make_node("GatherElements", ["h", "idx"], ["g1"], axis=1),
          helper.make_node("GatherND", ["h", "idx_nd"], ["g2"]),
@@ -24,9 +28,14 @@ nodes = [helper.make_node("Mul", ["x", "w"], ["h"]),
          helper.make_node("Greater", ["h", "zero"], ["pos"]),
          helper.make_node("Not", ["pos"], ["neg"]),
          helper.make_node("Where", ["neg", "h", "zero"], ["m"]),
-         helper.make_node("NegativeLogLikelihoodLoss", ["h", "labels"], ["nll"])]
+         helper.make_node("NegativeLogLikelihoodLoss", ["h", "labels"], ["nll"]),
+         helper.make_node("Reshape", ["s", "image"], ["im"]),
+         helper.make_node("Resize", ["im", "", "up"], ["r1"], mode="linear"),
+         helper.make_node("Resize", ["im", "", "", "down"], ["r2"], mode="cubic", coordinate_transformation_mode="pytorch_half_pixel"),
+         helper.make_node("Resize", ["im", "", "", "odd"], ["r3"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                          nearest_mode="floor")]
 sums = []
-for v in ["g1", "g2", "c", "m", "nll"]: # squared: a gradient of ones would fold to a constant
+for v in ["g1", "g2", "c", "m", "nll", "r1", "r2", "r3"]: # squared: a gradient of ones would fold to a constant
     nodes.append(helper.make_node("Mul", [v, v], [v + "_sq"]))
     nodes.append(helper.make_node("ReduceSum", [v + "_sq"], [v + "_sum"], keepdims=0))
     sums.append(v + "_sum")

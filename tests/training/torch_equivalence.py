@@ -1,6 +1,8 @@
-# PyTorch equivalence of training on the reference interpreter: three models
+# PyTorch equivalence of training on the reference interpreter: four models
 # written here (an MLP with LayerNorm, GELU and a residual under MSE + L1; a
 # small CNN with Conv, BatchNorm, ReLU and pooling under log-softmax + NLL; a
+# small U-Net whose decoder upsamples by bilinear and nearest interpolation
+# (ONNX Resize) under MSE; a
 # 2-layer GPT-style decoder with token and position embeddings, a tied output
 # projection, causal masked attention (as written, and fused into one op with
 # --attention fused), tanh-GELU and cross-entropy), exported
@@ -55,6 +57,21 @@ class CNN(nn.Module):
         return F.nll_loss(F.log_softmax(self.fc(h.flatten(1)), dim=1), y)
 
 
+class UNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc, self.mid = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.dec = nn.Conv2d(24, 3, 3, padding=1)
+
+    def forward(self, x, y):
+        e = torch.tanh(self.enc(x))
+        m = torch.tanh(self.mid(F.avg_pool2d(e, 2)))
+        up = F.interpolate(m, scale_factor=2, mode="bilinear", align_corners=False)
+        coarse = F.interpolate(F.max_pool2d(e, 4), scale_factor=4, mode="nearest")
+        out = self.dec(torch.cat([e, up, coarse], 1))
+        return ((out - y) ** 2).mean()
+
+
 class Block(nn.Module):
     def __init__(self, d, heads):
         super().__init__()
@@ -97,6 +114,8 @@ def data_for(name, g):
         return torch.randn(BATCHES, 8, 16, generator=g), torch.randn(BATCHES, 8, 4, generator=g)
     if name == "cnn":
         return torch.randn(BATCHES, 6, 3, 8, 8, generator=g), torch.randint(0, 5, (BATCHES, 6), generator=g)
+    if name == "unet":
+        return torch.randn(BATCHES, 6, 3, 8, 8, generator=g), torch.randn(BATCHES, 6, 3, 8, 8, generator=g)
     return torch.randint(0, 32, (BATCHES, 4, 8), generator=g), torch.randint(0, 32, (BATCHES, 4, 8), generator=g)
 
 
@@ -206,7 +225,7 @@ def main():
     sgc, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
     rows = []
-    for name, cls in (("mlp", MLP), ("cnn", CNN), ("gpt", GPT)):
+    for name, cls in (("mlp", MLP), ("cnn", CNN), ("unet", UNet), ("gpt", GPT)):
         rows += run_model(sgc, work, name, cls)
     rows += bf16_rows(sgc, work)
     ok = True
