@@ -253,15 +253,48 @@ Error checkPlan(const MemoryPlan& p) {
   for (const Buffer& b : p.buffers)
     if (b.offset < 0 || b.offset + b.bytes > p.regionBytes[(int)b.region])
       return makeError("%" + b.value->name + " does not fit its region " + regionName(b.region));
-  for (size_t i = 0; i < p.buffers.size(); ++i)
-    for (size_t j = i + 1; j < p.buffers.size(); ++j) {
-      const Buffer &a = p.buffers[i], &b = p.buffers[j];
-      if (a.region != b.region || rootOf(&a) == rootOf(&b)) continue;
-      bool timeOverlap = a.first <= b.last && b.first <= a.last;
-      bool byteOverlap = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
-      if (timeOverlap && byteOverlap && a.bytes && b.bytes)
-        return makeError("%" + a.value->name + " and %" + b.value->name + " are live together and overlap in " + regionName(a.region));
+  // A buffer and its aliases share their root's place: each root holds its bytes from its
+  // members' first step to their last. Sweeping the steps, the roots live at once must lie apart:
+  // with those kept by offset, a new one need only be compared with its neighbours.
+  struct Span {
+    int first, last;
+    int64_t offset, end;
+    const Buffer* root;
+  };
+  std::map<const Buffer*, Span> spans;
+  for (const Buffer& b : p.buffers) {
+    if (!b.bytes) continue;
+    const Buffer* r = rootOf(&b);
+    auto [it, fresh] = spans.try_emplace(r, Span{b.first, b.last, b.offset, b.offset + b.bytes, r});
+    Span& sp = it->second;
+    if (fresh) continue;
+    if (b.region != r->region || b.offset != r->offset)
+      return makeError("%" + b.value->name + " is in place of %" + r->value->name + " but not at its place");
+    sp.first = std::min(sp.first, b.first), sp.last = std::max(sp.last, b.last), sp.end = std::max(sp.end, b.offset + b.bytes);
+  }
+  std::vector<const Span*> order;
+  for (auto& [r, sp] : spans) order.push_back(&sp);
+  std::sort(order.begin(), order.end(), [](const Span* a, const Span* b) {
+    return a->first != b->first ? a->first < b->first : a->root->value->name < b->root->value->name;
+  });
+  std::map<int64_t, const Span*> live[kNumRegions];                  // by offset
+  std::multimap<int, const Span*> ending[kNumRegions];               // by last step
+  auto clash = [](const Span* a, const Span* b) {
+    return makeError("%" + a->root->value->name + " and %" + b->root->value->name + " are live together and overlap in " +
+                     regionName(a->root->region));
+  };
+  for (const Span* sp : order) {
+    int r = (int)sp->root->region;
+    while (!ending[r].empty() && ending[r].begin()->first < sp->first) {
+      live[r].erase(ending[r].begin()->second->offset);
+      ending[r].erase(ending[r].begin());
     }
+    auto next = live[r].lower_bound(sp->offset);
+    if (next != live[r].end() && next->second->offset < sp->end) return clash(next->second, sp);
+    if (next != live[r].begin() && std::prev(next)->second->end > sp->offset) return clash(std::prev(next)->second, sp);
+    live[r][sp->offset] = sp;
+    ending[r].emplace(sp->last, sp);
+  }
   return Error::success();
 }
 

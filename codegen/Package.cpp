@@ -1,15 +1,19 @@
 // Packaging (see Package.h).
 #include "codegen/Package.h"
 
+#include "runtime/OutputFile.h"
+
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/GlobalVariable.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 extern char** environ;
@@ -45,13 +49,15 @@ static Error run(const std::vector<std::string>& args) {
   return Error::success();
 }
 
-Expected<std::string> kernelsPtx(const CompiledProgram& p, const std::string& sm) {
+static Expected<std::string> ptxOf(const std::vector<kir::Kernel>& kernels, const std::string& sm) {
   llvm::LLVMContext ctx;
   TargetSpec spec = TargetSpec::nvptx(sm);
-  auto m = emitKernels(ctx, p.kernels, spec);
+  auto m = emitKernels(ctx, kernels, spec);
   if (!m) return m.takeError();
   return compileModule(**m, spec);
 }
+
+Expected<std::string> kernelsPtx(const CompiledProgram& p, const std::string& sm) { return ptxOf(p.kernels, sm); }
 
 Expected<std::string> assemblePtx(const std::string& ptx, const std::string& sm, const std::string& ptxas) {
   namespace fs = std::filesystem;
@@ -76,6 +82,7 @@ Expected<std::unique_ptr<llvm::Module>> hostModule(llvm::LLVMContext& ctx, const
   auto m = emitKernels(ctx, p.kernels, cpu);
   if (!m) return m.takeError();
   addBytes(**m, "sgcrt_program", p.programJson.data(), p.programJson.size(), 8);
+  (*m)->getNamedGlobal("sgcrt_program")->setSection(kProgramSection); // where sgc inspect reads it, without loading the library
   static const uint8_t none = 0;
   addBytes(**m, "sgcrt_weights", p.weights.empty() ? &none : p.weights.data(), p.weights.size(), 64);
   // The GPU blobs, and a table the runtime searches by name: {name, data, size} per blob.
@@ -110,18 +117,55 @@ Expected<std::string> hostObject(const CompiledProgram& p, const TargetSpec& cpu
   return compileModule(**m, cpu);
 }
 
+/// Kernels per GPU module. ptxas's time and memory grow faster than its input (a 6.8 MB module of
+/// 2,000 kernels: 29 s and 0.9 GB), so a large program is assembled as several modules, side by
+/// side; a program of up to this many kernels keeps one module (blobs SM_ptx and SM_cubin), a
+/// larger one carries SM_ptx.I and SM_cubin.I for each part I.
+constexpr size_t kKernelsPerModule = 128;
+
+Expected<GpuBlobs> gpuBlobs(const CompiledProgram& p, const PackageOptions& o) {
+  GpuBlobs gpu;
+  size_t parts = std::max<size_t>(1, (p.kernels.size() + kKernelsPerModule - 1) / kKernelsPerModule);
+  for (const std::string& sm : o.gpus) {
+    std::vector<std::string> ptx(parts), cubin(parts);
+    for (size_t i = 0; i < parts; ++i) {
+      std::vector<kir::Kernel> part(p.kernels.begin() + (std::ptrdiff_t)std::min(p.kernels.size(), i * kKernelsPerModule),
+                                    p.kernels.begin() + (std::ptrdiff_t)std::min(p.kernels.size(), (i + 1) * kKernelsPerModule));
+      auto text = ptxOf(part, sm);
+      if (!text) return text.takeError();
+      ptx[i] = std::move(*text);
+    }
+    // ptxas runs as child processes, as many at once as there are cores.
+    std::vector<std::string> errors(parts);
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i; (i = next++) < parts;) {
+        auto c = assemblePtx(ptx[i], sm, o.ptxas);
+        if (c) cubin[i] = std::move(*c);
+        else errors[i] = errorText(c.takeError());
+      }
+    };
+    std::vector<std::thread> workers;
+    size_t threads = std::min<size_t>(parts, std::max(1u, std::thread::hardware_concurrency()));
+    for (size_t t = 1; t < threads; ++t) workers.emplace_back(work);
+    work();
+    for (auto& w : workers) w.join();
+    for (const std::string& e : errors)
+      if (!e.empty()) return makeError(e);
+    for (size_t i = 0; i < parts; ++i) {
+      std::string suffix = parts == 1 ? "" : "." + std::to_string(i);
+      gpu.push_back({sm + "_ptx" + suffix, std::move(ptx[i])});
+      gpu.push_back({sm + "_cubin" + suffix, std::move(cubin[i])});
+    }
+  }
+  return gpu;
+}
+
 Error writeSharedObject(const CompiledProgram& p, const std::string& out, const PackageOptions& o) {
   namespace fs = std::filesystem;
-  GpuBlobs gpu;
-  for (const std::string& sm : o.gpus) {
-    auto ptx = kernelsPtx(p, sm);
-    if (!ptx) return ptx.takeError();
-    auto cubin = assemblePtx(*ptx, sm, o.ptxas);
-    if (!cubin) return cubin.takeError();
-    gpu.push_back({sm + "_ptx", *ptx});
-    gpu.push_back({sm + "_cubin", *cubin});
-  }
-  auto obj = hostObject(p, o.cpu, gpu);
+  auto gpu = gpuBlobs(p, o);
+  if (!gpu) return gpu.takeError();
+  auto obj = hostObject(p, o.cpu, *gpu);
   if (!obj) return obj.takeError();
   std::string dirTemplate = (fs::temp_directory_path() / "sgc-XXXXXX").string();
   if (!mkdtemp(dirTemplate.data())) return makeError("cannot create a temporary folder");
@@ -129,7 +173,7 @@ Error writeSharedObject(const CompiledProgram& p, const std::string& out, const 
   // The object's name never reaches the .so (no debug information), so the folder does not matter.
   fs::path objPath = dir / "model.o";
   std::ofstream(objPath, std::ios::binary) << *obj;
-  std::string tmpOut = out + ".tmp." + std::to_string(getpid());
+  std::string tmpOut = rt::temporaryFor(out);
   Error e = run({o.linker, "-shared", "-o", tmpOut, objPath.string(), "-Wl,--whole-archive", o.runtimeLib, "-Wl,--no-whole-archive",
                  "-static-libstdc++", "-static-libgcc",
                  "-Wl,--version-script=" + o.versionScript, "-Wl,-z,defs", "-Wl,--build-id=sha1", "-s", "-pthread", "-lm"});
@@ -139,11 +183,8 @@ Error writeSharedObject(const CompiledProgram& p, const std::string& out, const 
     fs::remove(tmpOut, ec);
     return makeError("linking " + out + ": " + errorText(std::move(e)));
   }
-  fs::rename(tmpOut, out, ec);
-  if (ec) {
-    fs::remove(tmpOut, ec);
-    return makeError(out + ": cannot move the shared object into place");
-  }
+  std::string error;
+  if (!rt::commitOutput(tmpOut, out, error)) return makeError(error);
   return Error::success();
 }
 

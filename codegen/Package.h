@@ -21,6 +21,9 @@ struct PackageOptions {
 };
 
 /// The kernels as PTX for one GPU architecture (--emit=ptx).
+/// The ELF section of a library that holds its program's JSON (sgc inspect reads it from the file).
+constexpr const char* kProgramSection = ".sgc_program";
+
 Expected<std::string> kernelsPtx(const CompiledProgram& p, const std::string& sm);
 
 /// PTX assembled by ptxas into a cubin for `sm`.

@@ -91,6 +91,10 @@ std::vector<Group> mergeRowGroups(std::vector<Group> groups, Readers& readers) {
 
 } // namespace
 
+/// The most nodes one fused kernel takes: far above what models fuse (tens), it bounds the work
+/// per group, so that scheduling a long chain of elementwise ops stays linear in its length.
+constexpr size_t kMaxFused = 256;
+
 std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
   Readers readers(g);
   auto& [consumers, escaping] = readers; // escaping values must be materialized
@@ -109,7 +113,7 @@ std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
     const ir::Value* hv = head->outputs[0];
     std::vector<const ir::Node*> run{head};
     std::set<const ir::Value*> produced{hv};
-    for (size_t j = i + 1; j < nodes.size(); ++j) {
+    for (size_t j = i + 1; j < nodes.size() && run.size() < kMaxFused; ++j) {
       const ir::Node* n = nodes[j];
       bool reads = std::any_of(n->inputs.begin(), n->inputs.end(), [&](const ir::Value* v) { return produced.count(v); });
       if (!kir::isFusibleElementwise(*n) || !reads || n->outputs[0]->type.shape() != hv->type.shape() ||
@@ -118,16 +122,21 @@ std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
       run.push_back(n);
       produced.insert(n->outputs[0]);
     }
-    // The longest prefix whose values, but the last, are read only inside it.
-    size_t best = 0;
+    // The longest prefix whose values, but the last, are read only inside it: run[0..k] is one
+    // when every value run[m] (m < k) has its last reader at a position <= k of the run (a value
+    // read outside the run, or outliving the step, never does). Linear in the run's readers.
+    std::map<const ir::Node*, size_t> position;
+    for (size_t k = 0; k < run.size(); ++k) position[run[k]] = k;
+    size_t best = 0, lastReader = 0; // of the values run[0..k-1]
     for (size_t k = 1; k < run.size(); ++k) {
-      std::set<const ir::Node*> inside(run.begin(), run.begin() + k + 1);
-      bool ok = true;
-      for (size_t m = 0; m < k && ok; ++m) {
-        const ir::Value* v = run[m]->outputs[0];
-        ok = !escaping.count(v) && std::all_of(consumers[v].begin(), consumers[v].end(), [&](const ir::Node* c) { return inside.count(c); });
+      const ir::Value* v = run[k - 1]->outputs[0];
+      size_t last = escaping.count(v) ? SIZE_MAX : 0;
+      for (const ir::Node* c : consumers[v]) {
+        auto at = position.find(c);
+        last = std::max(last, at == position.end() ? SIZE_MAX : at->second);
       }
-      if (ok) best = k;
+      lastReader = std::max(lastReader, last);
+      if (lastReader <= k) best = k;
     }
     groups.emplace_back(run.begin(), run.begin() + best + 1);
     i += best + 1;
@@ -184,6 +193,40 @@ std::map<const ir::Value*, int64_t> shardedState(const ir::Graph& g) {
       if (i < n->inputs.size() && n->inputs[i]) out[n->inputs[i]] = from->getInt("world", 1);
   }
   return out;
+}
+
+/// The values an integer input may hold where the nodes that read it index with it: a loss's class
+/// labels [0, C) (and its ignore_index), a gather's indices [-d, d). The runtime refuses others as
+/// they are set; kernels would clamp them. Nothing when no reader indexes.
+std::optional<nlohmann::json> indexRange(const ir::Graph& g, const ir::Value* v) {
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  std::optional<int64_t> ignore;
+  bool indexes = false;
+  auto within = [&](int64_t a, int64_t b) { lo = std::max(lo, a), hi = std::min(hi, b), indexes = true; };
+  for (const auto& n : g.nodes())
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      if (n->inputs[i] != v || i != 1) continue;
+      const ir::Type& data = n->inputs[0]->type;
+      switch (n->op) {
+      case ir::Op::SoftmaxCrossEntropyLoss:
+      case ir::Op::NegativeLogLikelihoodLoss:
+      case ir::Op::SceLossGrad:
+      case ir::Op::NllLossGrad:
+        within(0, data.shape()[1] - 1);
+        if (n->has("ignore_index")) ignore = n->getInt("ignore_index", 0);
+        break;
+      case ir::Op::Gather: {
+        int64_t axis = n->getInt("axis", 0), d = data.shape()[axis < 0 ? axis + data.rank() : axis];
+        within(-d, d - 1);
+        break;
+      }
+      default: break;
+      }
+    }
+  if (!indexes) return std::nullopt;
+  nlohmann::json r = {{"min", lo}, {"max", hi}};
+  if (ignore) r["ignore"] = *ignore;
+  return r;
 }
 
 bool isCollective(ir::Op op) { return op == ir::Op::AllReduce || op == ir::Op::ReduceScatter || op == ir::Op::AllGather || op == ir::Op::Shard; }
@@ -290,6 +333,8 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
                        {"bytes", b.bytes}, {"dtype", std::string(ir::dtypeSafetensorsName(b.value->type.dtype))},
                        {"shape", b.value->type.shape()}});
     if (sharded.count(b.value)) tensors.back()["shards"] = sharded[b.value];
+    if (b.value->kind == ir::ValueKind::Input && !ir::isFloat(b.value->type.dtype))
+      if (auto r = indexRange(g, b.value)) tensors.back()["range"] = *r;
     // Constants are always carried; parameters when embedded; state starts at zero (the arena's fill).
     bool carried = b.value->kind == ir::ValueKind::Const || (b.value->kind == ir::ValueKind::Param && mode == Weights::Embedded);
     if (b.value->kind == ir::ValueKind::State &&

@@ -4,9 +4,13 @@
 #include "frontend/onnx/Importer.h"
 #include "ir/Text.h"
 #include "ir/Verifier.h"
+#include "ir/training/TrainingStep.h"
+#include "runtime/OutputFile.h"
+#include "sgc/sgc.h"
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -66,10 +70,23 @@ Error loadCheckpoint(ir::Graph& g, const std::string& path) {
       if (t->dtype != v->data->dtype || t->shape != v->data->shape)
         return makeError(path + ": tensor '" + v->name + "' is " + ir::toString(ir::Type::of(t->dtype, t->shape)) + ", expected " +
                          ir::toString(v->type));
+      if (v->name == ir::kStepState && (t->getI(0) < 0 || t->getI(0) > SGC_MAX_STEP))
+        return makeError(path + ": sgc.step is " + std::to_string(t->getI(0)) + ": a step count is from 0 to 2^53");
       loaded[v] = std::move(*t);
     }
   if (loaded.size() != file.size()) return makeError(path + ": holds tensors the model does not have");
   for (auto& [v, t] : loaded) v->data = std::make_shared<const ir::Tensor>(std::move(t));
+  return Error::success();
+}
+
+Error checkSavePath(const std::string& path, const std::vector<std::string>& inputs) {
+  std::string target = rt::outputTarget(path);
+  std::string folder = target.find('/') == std::string::npos ? "." : target.substr(0, target.find_last_of('/'));
+  if (folder.empty()) folder = "/";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) return makeError("--save " + path + ": the folder " + folder + " does not exist");
+  for (const std::string& in : inputs)
+    if (rt::sameFile(target, in)) return makeError("--save " + path + ": is " + in + ", which this run reads; save elsewhere");
   return Error::success();
 }
 

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace sgc::driver {
 
@@ -40,6 +41,9 @@ Error saveCheckpoint(const ir::Graph& g, const std::string& path, bool paramsOnl
 /// Loads a checkpoint into `g`'s parameters and state, checking that names,
 /// dtypes and shapes match exactly; `g` is untouched on error.
 Error loadCheckpoint(ir::Graph& g, const std::string& path);
+/// Checks, before any training, that --save PATH can be written at the end: its folder exists,
+/// and it is none of the files the run reads (`inputs`: the library being run, the data).
+Error checkSavePath(const std::string& path, const std::vector<std::string>& inputs);
 
 int inspectMain(int argc, char** argv);
 int opsMain(int argc, char** argv);

@@ -13,6 +13,7 @@
 #include "ir/passes/ExpandResize.h"
 #include "ir/passes/Recompute.h"
 #include "ir/passes/Passes.h"
+#include "runtime/OutputFile.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -62,9 +63,8 @@ int emitText(const std::string& text, const Args& args) {
     fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   }
-  std::ofstream f(args.get("o"));
-  f << text;
-  if (!f) return reportError(args.get("o") + ": cannot write");
+  std::string error;
+  if (!rt::writeOutput(args.get("o"), text.data(), text.size(), error)) return reportError(error);
   return 0;
 }
 
@@ -115,11 +115,10 @@ bool copyAtomically(const std::string& from, const std::string& to) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_regular_file(from, ec)) return false;
-  std::string tmp = to + ".tmp." + std::to_string(getpid());
+  std::string tmp = rt::temporaryFor(to), error;
   fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
-  if (!ec) fs::rename(tmp, to, ec);
   if (ec) fs::remove(tmp, ec);
-  return !ec;
+  return !ec && rt::commitOutput(tmp, to, error);
 }
 
 std::string envOr(const char* name, const char* def) {

@@ -2,8 +2,9 @@
 // histogram) or of a safetensors file.
 #include "driver/Args.h"
 #include "driver/Common.h"
+#include "codegen/Package.h"
 #include "driver/CompileCheck.h"
-#include "driver/LibraryApi.h"
+#include "driver/ElfSection.h"
 #include "driver/TrainingFlags.h"
 #include "runtime/Program.h"
 
@@ -75,15 +76,14 @@ int inspectSafetensors(const std::string& path) {
 
 const char* kRegionNames[rt::kNumRegions] = {"inputs", "params", "state", "consts", "grads", "activations"};
 
+/// A library is read as a file, never loaded: loading would run its code.
 int inspectLibrary(const std::string& path) {
-  Api api;
-  if (Error e = loadApi(path, api)) return reportError(std::move(e));
-  if (!api.complete()) return reportError(path + ": built by an older sgc (no sgc_program_json); compile it again to inspect it");
-  const char* json = nullptr;
-  uint64_t size = 0;
+  auto json = readElfSection(path, codegen::kProgramSection);
+  if (!json) return reportError(errorText(json.takeError()) + " (is it a library compiled by this sgc? compile it again)");
+  while (!json->empty() && json->back() == '\0') json->pop_back(); // the linker's padding
   rt::Program p;
   std::string error;
-  if (api.sgc_program_json(&json, &size) || !rt::parseProgram(json, size, UINT64_MAX, p, error)) return reportError(path + ": a bad program: " + error);
+  if (!rt::parseProgram(json->data(), json->size(), UINT64_MAX, p, error)) return reportError(path + ": a bad program: " + error);
   printf("library: %s (%s, program hash %s)\n", path.c_str(), p.decode ? "decoding step" : "training step", p.hash.c_str());
   uint64_t total = 0;
   for (uint64_t r : p.regions) total += r;

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 
 namespace {
 void usage(FILE* f) {
@@ -20,7 +22,9 @@ void usage(FILE* f) {
 }
 } // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int dispatch(int argc, char** argv) {
   using namespace sgc::driver;
   if (argc < 2) {
     usage(stderr);
@@ -45,4 +49,20 @@ int main(int argc, char** argv) {
   fprintf(stderr, "sgc: unknown command '%s'\n", cmd.c_str());
   usage(stderr);
   return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // Commands report errors as values; what still escapes as an exception becomes one line too.
+  try {
+    return dispatch(argc, argv);
+  } catch (const std::bad_alloc&) {
+    fprintf(stderr, "sgc: error: out of memory\n");
+  } catch (const std::exception& e) {
+    fprintf(stderr, "sgc: error: %s\n", e.what());
+  } catch (...) {
+    fprintf(stderr, "sgc: error: an unexpected failure\n");
+  }
+  return 1;
 }

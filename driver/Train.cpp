@@ -6,6 +6,7 @@
 
 #include "ir/interp/Interpreter.h"
 #include "ir/training/TrainingStep.h"
+#include "sgc/sgc.h"
 
 #include <cmath>
 #include <cstdio>
@@ -84,8 +85,13 @@ int trainMain(int argc, char** argv) {
   if (!args->has("data") || !args->has("steps")) return reportError("train needs --data FILE and --steps N");
   auto steps = numberFlag(*args, "steps", 0);
   if (!steps) return reportError(steps.takeError());
-  if (*steps < 0 || *steps != std::floor(*steps)) return reportError("--steps expects a non-negative integer");
+  if (*steps < 0 || *steps != std::floor(*steps) || *steps > (double)SGC_MAX_STEP) {
+    fprintf(stderr, "sgc: error: --steps expects an integer from 0 to 2^53, got '%s'\n", args->get("steps").c_str());
+    return 2; // a usage error
+  }
   const std::string& model = args->positional()[0];
+  if (args->has("save"))
+    if (Error e = checkSavePath(args->get("save"), {model, args->get("data")})) return reportError(std::move(e));
   if (model.size() > 3 && model.substr(model.size() - 3) == ".so") {
     for (const char* f : {"optimizer", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps", "clip-grad-norm", "loss", "freeze", "precision", "data-parallel", "bucket-mb", "ranks"})
       if (args->has(f)) return reportError(std::string("--") + f + " is fixed when the .so is compiled; give it to sgc compile");

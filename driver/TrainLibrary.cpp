@@ -133,6 +133,7 @@ int trainLibrary(const std::string& path, const Args& args, int64_t steps) {
     if (t.shape.empty() || (batches >= 0 && t.shape[0] != batches))
       return reportError(args.get("data") + ": tensor '" + name + "' needs the common leading batch-count dimension");
     batches = t.shape[0];
+    if (batches == 0) return reportError(args.get("data") + ": tensor '" + name + "' holds no batches (its leading dim is 0)");
     std::vector<int64_t> one(shape, shape + ndim);
     std::string want = safetensorsName(dtype);
     if (t.dtype != want && !(t.dtype == "BOOL" && want == "U8"))

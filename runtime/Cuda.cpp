@@ -130,25 +130,36 @@ std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal, const std::vector<GpuB
   if (!d->check(a.cuDevicePrimaryCtxRetain(&d->context_, d->device_), "cuDevicePrimaryCtxRetain", error) ||
       !d->check(a.cuCtxSetCurrent(d->context_), "cuCtxSetCurrent", error))
     return nullptr;
-  // The cubin built for this architecture, else PTX the driver compiles (the newest not above the device).
+  // The cubin built for this architecture, else PTX the driver compiles (the newest not above the
+  // device); either in one module (SM_cubin) or in parts (SM_cubin.0, SM_cubin.1, ...).
   std::string arch = "sm_" + std::to_string(major) + std::to_string(minor);
-  const GpuBlob* chosen = nullptr;
-  for (const GpuBlob& b : blobs)
-    if (b.name == arch + "_cubin") chosen = &b;
-  for (const GpuBlob& b : blobs) {
-    if (chosen || b.name.size() < 8 || b.name.substr(b.name.size() - 4) != "_ptx") continue;
-    int sm = std::atoi(b.name.c_str() + 3);
-    if (sm <= major * 10 + minor) chosen = &b;
-  }
-  if (!chosen) {
+  auto partsOf = [&](const std::string& kind) {
+    std::vector<const GpuBlob*> parts;
+    for (const GpuBlob& b : blobs)
+      if (b.name == kind || b.name.rfind(kind + ".", 0) == 0) parts.push_back(&b);
+    return parts;
+  };
+  std::vector<const GpuBlob*> chosen = partsOf(arch + "_cubin");
+  for (int sm = major * 10 + minor; chosen.empty() && sm >= 10; --sm)
+    chosen = partsOf("sm_" + std::to_string(sm) + "_ptx");
+  if (chosen.empty()) {
     error = "this library carries no GPU code for " + arch + " (compile with --target " + arch + ")";
     return nullptr;
   }
-  std::string image((const char*)chosen->data, chosen->size);
-  if (!d->check(a.cuModuleLoadData(&d->module_, image.c_str()), ("loading the " + chosen->name).c_str(), error)) return nullptr;
-  for (const std::string& k : kernels) {
+  for (const GpuBlob* b : chosen) {
+    std::string image((const char*)b->data, b->size);
+    void* module = nullptr;
+    if (!d->check(a.cuModuleLoadData(&module, image.c_str()), ("loading the " + b->name).c_str(), error)) return nullptr;
+    d->modules_.push_back(module);
+  }
+  for (const std::string& k : kernels) { // each kernel is in one of the parts
     void* f = nullptr;
-    if (!d->check(a.cuModuleGetFunction(&f, d->module_, k.c_str()), ("kernel " + k).c_str(), error)) return nullptr;
+    for (void* m : d->modules_)
+      if (!f && a.cuModuleGetFunction(&f, m, k.c_str()) != 0) f = nullptr;
+    if (!f) {
+      error = "kernel " + k + " is in none of the " + std::to_string(d->modules_.size()) + " GPU modules";
+      return nullptr;
+    }
     d->functions_.push_back(f);
   }
   if (hostStream) {
@@ -171,7 +182,9 @@ std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal, const std::vector<GpuB
     return nullptr;
   d->arena_ = p;
   d->workspace_ = p + arenaRounded;
-  d->description_ = "cuda:" + std::to_string(ordinal) + " (" + arch + ", " + chosen->name + (d->gemmNote_.empty() ? "" : ", " + d->gemmNote_) + ")";
+  std::string code = chosen.size() == 1 ? chosen[0]->name
+                                         : chosen[0]->name.substr(0, chosen[0]->name.find('.')) + " in " + std::to_string(chosen.size()) + " modules";
+  d->description_ = "cuda:" + std::to_string(ordinal) + " (" + arch + ", " + code + (d->gemmNote_.empty() ? "" : ", " + d->gemmNote_) + ")";
   return d;
 }
 
@@ -188,7 +201,7 @@ CudaDevice::~CudaDevice() {
   lt_.reset();
   if (arena_) api_->cuMemFree(arena_);
   if (stream_ && ownStream_) api_->cuStreamDestroy(stream_);
-  if (module_) api_->cuModuleUnload(module_);
+  for (void* m : modules_) api_->cuModuleUnload(m);
   if (context_) api_->cuDevicePrimaryCtxRelease(device_);
 }
 

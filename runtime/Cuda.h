@@ -81,7 +81,7 @@ private:
   std::unique_ptr<CublasLt> lt_;
   std::string gemmNote_;
   void* context_ = nullptr;
-  void* module_ = nullptr;
+  std::vector<void*> modules_; ///< the kernels' modules (one, or the parts of a large program)
   void* stream_ = nullptr;
   bool ownStream_ = true; ///< false: the caller's stream, which stays theirs
   void* commStream_ = nullptr;

@@ -26,9 +26,13 @@ TensorKind kindOf(const std::string& k) {
 bool parseTensors(const nlohmann::json& j, Program& p, std::string& error) {
   for (const auto& t : j.at("tensors")) {
     TensorDesc d{t.at("name"), kindOf(t.at("kind")), t.at("region"), t.at("offset"), t.at("bytes"), t.at("dtype"), t.at("shape"),
-                 t.value("shards", int64_t(1))};
+                 t.value("shards", int64_t(1)), std::nullopt};
     if (d.shards < 1 || (d.shards > 1 && (d.kind != TensorKind::State || d.shape.size() != 1)))
       return fail(error, "tensor " + d.name + " has a bad shard count (only flat state is sharded)");
+    if (t.contains("range")) {
+      const auto& r = t.at("range");
+      d.range = TensorDesc::Range{r.at("min"), r.at("max"), r.contains("ignore") ? std::optional<int64_t>(r.at("ignore")) : std::nullopt};
+    }
     if (d.region < 0 || d.region >= kNumRegions) return fail(error, "tensor " + d.name + " has no valid region");
     if (d.offset > p.regions[d.region] || d.bytes > p.regions[d.region] - d.offset) return fail(error, "tensor " + d.name + " leaves its region");
     if (d.offset % kTensorAlignment) return fail(error, "tensor " + d.name + " is not " + std::to_string(kTensorAlignment) + "-byte aligned");

@@ -26,6 +26,13 @@ struct TensorDesc {
   std::string dtype; ///< safetensors name: "F32", "I64", ...
   std::vector<int64_t> shape;
   int64_t shards = 1; ///< optimizer state sharded over this many ranks (ZeRO-1): each holds 1/shards
+  /// An integer input that indexes (class labels, token ids): the values it may hold, [lo, hi],
+  /// and perhaps one more that a loss ignores.
+  struct Range {
+    int64_t lo, hi;
+    std::optional<int64_t> ignore;
+  };
+  std::optional<Range> range;
 };
 
 /// A matrix product a GPU runs through cuBLASLt: a strided batch of row-major

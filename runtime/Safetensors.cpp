@@ -1,10 +1,18 @@
 // The safetensors reader and writer.
 #include "runtime/Safetensors.h"
 
+#include "runtime/OutputFile.h"
+
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <set>
+#include <sys/stat.h>
+#include <tuple>
 #include <unistd.h>
 
 namespace sgc::rt {
@@ -17,6 +25,8 @@ size_t stDTypeSize(const std::string& d) {
   return it == sizes.end() ? 0 : it->second;
 }
 
+constexpr uint64_t kMaxHeaderBytes = 100'000'000; // the reference implementation's limit
+
 static bool fail(std::string& error, const std::string& msg) {
   error = msg;
   return false;
@@ -27,10 +37,20 @@ bool parseSafetensors(const uint8_t* data, size_t size, const std::string& what,
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = hlen << 8 | data[i];
   if (hlen > size - 8) return fail(error, what + ": header length " + std::to_string(hlen) + " exceeds the file size");
-  nlohmann::json header = nlohmann::json::parse(data + 8, data + 8 + hlen, nullptr, false);
+  // A name given twice would silently keep the last: refused, as the format's reference reader does.
+  std::set<std::string> names;
+  std::string twice;
+  auto seeKey = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && !names.insert(parsed.get<std::string>()).second && twice.empty())
+      twice = parsed.get<std::string>();
+    return true;
+  };
+  nlohmann::json header = nlohmann::json::parse(data + 8, data + 8 + hlen, seeKey, false);
   if (header.is_discarded() || !header.is_object()) return fail(error, what + ": header is not a JSON object");
+  if (!twice.empty()) return fail(error, what + ": the header names tensor '" + twice + "' twice");
   const uint8_t* body = data + 8 + hlen;
   size_t bodySize = size - 8 - hlen;
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> spans; // each tensor's [begin, end)
   for (auto& [name, info] : header.items()) {
     if (name == "__metadata__") continue;
     std::string where = what + ": tensor '" + name + "'";
@@ -58,15 +78,38 @@ bool parseSafetensors(const uint8_t* data, size_t size, const std::string& what,
       return fail(error, where + " holds " + std::to_string(e - b) + " bytes, expected " + std::to_string(numel * es) + " for its shape");
     t.data.assign(body + b, body + e);
     out[name] = std::move(t);
+    spans.emplace_back(b, e, name);
   }
+  // The tensors tile the data in order of their offsets, without overlaps or holes (the reference's rule).
+  std::sort(spans.begin(), spans.end());
+  uint64_t at = 0;
+  for (auto& [b, e, name] : spans) {
+    if (b != at)
+      return fail(error, what + ": tensor '" + name + "' starts at byte " + std::to_string(b) + " of the data, expected " +
+                             std::to_string(at) + (b < at ? " (it overlaps the tensor before it)" : " (a hole before it)"));
+    at = e;
+  }
+  if (at != bodySize) return fail(error, what + ": " + std::to_string(bodySize - at) + " bytes after the last tensor's data");
   return true;
 }
 
 bool readSafetensors(const std::string& path, StFile& out, std::string& error) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return fail(error, path + ": cannot open: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return fail(error, path + ": is a directory, not a safetensors file");
+  if (!S_ISREG(st.st_mode)) return fail(error, path + ": not a regular file (a device, pipe or socket), not a safetensors file");
   std::ifstream f(path, std::ios::binary);
   if (!f) return fail(error, path + ": cannot open");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) return fail(error, path + ": read error");
+  size_t size = (size_t)st.st_size;
+  uint8_t head[8] = {};
+  if (size < 8 || !f.read((char*)head, 8)) return fail(error, path + ": not a safetensors file (shorter than its 8-byte header length)");
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; --i) hlen = hlen << 8 | head[i];
+  if (hlen > size - 8) return fail(error, path + ": header length " + std::to_string(hlen) + " exceeds the file size");
+  if (hlen > kMaxHeaderBytes) return fail(error, path + ": header length " + std::to_string(hlen) + " exceeds the format's 100 MB limit");
+  std::vector<uint8_t> bytes(size);
+  std::copy(head, head + 8, bytes.begin());
+  if (!f.read((char*)bytes.data() + 8, (std::streamsize)(size - 8))) return fail(error, path + ": read error (the file changed as it was read?)");
   return parseSafetensors(bytes.data(), bytes.size(), path, out, error);
 }
 
@@ -79,7 +122,7 @@ bool writeSafetensors(const std::string& path, const StFile& tensors, std::strin
   }
   std::string h = header.dump();
   while ((h.size() + 8) % 8) h += ' '; // the data starts 8-byte aligned
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  std::string tmp = temporaryFor(path);
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return fail(error, path + ": cannot create " + tmp);
@@ -93,11 +136,7 @@ bool writeSafetensors(const std::string& path, const StFile& tensors, std::strin
       return fail(error, path + ": write failed");
     }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return fail(error, path + ": cannot rename the temporary file into place");
-  }
-  return true;
+  return commitOutput(tmp, path, error); // fsynced and renamed into place (a device is written directly)
 }
 
 } // namespace sgc::rt

@@ -18,6 +18,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <system_error>
 #include <thread>
 
 using namespace sgc::rt;
@@ -25,6 +26,19 @@ using namespace sgc::rt;
 namespace {
 
 thread_local std::string lastError;
+
+} // namespace
+
+namespace __gnu_cxx {
+void __freeres(); // libstdc++'s: frees its emergency exception pool
+}
+
+namespace {
+
+/// The library carries its own libstdc++ (-static-libstdc++), whose emergency exception pool
+/// (72 KB) is allocated as the library loads and never freed: released as it unloads, so that a
+/// host that loads and unloads libraries (a server swapping models) does not leak.
+__attribute__((destructor)) void releaseOnUnload() { __gnu_cxx::__freeres(); }
 
 
 DLDataType dlType(const std::string& st) {
@@ -55,11 +69,12 @@ sgc_status checkTensor(const sgc_session* s, int id, const DLTensor* t, const ch
   DLDataType want = dlType(d.dtype);
   if (t->dtype.code != want.code || t->dtype.bits != want.bits || t->dtype.lanes != 1)
     return fail(SGC_ERROR_DTYPE_MISMATCH, std::string(what) + " '" + d.name + "' expects dtype " + d.dtype);
-  if (t->ndim != (int)d.shape.size() || (t->ndim && !t->shape) ||
-      (t->ndim && std::memcmp(t->shape, d.shape.data(), sizeof(int64_t) * t->ndim) != 0))
-    return fail(SGC_ERROR_SHAPE_MISMATCH, std::string(what) + " '" + d.name + "' expects shape " +
-                                              shapeText(d.dtype, d.shape.data(), (int)d.shape.size()) + ", got " +
-                                              shapeText(d.dtype, t->shape, t->ndim > 0 && t->shape ? t->ndim : 0));
+  std::string expects = std::string(what) + " '" + d.name + "' expects shape " + shapeText(d.dtype, d.shape.data(), (int)d.shape.size());
+  if (t->ndim != (int)d.shape.size()) // the host's shape array is not read: its length is what is wrong
+    return fail(SGC_ERROR_SHAPE_MISMATCH, expects + ", got a tensor of " + std::to_string(t->ndim) + " dims");
+  if (t->ndim && !t->shape) return fail(SGC_ERROR_INVALID_ARGUMENT, std::string(what) + " '" + d.name + "': the shape is NULL");
+  if (t->ndim && std::memcmp(t->shape, d.shape.data(), sizeof(int64_t) * t->ndim) != 0)
+    return fail(SGC_ERROR_SHAPE_MISMATCH, expects + ", got " + shapeText(d.dtype, t->shape, t->ndim));
   if (t->strides) { // only contiguous row-major
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; --i) {
@@ -67,6 +82,38 @@ sgc_status checkTensor(const sgc_session* s, int id, const DLTensor* t, const ch
         return fail(SGC_ERROR_INVALID_ARGUMENT, std::string(what) + " '" + d.name + "' must be contiguous");
       expect *= t->shape[i];
     }
+  }
+  return SGC_OK;
+}
+
+/// The step counter's value (8 bytes of int64) is a step count, from 0 to SGC_MAX_STEP.
+sgc_status checkStep(const std::string& where, const uint8_t* bytes) {
+  int64_t v;
+  std::memcpy(&v, bytes, 8);
+  if (v >= 0 && v <= SGC_MAX_STEP) return SGC_OK;
+  return fail(SGC_ERROR_INVALID_ARGUMENT, where + "sgc.step is " + std::to_string(v) + ": a step count is from 0 to 2^53");
+}
+
+/// An input that indexes (labels, token ids) holds only values its kernels can use: they would
+/// clamp the others into a wrong answer.
+sgc_status checkRange(const TensorDesc& d, const uint8_t* data) {
+  if (!d.range) return SGC_OK;
+  size_t size = stDTypeSize(d.dtype), count = d.bytes / size;
+  for (size_t i = 0; i < count; ++i) {
+    int64_t v;
+    if (size == 8) {
+      std::memcpy(&v, data + 8 * i, 8);
+    } else if (size == 4) {
+      int32_t w;
+      std::memcpy(&w, data + 4 * i, 4);
+      v = w;
+    } else {
+      return SGC_OK;
+    }
+    if ((v >= d.range->lo && v <= d.range->hi) || (d.range->ignore && v == *d.range->ignore)) continue;
+    return fail(SGC_ERROR_INVALID_ARGUMENT, "input '" + d.name + "' holds " + std::to_string(v) + " at element " + std::to_string(i) +
+                                                ": its values index from " + std::to_string(d.range->lo) + " to " + std::to_string(d.range->hi) +
+                                                (d.range->ignore ? " (or are " + std::to_string(*d.range->ignore) + ", ignored)" : ""));
   }
   return SGC_OK;
 }
@@ -163,6 +210,9 @@ sgc_status step(sgc_session* s, double* loss, bool train) {
   }
   if (!readScalar(s, s->prog.loss, l, error)) return fail(SGC_ERROR_DEVICE, error);
   *loss = l;
+  if (train && !std::isfinite(l)) // the step's updates waited on this (ir/training: applyOnlyIfFinite)
+    return fail(SGC_ERROR_NONFINITE, std::string("the loss is ") + (std::isnan(l) ? "nan" : "infinite") +
+                                         ": the step was not applied (parameters and optimizer state are as they were before it)");
   return SGC_OK;
 }
 
@@ -269,7 +319,9 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
   if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.find_first_not_of("0123456789", 5) == std::string::npos)
     ordinal = std::atoi(device.c_str() + 5);
   if (device != "cpu" && ordinal < 0) return fail(SGC_ERROR_DEVICE, "unknown device '" + device + "' (expected cpu or cuda:N)");
-  if (o->num_threads < 0) return fail(SGC_ERROR_INVALID_ARGUMENT, "num_threads must be 0 or positive");
+  if (o->num_threads < 0 || o->num_threads > ThreadPool::maxThreads())
+    return fail(SGC_ERROR_INVALID_ARGUMENT, "num_threads must be from 0 (one a core) to " + std::to_string(ThreadPool::maxThreads()) +
+                                                " (four a core, at least 64), not " + std::to_string(o->num_threads));
   if (o->cuda_stream && ordinal < 0) return fail(SGC_ERROR_INVALID_ARGUMENT, "cuda_stream is for a cuda:N device, not '" + device + "'");
   try {
     auto s = std::make_unique<sgc_session>();
@@ -333,6 +385,8 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
     s->pool = std::make_unique<ThreadPool>(threads);
     *out = s.release();
     return SGC_OK;
+  } catch (const std::system_error& e) {
+    return fail(SGC_ERROR_OUT_OF_MEMORY, std::string("cannot start the session's worker threads: ") + e.what());
   } catch (const std::bad_alloc&) {
     return fail(SGC_ERROR_OUT_OF_MEMORY, "out of memory creating the session");
   } catch (const std::exception& e) {
@@ -406,6 +460,7 @@ sgc_status sgc_set_input(sgc_session* s, const char* name, const DLTensor* t) {
   int id = findTensor(s, name, {TensorKind::Input});
   if (id < 0 || id == s->prog.lr) return fail(SGC_ERROR_NOT_FOUND, std::string("no input named '") + (name ? name : "(null)") + "'");
   if (sgc_status st = checkTensor(s, id, t, "input")) return st;
+  if (sgc_status st = checkRange(s->prog.tensors[id], (const uint8_t*)t->data + t->byte_offset)) return st;
   std::string error;
   if (!s->write(id, (const uint8_t*)t->data + t->byte_offset, error)) return fail(SGC_ERROR_DEVICE, error);
   auto& inputs = s->lists[SGC_TENSOR_INPUT];
@@ -438,8 +493,11 @@ sgc_status sgc_set_tensor(sgc_session* s, const char* name, const DLTensor* t) {
   int id = findTensor(s, name, {TensorKind::Param, TensorKind::State});
   if (id < 0) return fail(SGC_ERROR_NOT_FOUND, std::string("no parameter or state named '") + (name ? name : "(null)") + "'");
   if (sgc_status st = checkTensor(s, id, t, "tensor")) return st;
+  const uint8_t* data = (const uint8_t*)t->data + t->byte_offset;
+  if (s->prog.tensors[id].name == "sgc.step")
+    if (sgc_status st = checkStep("", data)) return st;
   std::string error;
-  if (!s->write(id, (const uint8_t*)t->data + t->byte_offset, error)) return fail(SGC_ERROR_DEVICE, error);
+  if (!s->write(id, data, error)) return fail(SGC_ERROR_DEVICE, error);
   return SGC_OK;
 }
 
@@ -493,6 +551,8 @@ sgc_status sgc_load(sgc_session* s, const char* path) {
           return fail(SGC_ERROR_SHAPE_MISMATCH, std::string(path) + ": tensor '" + d.name + "' is " +
                                                     shapeText(it->second.dtype, it->second.shape.data(), (int)it->second.shape.size()) +
                                                     ", expected " + shapeText(d.dtype, want.data(), (int)want.size()));
+        if (d.name == "sgc.step")
+          if (sgc_status st = checkStep(std::string(path) + ": ", it->second.data.data())) return st;
         ++expected;
       }
     if (file.size() != expected) return fail(SGC_ERROR_IO, std::string(path) + ": holds tensors this model does not have");

@@ -1,19 +1,32 @@
 // The thread pool (see ThreadPool.h).
 #include "runtime/ThreadPool.h"
 
+#include <algorithm>
+
 namespace sgc::rt {
 
+int ThreadPool::maxThreads() { return (int)std::max(64u, 4 * std::thread::hardware_concurrency()); }
+
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
+  try {
+    workers_.reserve(threads > 1 ? threads - 1 : 0);
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
+  } catch (...) { // a thread the system would not create: the ones started stop before the error leaves
+    stopAll();
+    throw;
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stopAll(); }
+
+void ThreadPool::stopAll() {
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
   }
   start_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
 }
 
 static void chunk(int64_t n, int parts, int index, int64_t& begin, int64_t& end) {

@@ -12,6 +12,11 @@ namespace sgc::rt {
 
 class ThreadPool {
 public:
+  /// The most threads a pool takes: four per core (and at least 64), so that a mistyped count
+  /// cannot exhaust the machine's processes.
+  static int maxThreads();
+  /// Starts threads - 1 workers; throws std::system_error, having stopped those it started,
+  /// when the system cannot create one.
   explicit ThreadPool(int threads);
   ~ThreadPool();
   int size() const { return (int)workers_.size() + 1; }
@@ -20,6 +25,7 @@ public:
 
 private:
   void work(int index);
+  void stopAll();
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_, done_;

@@ -9,7 +9,7 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 cmake --build "$build" -- --quiet
 
-# The importer fuzzer (tests/fuzz): its own build with clang-19 and sanitizers.
+# The fuzzers (tests/fuzz: the importer, the safetensors reader): their own build with clang-19 and sanitizers.
 fuzz=$build/fuzz
 if [ ! -f "$fuzz/build.ninja" ]; then
   CXX=clang++-19 cmake -S "$root/tests/fuzz" -B "$fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -423,7 +423,13 @@ Expected<std::vector<Kernel>> lowerOptimizer(const std::string& name, const ir::
     ExprRef denom = B::add(B::div(unary(KOp::Sqrt, v), unary(KOp::Sqrt, bc2)), B::c(eps, t));
     outs.push_back(result(n.outputs[0], B::sub(wv, B::mul(B::div(lr, bc1), B::div(m, denom)))));
   }
-  for (auto& [out, l] : outs) body.push_back(b.st(out, at, local(l, t)));
+  // With the `apply` flag false (the step's loss was not finite) each result is its old value.
+  const ir::Value* apply = n.input(adam ? 6 : 5);
+  std::map<const ir::Value*, ExprRef> old{{n.outputs[0], w}};
+  if (adam) old[n.outputs[1]] = b.ld(n.input(2), at), old[n.outputs[2]] = b.ld(n.input(3), at);
+  else if (n.outputs.size() > 1 && n.outputs[1]) old[n.outputs[1]] = b.ld(n.input(4), at);
+  ExprRef ok = apply ? binary(KOp::Ne, cast(b.ld(apply, B::i(0)), Scalar::I64), B::i(0)) : ExprRef{};
+  for (auto& [out, l] : outs) body.push_back(b.st(out, at, apply ? select(ok, local(l, t), old.at(out)) : local(l, t)));
   return std::vector<Kernel>{b.finish(loop(i, numel(p), true, body))};
 }
 

@@ -4,6 +4,7 @@
 #include "ir/interp/Kernels.h"
 
 #include <algorithm>
+#include <new>
 #include <cmath>
 
 namespace sgc::ir {
@@ -72,11 +73,17 @@ Expected<std::vector<Tensor>> evalNode(const Node& n, const std::vector<const Te
   for (const Tensor* t : inputs) ic.in.push_back(t ? Type::of(t->dtype, t->shape) : Type{});
   if (Error e = inferNode(ic)) return e;
   EvalCtx ec{n, inputs, {}, &ic};
-  for (const Type& t : ic.out) {
-    if (!t.isStatic() || t.dtype == DType::Undefined) return ec.fail("result shape is not determined by the inputs");
-    ec.out.emplace_back(t.dtype, t.shape());
+  try {
+    for (const Type& t : ic.out) {
+      if (!t.isStatic() || t.dtype == DType::Undefined) return ec.fail("result shape is not determined by the inputs");
+      ec.out.emplace_back(t.dtype, t.shape());
+    }
+    if (Error e = dispatch(ec)) return e;
+  } catch (const std::bad_alloc&) { // a result (or a kernel's scratch) larger than this machine's memory
+    std::string results;
+    for (const Type& t : ic.out) results += (results.empty() ? "" : ", ") + toString(t);
+    return ec.fail("out of memory evaluating it (results " + results + ")");
   }
-  if (Error e = dispatch(ec)) return e;
   return std::move(ec.out);
 }
 

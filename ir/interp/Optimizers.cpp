@@ -5,6 +5,18 @@
 #include <cmath>
 
 namespace sgc::ir {
+namespace {
+
+/// Whether the update applies: the optional flag input `i` (the step's loss was finite) is true or absent.
+bool applies(const EvalCtx& c, size_t i) { return !c.present(i) || c.in[i]->getI(0) != 0; }
+
+/// The results are the old values of inputs `from` (one per result): nothing changes.
+Error keep(EvalCtx& c, const std::vector<size_t>& from) {
+  for (size_t r = 0; r < c.out.size(); ++r) c.out[r].bytes = c.in[from[r]]->bytes;
+  return Error::success();
+}
+
+} // namespace
 
 Error evalSgdUpdate(EvalCtx& c) {
   const Tensor &p = *c.in[0], &g = *c.in[1];
@@ -14,6 +26,7 @@ Error evalSgdUpdate(EvalCtx& c) {
          wd = c.node.getFloat("weight_decay", 0);
   bool nesterov = c.node.getInt("nesterov", 0), first = c.in[3]->getI(0) <= 1;
   if (momentum != 0 && !buf) return c.fail("momentum needs a buffer input");
+  if (!applies(c, 5)) return keep(c, {0, 4});
   for (int64_t i = 0; i < p.numel(); ++i) {
     double d = g.getF(i) + wd * p.getF(i), b = buf ? buf->getF(i) : 0.0;
     if (momentum != 0) {
@@ -34,6 +47,7 @@ Error evalAdamUpdate(EvalCtx& c) {
          wd = c.node.getFloat("weight_decay", 0);
   bool decoupled = c.node.getInt("decoupled", 0); // AdamW
   double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
+  if (!applies(c, 6)) return keep(c, {0, 2, 3});
   for (int64_t i = 0; i < p.numel(); ++i) {
     double w = p.getF(i), d = g.getF(i);
     if (decoupled) w *= 1 - lr * wd;

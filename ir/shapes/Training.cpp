@@ -70,6 +70,9 @@ Error inferOptimizerUpdate(InferCtx& c) {
   for (size_t i : like)
     if (c.present(i) && c.in[i].ranked && c.in[0].ranked && c.in[i].dims != c.in[0].dims)
       return c.fail("input " + std::to_string(i) + " must have the parameter's shape " + toString(c.in[0]));
+  size_t apply = c.node.op == Op::SgdUpdate ? 5 : 6;
+  if (c.present(apply) && (c.in[apply].dtype != DType::Bool || (c.in[apply].ranked && c.in[apply].rank() != 0)))
+    return c.fail("the apply input must be a bool scalar");
   c.setAll(c.in[0]);
   return Error::success();
 }

@@ -105,6 +105,41 @@ Value* addOptimizer(Graph& g, const OptimizerOptions& o, Value* p, Value* grad, 
   return n->outputs[0];
 }
 
+/// Makes every update of the step wait on its loss being finite (with data parallelism the loss
+/// is already the mean over the ranks, finite only when every rank's is): the optimizers take the
+/// flag as their `apply` input and keep their old values without it (in place, as the memory plan
+/// writes them); any other update (the step counter, BatchNormalization's running statistics)
+/// becomes Where(finite, new, old). A host that sees a NaN loss then finds the parameters and the
+/// optimizer's state as they were before the step.
+void applyOnlyIfFinite(Graph& g, Value* loss) {
+  // loss - loss is NaN exactly when the loss is NaN or infinite (one fused kernel of three nodes).
+  Value* zero = emit(g, Op::Sub, {loss, loss}, "sgc.loss.zero");
+  Value* bad = emit(g, Op::IsNaN, {zero}, "sgc.loss.nonfinite");
+  Value* finite = emit(g, Op::Not, {bad}, "sgc.loss.finite");
+  // The flag's nodes (appended last) run right after the loss, before the updates that read it.
+  std::set<const Node*> flagNodes{zero->producer, bad->producer, finite->producer};
+  std::vector<Node*> order;
+  for (auto& n : g.nodes()) {
+    if (flagNodes.count(n.get())) continue;
+    order.push_back(n.get());
+    if (n.get() == loss->producer)
+      for (auto& m : g.nodes())
+        if (flagNodes.count(m.get())) order.push_back(m.get());
+  }
+  g.setOrder(order);
+  auto isOptimizer = [](const Node* n) { return n && (n->op == Op::SgdUpdate || n->op == Op::AdamUpdate); };
+  for (auto& n : g.nodes())
+    if (isOptimizer(n.get())) {
+      n->inputs.resize(n->op == Op::AdamUpdate ? 7 : 6, nullptr);
+      n->inputs.back() = finite;
+    }
+  for (auto& [target, next] : g.updates) {
+    const Node* n = next->producer; // ZeRO-1: the parameter gathered from the ranks' updated shards
+    while (n && (n->op == Op::Reshape || n->op == Op::Slice || n->op == Op::AllGather)) n = n->inputs[0]->producer;
+    if (!isOptimizer(n)) next = emit(g, Op::Where, {finite, next, target}, target->name + ".if_finite");
+  }
+}
+
 } // namespace
 
 Error checkTrainingOptions(const TrainingOptions& opts) {
@@ -218,6 +253,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
     if (!shards.empty())
       if (Error e = gatherZero1(g, shards[i], updated)) return e;
   }
+  applyOnlyIfFinite(g, *loss);
   g.outputs = {*loss};
   if (Error e = inferShapes(g)) return e;
   if (Error e = foldTransposes(g)) return e; // the optimizer reads the weight gradients it rewrites

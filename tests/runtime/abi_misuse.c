@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   FN(sgc_status, sgc_model_hash, (const sgc_session*, const char**));
   FN(sgc_status, sgc_memory_plan_bytes, (const sgc_session*, uint64_t*));
   FN(sgc_status, sgc_rank, (const sgc_session*, int32_t*, int32_t*));
+  FN(sgc_status, sgc_set_tensor, (sgc_session*, const char*, const DLTensor*));
 
   sgc_session* s = (sgc_session*)0x1; /* must stay untouched on error */
   EXPECT(sgc_session_create(NULL, &s) == SGC_ERROR_INVALID_ARGUMENT && s == (sgc_session*)0x1);
@@ -77,6 +78,11 @@ int main(int argc, char** argv) {
   EXPECT(sgc_rank(s, NULL, &world) == SGC_ERROR_INVALID_ARGUMENT);
   sgc_session_destroy(s);
   s = (sgc_session*)0x1;
+
+  /* A thread count beyond four a core (at least 64) is refused, not tried. */
+  sgc_session_options many = SGC_SESSION_OPTIONS_INIT;
+  many.num_threads = 100000;
+  EXPECT(sgc_session_create(&many, &s) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "num_threads") && s == (sgc_session*)0x1);
 
   sgc_session_options o = SGC_SESSION_OPTIONS_INIT;
   EXPECT(sgc_session_create(&o, &s) == SGC_OK);
@@ -117,6 +123,12 @@ int main(int argc, char** argv) {
   t.strides = strides;
   EXPECT(sgc_set_input(s, "x", &t) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "contiguous"));
   t.strides = NULL;
+  /* A dim count that is not the input's: refused without reading the host's (2-entry) shape array. */
+  t.ndim = 1000000;
+  EXPECT(sgc_set_input(s, "x", &t) == SGC_ERROR_SHAPE_MISMATCH && strstr(sgc_last_error(), "1000000 dims"));
+  t.ndim = 0x7fffffff;
+  EXPECT(sgc_set_input(s, "x", &t) == SGC_ERROR_SHAPE_MISMATCH);
+  t.ndim = 2;
   EXPECT(sgc_set_input(s, "x", &t) == SGC_OK);
   EXPECT(sgc_set_input(s, "sgc.lr", &t) == SGC_ERROR_NOT_FOUND); /* the learning rate has its own setter */
   EXPECT(sgc_set_learning_rate(s, -1) == SGC_ERROR_INVALID_ARGUMENT);
@@ -131,6 +143,41 @@ int main(int argc, char** argv) {
   EXPECT(sgc_load(s, "/nonexistent/ckpt.safetensors") == SGC_ERROR_IO && strstr(sgc_last_error(), "cannot open"));
   EXPECT(sgc_save(s, "/nonexistent/dir/ckpt.safetensors") == SGC_ERROR_IO);
   EXPECT(sgc_save(NULL, "x") == SGC_ERROR_INVALID_ARGUMENT);
+  EXPECT(sgc_load(s, "/tmp") == SGC_ERROR_IO && strstr(sgc_last_error(), "directory"));
+
+  /* Class labels out of range are refused as they are set (the kernels would clamp them). */
+  int64_t labels[32] = {0}, lshape[1] = {32};
+  DLTensor lt = {labels, {kDLCPU, 0}, 1, {kDLInt, 64, 1}, lshape, NULL, 0};
+  labels[5] = 1000;
+  EXPECT(sgc_set_input(s, "labels", &lt) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "holds 1000"));
+  labels[5] = -5;
+  EXPECT(sgc_set_input(s, "labels", &lt) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "holds -5"));
+  labels[5] = -100; /* the loss's ignore_index */
+  EXPECT(sgc_set_input(s, "labels", &lt) == SGC_OK);
+
+  /* The step counter is a count: a negative one is refused. */
+  int64_t stepv = -3, step0 = -1;
+  DLTensor st = {&stepv, {kDLCPU, 0}, 0, {kDLInt, 64, 1}, NULL, NULL, 0};
+  EXPECT(sgc_set_tensor(s, "sgc.step", &st) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "sgc.step is -3"));
+
+  /* A NaN loss: SGC_ERROR_NONFINITE, and parameters, optimizer state and the step counter as before. */
+  static float before[32 * 16], after[32 * 16];
+  int64_t w1shape[2] = {32, 16};
+  DLTensor w1 = {before, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, w1shape, NULL, 0};
+  EXPECT(sgc_get_tensor(s, "mlp.fc1.weight", &w1) == SGC_OK);
+  x[7] = 0.0f / 0.0f;
+  EXPECT(sgc_set_input(s, "x", &t) == SGC_OK);
+  loss = 0;
+  EXPECT(sgc_train_step(s, &loss) == SGC_ERROR_NONFINITE && loss != loss && strstr(sgc_last_error(), "not applied"));
+  w1.data = after;
+  EXPECT(sgc_get_tensor(s, "mlp.fc1.weight", &w1) == SGC_OK && memcmp(before, after, sizeof before) == 0);
+  st.data = &step0;
+  EXPECT(sgc_get_tensor(s, "sgc.step", &st) == SGC_OK && step0 == 0);
+  x[7] = 0;
+  EXPECT(sgc_set_input(s, "x", &t) == SGC_OK);
+  EXPECT(sgc_train_step(s, &loss) == SGC_OK && loss == loss);
+  EXPECT(sgc_get_tensor(s, "mlp.fc1.weight", &w1) == SGC_OK && memcmp(before, after, sizeof before) != 0);
+  EXPECT(sgc_get_tensor(s, "sgc.step", &st) == SGC_OK && step0 == 1);
   sgc_session_destroy(s);
   printf("abi misuse: %d failures\n", failures);
   return failures != 0;

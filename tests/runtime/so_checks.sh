@@ -33,8 +33,16 @@ b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
 assert len(a) == 3 and all(abs(x - y) <= 1e-6 * abs(y) for x, y in zip(a, b)), (a, b)
 print("python ctypes host: ok", a)
 PY
-cc -I "$src/runtime/include" "$src/tests/runtime/abi_misuse.c" -o "$tmp/abi_misuse" -ldl
-"$tmp/abi_misuse" "$tmp/a/train.so"
+# The misuse test is built with AddressSanitizer and UBSan where the compiler has them (the
+# host's side of every call checked; the library's runtime is not instrumented).
+san="-fsanitize=address,undefined -fno-omit-frame-pointer"
+echo 'int main(void){return 0;}' > "$tmp/san.c"
+cc $san "$tmp/san.c" -o "$tmp/san" 2>/dev/null && "$tmp/san" || { san=""; echo "abi misuse: no sanitizers here"; }
+cc $san -I "$src/runtime/include" "$src/tests/runtime/abi_misuse.c" -o "$tmp/abi_misuse" -ldl
+ASAN_OPTIONS=detect_leaks=0 "$tmp/abi_misuse" "$tmp/a/train.so"
+# Loading and unloading the library does not leak.
+cc -I "$src/runtime/include" "$src/tests/runtime/reload.c" -o "$tmp/reload" -ldl
+"$tmp/reload" "$tmp/a/train.so" 500
 # --weights external | none: same losses as embedded weights; none needs a checkpoint loaded first.
 (cd "$tmp/a" && "$sgc" compile model.onnx -o ext.so --optimizer adamw --target cpu --weights external \
   && "$sgc" compile model.onnx -o none.so --optimizer adamw --target cpu --weights none)

@@ -24,6 +24,11 @@ extern "C" {
 
 #define SGC_ABI_VERSION 1
 
+/* The most steps a session counts: the state tensor "sgc.step" (int64, the optimizer's step
+ * counter) is from 0 to SGC_MAX_STEP (2^53, where a double still counts exactly); sgc_load and
+ * sgc_set_tensor refuse other values. */
+#define SGC_MAX_STEP (INT64_C(1) << 53)
+
 #if defined(__GNUC__)
 #define SGC_API __attribute__((visibility("default")))
 #else
@@ -41,8 +46,10 @@ typedef enum {
   SGC_ERROR_OUT_OF_MEMORY = 7,
   SGC_ERROR_INTERNAL = 8,
   SGC_ERROR_COMMUNICATION = 9,    /* data parallelism: a peer rank failed, stopped answering or runs another program */
-  SGC_ERROR_OUT_OF_PAGES = 10     /* decoding: the key/value cache has no free page (or sequence slot) left; nothing
+  SGC_ERROR_OUT_OF_PAGES = 10,    /* decoding: the key/value cache has no free page (or sequence slot) left; nothing
                                      changed: free a sequence, or wait for one to finish, and call again */
+  SGC_ERROR_NONFINITE = 11        /* sgc_train_step: the loss is NaN or infinite (on some rank); the step was not
+                                     applied: parameters and optimizer state are as before it (the loss is returned) */
 } sgc_status;
 
 /** The ABI version this library implements (SGC_ABI_VERSION). */
@@ -63,7 +70,7 @@ typedef struct {
   uint32_t struct_size; /* sizeof(sgc_session_options); hosts built before the fields below pass a smaller size */
   uint32_t version;     /* SGC_ABI_VERSION */
   const char* device;   /* "cpu" (default when NULL) or "cuda:N" */
-  int32_t num_threads;  /* 0: one per available core */
+  int32_t num_threads;  /* 0: one per available core; at most four a core (64 on any machine) */
   /* Data-parallel training, for libraries compiled with --data-parallel. Each rank runs a session
    * on its share of every batch; the gradients (and the loss) are averaged over the ranks. */
   const char* communicator; /* NULL or "none": one rank. "mpi": the ranks of MPI_COMM_WORLD (OpenMPI's
@@ -122,7 +129,8 @@ SGC_API sgc_status sgc_set_input(sgc_session* session, const char* name, const D
 /** Sets the learning rate used from the next step on. */
 SGC_API sgc_status sgc_set_learning_rate(sgc_session* session, double lr);
 /** One training step (forward, backward, optimizer) on the current inputs; the loss (with a
- * communicator, its mean over the ranks). After SGC_ERROR_COMMUNICATION every later step fails. */
+ * communicator, its mean over the ranks). After SGC_ERROR_COMMUNICATION every later step fails.
+ * A NaN or infinite loss gives SGC_ERROR_NONFINITE and changes nothing. */
 SGC_API sgc_status sgc_train_step(sgc_session* session, double* loss);
 /** The forward pass only, on the current inputs; nothing is updated. */
 SGC_API sgc_status sgc_eval_step(sgc_session* session, double* loss);
