@@ -77,7 +77,9 @@ Error addInitializers(ImportCtx& c, const onnx::GraphProto& g) {
 }
 
 Error addInputs(ImportCtx& c, const onnx::GraphProto& g) {
+  std::set<std::string> listed;
   for (const auto& vi : g.input()) {
+    if (!listed.insert(vi.name()).second) return makeError(c.file + ": graph input '" + vi.name() + "' is listed twice");
     if (c.values.count(vi.name())) continue; // an initializer listed as input (IR version < 4): a parameter
     if (vi.name().empty()) return makeError(c.file + ": a graph input has no name");
     auto t = valueType(vi, c.file);
