@@ -55,8 +55,7 @@ int printCompileCheck(const std::string& path, const std::map<std::string, int64
     return 0;
   }
   std::string what = "the training step (sgc compile's default flags)";
-  ir::TrainingOptions opts;
-  opts.optimizer.kind = "adamw";
+  ir::TrainingOptions opts; // sgc compile's defaults (SGD; the optimizer's kernels compile alike)
   if (Error e = ir::buildTrainingStep(**g, opts)) {
     std::string why = errorText(std::move(e));
     printf("training step: not built: %s\n", why.c_str());
