@@ -28,6 +28,13 @@ data=$src/samples/mlp_train_data.safetensors
 
 # Threads: bounded, and refused beyond the bound.
 expect 1 "num_threads must be from 0" -- "$sgc" train train.so --data "$data" --steps 1 --threads 100000
+# Threads the system will not create (address space for 60 stacks denied): a clean error, no hang.
+(ulimit -v 400000; timeout 60 "$sgc" train train.so --data "$data" --steps 1 --threads 60 >/dev/null 2>threads.txt); got=$?
+if [ "$got" = 0 ] || { [ "$got" = 1 ] && grep -q "cannot start the session's worker threads" threads.txt; }; then
+  echo "ok: threads under a memory limit: status $got $(head -c 120 threads.txt)"
+else
+  echo "FAIL: threads under a memory limit: status $got $(head -c 300 threads.txt)"; failures=$((failures + 1))
+fi
 # Data files: a folder, devices, a pipe, no batches.
 expect 1 "is a directory" -- "$sgc" train train.so --data "$tmp" --steps 1
 expect 1 "not a regular file" -- "$sgc" train train.so --data /dev/zero --steps 1
