@@ -77,7 +77,7 @@ Error liftFloat(ImportCtx& c, std::map<std::string, Attr>& attrs, const char* at
   bool known = like && like->type.dtype != ir::DType::Undefined;
   if (ins.size() <= index) ins.resize(index + 1, nullptr);
   ins[index] = constInput(c, nodeName + "/" + attr, ir::Tensor::fromF64(known ? like->type.dtype : ir::DType::F64, {}, {*v}));
-  if (!known) // a node's result: its dtype is known after shape inference
+  if (!known && like) // a node's result: its dtype is known after shape inference
     ins[index] = c.graph.addNode(Op::CastLike, {ins[index], const_cast<ir::Value*>(like)}, 1, nodeName + "/" + attr)->outputs[0];
   attrs.erase(it);
   return Error::success();
@@ -102,13 +102,14 @@ Error upgrade(ImportCtx& c, Op op, std::map<std::string, Attr>& attrs, std::vect
     liftInts(c, attrs, "ends", ins, 2, name);
     liftInts(c, attrs, "axes", ins, 3, name);
   }
+  const ir::Value* data = ins.empty() ? nullptr : ins[0]; // none: the arity check names the node
   if (op == Op::Pad && c.opset < 11) {
     liftInts(c, attrs, "pads", ins, 1, name);
-    if (Error e = liftFloat(c, attrs, "value", ins, 2, name, ins[0])) return e;
+    if (Error e = liftFloat(c, attrs, "value", ins, 2, name, data)) return e;
   }
   if (op == Op::Clip && c.opset < 11) {
-    if (Error e = liftFloat(c, attrs, "min", ins, 1, name, ins[0])) return e;
-    if (Error e = liftFloat(c, attrs, "max", ins, 2, name, ins[0])) return e;
+    if (Error e = liftFloat(c, attrs, "min", ins, 1, name, data)) return e;
+    if (Error e = liftFloat(c, attrs, "max", ins, 2, name, data)) return e;
   }
   if (op == Op::Dropout && c.opset < 12 && attrs.count("ratio")) {
     auto* rp = std::get_if<double>(&attrs["ratio"]);
