@@ -349,6 +349,11 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   auto forward = forwardNodes(g);
   Readers readers(g);
   nlohmann::json launches = nlohmann::json::array();
+  std::map<std::string, int> byContent; // kir::contentKey -> the kernel's index: each kernel carried once
+  auto indexOf = [&](const kir::Kernel& k) {
+    auto [it, fresh] = byContent.try_emplace(kir::contentKey(k), (int)p.kernels.size());
+    return std::make_pair(it->second, fresh);
+  };
   std::set<const ir::Value*> views; // results that share their input's bytes: nothing to run
   for (const Buffer& b : p.plan.buffers)
     if (b.aliasOf && b.value->producer && isView(*b.value->producer)) views.insert(b.value);
@@ -402,10 +407,11 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     for (const ir::Node* n : group) label += (label.empty() ? "" : "+") + std::string(ir::opName(n->op));
     if (group[0]->op == ir::Op::AllReduce) ks = copiesNotInPlace(*group[0], p.plan, std::move(ks));
     for (kir::Kernel& k : ks) {
-      launches.push_back(launchJson(k, (int)p.kernels.size(), tensorId, p.bytesPerStep));
+      auto [index, fresh] = indexOf(k);
+      launches.push_back(launchJson(k, index, tensorId, p.bytesPerStep));
       launches.back()["forward"] = forward.count(group.back()) != 0;
       launches.back()["label"] = label;
-      p.kernels.push_back(std::move(k));
+      if (fresh) p.kernels.push_back(std::move(k));
     }
     if (group[0]->op == ir::Op::AllReduce) { // after the copies of results not reduced in place
       launches.push_back(collectiveJson(*group[0], tensorId));
@@ -435,8 +441,9 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       nlohmann::json calls = nlohmann::json::array();
       int64_t unused = 0;
       for (kir::Kernel& k : **gpu) {
-        calls.push_back(launchJson(k, (int)p.kernels.size(), tensorId, unused));
-        p.kernels.push_back(std::move(k));
+        auto [index, fresh] = indexOf(k);
+        calls.push_back(launchJson(k, index, tensorId, unused));
+        if (fresh) p.kernels.push_back(std::move(k));
       }
       for (size_t i = first; i < first + count; ++i) launches[i]["gpu"] = i == first ? calls : nlohmann::json::array();
       ++p.gpuForms;
@@ -456,8 +463,9 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       ++p.gemms;
       if (*epilogue) {
         int64_t unused = 0;
-        launch["epilogue"] = launchJson(**epilogue, (int)p.kernels.size(), tensorId, unused);
-        p.kernels.push_back(std::move(**epilogue));
+        auto [index, fresh] = indexOf(**epilogue);
+        launch["epilogue"] = launchJson(**epilogue, index, tensorId, unused);
+        if (fresh) p.kernels.push_back(std::move(**epilogue));
         ++p.gemmEpilogues;
       }
     }

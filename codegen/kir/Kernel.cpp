@@ -1,6 +1,8 @@
 // Kernel IR constructors and the printer.
 #include "codegen/kir/Kernel.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <cassert>
 #include <cstdio>
@@ -229,6 +231,43 @@ int vectorWidthFor(const Kernel& k) {
   int width = (int)std::min<size_t>(8, 16 / std::max<size_t>(1, narrowest));
   while (width > 1 && top->extent % width) width /= 2;
   return width;
+}
+
+namespace {
+
+void keyOf(const Expr& e, std::string& out) {
+  uint64_t value;
+  std::memcpy(&value, &e.value, sizeof value);
+  out += "(" + std::to_string((int)e.kind) + " " + std::to_string((int)e.type) + " " + std::to_string(value) + " " +
+         std::to_string(e.bits) + " " + std::to_string(e.id) + " " + std::to_string((int)e.op);
+  for (const ExprRef& a : e.args) keyOf(*a, out);
+  out += ")";
+}
+
+void keyOf(const Stmt& s, std::string& out) {
+  out += "[" + std::to_string((int)s.kind) + " " + std::to_string(s.id) + " " + std::to_string(s.extent) + " " +
+         std::to_string(s.parallel);
+  for (const ExprRef* e : {&s.index, &s.value}) {
+    out += *e ? "" : " -";
+    if (*e) keyOf(**e, out);
+  }
+  for (const StmtRef& b : s.body) keyOf(*b, out);
+  out += " |";
+  for (const ExprRef& o : s.operands) keyOf(*o, out);
+  for (int a : s.acc) out += " " + std::to_string(a);
+  out += "]";
+}
+
+} // namespace
+
+std::string contentKey(const Kernel& k) {
+  std::string out;
+  for (const BufferArg& b : k.buffers)
+    out += std::to_string((int)b.dtype) + ":" + std::to_string(b.numel) + (b.written ? "w " : "r ");
+  out += std::to_string(k.numLoopVars) + " " + std::to_string(k.numLocals) + " " + std::to_string(k.gpuOnly) + " " +
+         std::to_string(k.threads) + " " + std::to_string(k.minBlocks) + "\n";
+  keyOf(*k.body, out);
+  return out;
 }
 
 std::string print(const Kernel& k) {

@@ -179,4 +179,9 @@ int vectorWidthFor(const Kernel& k);
 /// A readable listing of the kernel (for --emit=kir and golden tests).
 std::string print(const Kernel& k);
 
+/// The kernel's content, exactly (every field, constants by their bits), without its name and
+/// its buffers' names: two kernels with one key compile to the same code, which a program then
+/// carries once (the twelve layers of a transformer launch the same kernels on other buffers).
+std::string contentKey(const Kernel& k);
+
 } // namespace sgc::kir
