@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
@@ -609,4 +610,31 @@ TEST(Kernel, ElementwiseKernelsMove16BytesPerGpuAccess) {
     EXPECT_NE(ptx->find("st.global.v4"), std::string::npos) << *ptx; // 8 f32 in two 16-byte stores
     EXPECT_EQ(ptx->find("ld.global.u16"), std::string::npos) << *ptx;
   }
+}
+
+namespace {
+
+/// The kernel of y = LeakyRelu(x) {alpha} over the named buffers (alpha is inlined in the code).
+kir::Kernel leaky(const std::string& x, const std::string& y, double alpha) {
+  char a[40];
+  snprintf(a, sizeof a, "%.17g", alpha);
+  auto g = ir::parse("graph @g {\n  input %" + x + " : f64[8]\n  %" + y + " : ?[*] = LeakyRelu(%" + x + ") {alpha = " + a +
+                     "}\n  output %" + y + "\n}\n", "k");
+  EXPECT_TRUE(!!g);
+  EXPECT_FALSE(ir::inferShapes(**g));
+  auto ks = kir::lowerNode("k_" + y, *(*g)->nodes()[0]);
+  EXPECT_TRUE(!!ks);
+  return (*ks)[0];
+}
+
+} // namespace
+
+// A program carries kernels of equal content once (codegen/Program.cpp): the key must tell apart
+// kernels that compute differently, down to a constant's last bit, and not their buffers' names.
+TEST(Kernel, ContentKeyIgnoresNamesNotConstants) {
+  kir::Kernel a = leaky("x", "y", 0.1), b = leaky("u", "v", 0.1), c = leaky("x", "y", std::nextafter(0.1, 1.0));
+  EXPECT_EQ(kir::contentKey(a), kir::contentKey(b));
+  EXPECT_NE(kir::contentKey(a), kir::contentKey(c));
+  b.threads = 128;
+  EXPECT_NE(kir::contentKey(a), kir::contentKey(b));
 }
