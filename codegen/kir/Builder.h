@@ -56,6 +56,16 @@ private:
 
 std::vector<int64_t> rowMajorStrides(const std::vector<int64_t>& shape);
 
+/// A value's shape and element count: static when code is generated (lowerNode checks it).
+inline std::vector<int64_t> shapeOf(const ir::Value* v) { return v->type.shape(); }
+inline int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
+
+/// The node's `axis` attribute (`def` when absent), counted from the front of a rank-`rank` operand.
+inline int64_t axisOf(const ir::Node& n, int64_t rank, int64_t def = 0) {
+  int64_t a = n.getInt("axis", def);
+  return a < 0 ? a + rank : a;
+}
+
 /// Element `at` of index buffer `idx`, as an index into a dim of size d: negative values count
 /// from the end; clamped into [0, d - 1] so that loads stay inside their buffer.
 ExprRef gatheredIndex(Builder& b, const ir::Value* idx, ExprRef at, int64_t d);

@@ -11,8 +11,6 @@
 namespace sgc::kir {
 namespace {
 using B = Builder;
-std::vector<int64_t> shapeOf(const ir::Value* v) { return v->type.shape(); }
-int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
 int64_t product(const std::vector<int64_t>& v) {
   int64_t p = 1;
   for (int64_t x : v) p *= x;

@@ -10,14 +10,6 @@ namespace {
 
 using B = Builder;
 
-std::vector<int64_t> shapeOf(const ir::Value* v) { return v->type.shape(); }
-int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
-
-int64_t axisOf(const ir::Node& n, int64_t rank, int64_t def) {
-  int64_t a = n.getInt("axis", def);
-  return a < 0 ? a + rank : a;
-}
-
 /// The first (or with select_last_index the last) position of the row's maximum (minimum) in a
 /// serial pass: local `best` holds the value, `arg` its position.
 std::vector<StmtRef> bestOfRow(B& b, const ir::Value* x, const AxisRows& r, int row, bool isMax, bool last, int best, int arg, Scalar t) {

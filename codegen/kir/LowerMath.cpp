@@ -12,13 +12,6 @@
 namespace sgc::kir {
 namespace {
 using B = Builder;
-std::vector<int64_t> shapeOf(const ir::Value* v) { return v->type.shape(); }
-int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
-
-int64_t axisOf(const ir::Node& n, int64_t rank, int64_t def) {
-  int64_t a = n.getInt("axis", def);
-  return a < 0 ? a + rank : a;
-}
 } // namespace
 
 /// A matrix product, one output row [r, 0..N) per parallel iteration:

@@ -9,14 +9,6 @@ namespace sgc::kir {
 namespace {
 using B = Builder;
 
-std::vector<int64_t> shapeOf(const ir::Value* v) { return v->type.shape(); }
-int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
-
-int64_t axisAttr(const ir::Node& n, int64_t rank, int64_t def = 0) {
-  int64_t a = n.getInt("axis", def);
-  return a < 0 ? a + rank : a;
-}
-
 
 } // namespace
 
@@ -92,7 +84,7 @@ Expected<std::vector<Kernel>> lowerSliceGrad(const std::string& name, const ir::
 
 Expected<std::vector<Kernel>> lowerConcat(const std::string& name, const ir::Node& n) {
   const ir::Value* y = n.outputs[0];
-  int64_t axis = axisAttr(n, y->type.rank());
+  int64_t axis = axisOf(n, y->type.rank());
   return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
     // The last input whose range starts at or before the coordinate, built as a chain of selects.
     ExprRef value;
@@ -111,7 +103,7 @@ Expected<std::vector<Kernel>> lowerConcat(const std::string& name, const ir::Nod
 
 Expected<std::vector<Kernel>> lowerSplit(const std::string& name, const ir::Node& n) {
   const ir::Value* x = n.input(0);
-  int64_t axis = axisAttr(n, x->type.rank());
+  int64_t axis = axisOf(n, x->type.rank());
   std::vector<Kernel> ks;
   int64_t start = 0;
   for (size_t k = 0; k < n.outputs.size(); ++k) {
@@ -132,7 +124,7 @@ Expected<std::vector<Kernel>> lowerSplit(const std::string& name, const ir::Node
 
 Expected<std::vector<Kernel>> lowerGather(const std::string& name, const ir::Node& n) {
   const ir::Value *x = n.input(0), *idx = n.input(1), *y = n.outputs[0];
-  int64_t axis = axisAttr(n, x->type.rank()), ir = idx->type.rank();
+  int64_t axis = axisOf(n, x->type.rank()), ir = idx->type.rank();
   return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
     std::vector<ExprRef> ic(c.begin() + axis, c.begin() + axis + ir), xc(c.begin(), c.begin() + axis);
     xc.push_back(gatheredIndex(b, idx, B::offset(ic, shapeOf(idx)), x->type.dims[axis].value));
@@ -145,7 +137,7 @@ Expected<std::vector<Kernel>> lowerGatherGrad(const std::string& name, const ir:
   // dx[a, j, i] = sum over k with indices[k] == j of dy[a, k, i]
   const ir::Value *dy = n.input(0), *idx = n.input(1), *dx = n.outputs[0];
   std::vector<int64_t> xs = shapeOf(dx);
-  int64_t axis = axisAttr(n, (int64_t)xs.size()), count = numel(idx), d = xs[axis];
+  int64_t axis = axisOf(n, (int64_t)xs.size()), count = numel(idx), d = xs[axis];
   int64_t inner = 1;
   for (size_t q = axis + 1; q < xs.size(); ++q) inner *= xs[q];
   B b(name);

@@ -13,14 +13,6 @@ namespace {
 
 using B = Builder;
 
-std::vector<int64_t> shapeOf(const ir::Value* v) { return v->type.shape(); }
-int64_t numel(const ir::Value* v) { return v->type.staticNumel().value(); }
-
-int64_t axisOf(const ir::Node& n, int64_t rank) {
-  int64_t a = n.getInt("axis", 0);
-  return a < 0 ? a + rank : a;
-}
-
 /// `old` combined with `update` under a scatter's reduction.
 ExprRef combine(const std::string& red, ExprRef old, ExprRef update) {
   if (red == "add") return old + update;
