@@ -80,9 +80,7 @@ Error loadCheckpoint(ir::Graph& g, const std::string& path) {
 }
 
 Error checkSavePath(const std::string& path, const std::vector<std::string>& inputs) {
-  std::string target = rt::outputTarget(path);
-  std::string folder = target.find('/') == std::string::npos ? "." : target.substr(0, target.find_last_of('/'));
-  if (folder.empty()) folder = "/";
+  std::string target = rt::outputTarget(path), folder = rt::folderOf(target);
   std::error_code ec;
   if (!std::filesystem::is_directory(folder, ec)) return makeError("--save " + path + ": the folder " + folder + " does not exist");
   for (const std::string& in : inputs)

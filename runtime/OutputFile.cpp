@@ -17,11 +17,6 @@ bool fail(std::string& error, const std::string& msg) {
   return false;
 }
 
-std::string folderOf(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-}
-
 /// Writes all of `size` bytes to `fd`.
 bool writeAll(int fd, const void* data, size_t size) {
   const char* p = (const char*)data;
@@ -65,6 +60,11 @@ bool fsyncPath(const std::string& path, int flags) {
 }
 
 } // namespace
+
+std::string folderOf(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
 
 std::string outputTarget(const std::string& path) {
   std::string p = path;

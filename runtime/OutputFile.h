@@ -12,6 +12,9 @@ namespace sgc::rt {
 /// Where a write to `path` lands: `path` with symbolic links followed (even a dangling one's).
 std::string outputTarget(const std::string& path);
 
+/// The folder `path` lies in ("." for a bare name).
+std::string folderOf(const std::string& path);
+
 /// A temporary path beside outputTarget(path) (for a device or pipe, in $TMPDIR), for commitOutput.
 std::string temporaryFor(const std::string& path);
 

@@ -37,6 +37,7 @@ bool parseSafetensors(const uint8_t* data, size_t size, const std::string& what,
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = hlen << 8 | data[i];
   if (hlen > size - 8) return fail(error, what + ": header length " + std::to_string(hlen) + " exceeds the file size");
+  if (hlen > kMaxHeaderBytes) return fail(error, what + ": header length " + std::to_string(hlen) + " exceeds the format's 100 MB limit");
   // A name given twice would silently keep the last: refused, as the format's reference reader does.
   std::set<std::string> names;
   std::string twice;
@@ -100,16 +101,8 @@ bool readSafetensors(const std::string& path, StFile& out, std::string& error) {
   if (!S_ISREG(st.st_mode)) return fail(error, path + ": not a regular file (a device, pipe or socket), not a safetensors file");
   std::ifstream f(path, std::ios::binary);
   if (!f) return fail(error, path + ": cannot open");
-  size_t size = (size_t)st.st_size;
-  uint8_t head[8] = {};
-  if (size < 8 || !f.read((char*)head, 8)) return fail(error, path + ": not a safetensors file (shorter than its 8-byte header length)");
-  uint64_t hlen = 0;
-  for (int i = 7; i >= 0; --i) hlen = hlen << 8 | head[i];
-  if (hlen > size - 8) return fail(error, path + ": header length " + std::to_string(hlen) + " exceeds the file size");
-  if (hlen > kMaxHeaderBytes) return fail(error, path + ": header length " + std::to_string(hlen) + " exceeds the format's 100 MB limit");
-  std::vector<uint8_t> bytes(size);
-  std::copy(head, head + 8, bytes.begin());
-  if (!f.read((char*)bytes.data() + 8, (std::streamsize)(size - 8))) return fail(error, path + ": read error (the file changed as it was read?)");
+  std::vector<uint8_t> bytes((size_t)st.st_size); // a regular file: its size bounds what is read
+  if (!f.read((char*)bytes.data(), (std::streamsize)bytes.size())) return fail(error, path + ": read error (the file changed as it was read?)");
   return parseSafetensors(bytes.data(), bytes.size(), path, out, error);
 }
 

@@ -46,8 +46,7 @@ Expected<Plan> planOf(EvalCtx& c, const std::vector<int64_t>& in, size_t first) 
   if (!g) return g.takeError();
   Plan p{*g, {}};
   for (size_t a = 0; a < in.size(); ++a) {
-    bool identity = g->scale[a] == 1 && g->out[a] == in[a] && g->roiStart[a] == 0 && g->roiEnd[a] == 1;
-    if (identity) {
+    if (!g->resizes(a, in[a])) {
       p.taps.emplace_back();
       continue;
     }

@@ -62,7 +62,7 @@ std::optional<Expected<Plan>> planOf(const Node& n, const std::vector<int64_t>& 
   if (!g) return Expected<Plan>(g.takeError());
   Plan p{{}, in, g->out};
   for (size_t a = 0; a < in.size(); ++a) {
-    if (g->scale[a] == 1 && g->out[a] == in[a] && g->roiStart[a] == 0 && g->roiEnd[a] == 1) continue;
+    if (!g->resizes(a, in[a])) continue;
     auto t = resizeTaps(ic, *g, (int64_t)a, in[a]);
     if (!t) return Expected<Plan>(t.takeError());
     p.axes.push_back(columns(*t, (int64_t)a, in[a]));

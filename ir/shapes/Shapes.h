@@ -65,6 +65,8 @@ Expected<PadGeometry> padGeometry(const InferCtx& c, int64_t rank);
 struct ResizeGeometry {
   std::vector<double> scale, roiStart, roiEnd;
   std::vector<int64_t> out;
+  /// Whether axis `a` (of input size `in`) is resampled at all: else it is left as it is.
+  bool resizes(size_t a, int64_t in) const { return !(scale[a] == 1 && out[a] == in && roiStart[a] == 0 && roiEnd[a] == 1); }
 };
 Expected<ResizeGeometry> resizeGeometry(const InferCtx& c, const std::vector<int64_t>& in, const Tensor* roi, const Tensor* scales,
                                         const Tensor* sizes);
