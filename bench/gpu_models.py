@@ -63,8 +63,34 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1))
 
 
+# The attention benchmark's shapes (bench/gpu_attention.py): name -> batch, heads, sequence, head width.
+ATTN = {"attn64": (16, 12, 1024, 64), "attn128": (4, 32, 2048, 128)}
+
+
+class Attention(nn.Module):
+    """Causal self-attention alone, for timing it: q, k and v are the input scaled by a parameter
+    each (so that all three get gradients), loss the mean squared difference from a target."""
+    def __init__(s, d, explicit=False):
+        super().__init__()
+        s.explicit = explicit
+        s.a, s.b, s.c = (nn.Parameter(1 + 0.1 * torch.randn(d)) for _ in range(3))
+
+    def forward(s, x, y):
+        q, k, v = x * s.a, x * s.b, x * s.c
+        if s.explicit:
+            T = x.shape[-2]
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(x.shape[-1]))
+            mask = torch.ones(T, T, dtype=torch.bool).tril().view(1, 1, T, T)
+            out = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1) @ v
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return ((out.float() - y) ** 2).mean()
+
+
 def make(name, explicit=False):
     torch.manual_seed(0)
+    if name in ATTN:
+        return Attention(ATTN[name][3], explicit=explicit)
     return MLP(explicit=explicit) if name == "mlp" else GPT(explicit=explicit)
 
 
@@ -74,6 +100,10 @@ def batch(name, device="cpu", rows=None):
     if name == "mlp":
         b = rows or MLP_B
         return torch.randn(b, MLP_D, generator=g).to(device), torch.randn(b, MLP_D, generator=g).to(device)
+    if name in ATTN:
+        B, H, T, D = ATTN[name]
+        shape = (rows or B, H, T, D)
+        return torch.randn(shape, generator=g).to(device), torch.randn(shape, generator=g).to(device)
     b = rows or GPT_B
     return (torch.randint(0, GPT_V, (b, GPT_T), generator=g).to(device), torch.randint(0, GPT_V, (b, GPT_T), generator=g).to(device))
 

@@ -45,6 +45,8 @@ ExprRef loopVar(int id) { return make({ExprKind::LoopVar, Scalar::I64, 0, 0, id,
 ExprRef local(int id, Scalar t) { return make({ExprKind::Local, t, 0, 0, id, KOp::Add, {}}); }
 ExprRef load(int buffer, ExprRef index, Scalar t) { return make({ExprKind::Load, t, 0, 0, buffer, KOp::Add, {std::move(index)}}); }
 
+ExprRef sharedLoad(int array, ExprRef index, Scalar t) { return make({ExprKind::SharedLoad, t, 0, 0, array, KOp::Add, {std::move(index)}}); }
+
 ExprRef unary(KOp op, ExprRef a) {
   assert(kopArity(op) == 1 && "a unary KOp");
   Scalar t = kKOps[(int)op].boolResult ? Scalar::I1 : a->type;
@@ -161,6 +163,19 @@ StmtRef block(std::vector<StmtRef> body) {
   return stmtOf(StmtKind::Block, 0, 0, false, nullptr, nullptr, std::move(body));
 }
 
+StmtRef copyAsync(int array, ExprRef sharedIndex, int buffer, ExprRef index) {
+  assert(sharedIndex->type == Scalar::I64 && index->type == Scalar::I64 && "copies take i64 indices");
+  StmtRef s = stmtOf(StmtKind::CopyAsync, array, 0, false, std::move(sharedIndex), std::move(index), {});
+  s->buffer = buffer;
+  return s;
+}
+
+StmtRef asyncCommit() { return stmtOf(StmtKind::AsyncCommit, 0, 0, false, nullptr, nullptr, {}); }
+
+StmtRef asyncWait(int inFlight) { return stmtOf(StmtKind::AsyncWait, 0, inFlight, false, nullptr, nullptr, {}); }
+
+StmtRef barrier() { return stmtOf(StmtKind::Barrier, 0, 0, false, nullptr, nullptr, {}); }
+
 StmtRef mmaBf16(std::vector<int> acc, std::vector<ExprRef> a, std::vector<ExprRef> b) {
   assert(acc.size() == 4 && a.size() == 8 && b.size() == 4 && "mma.m16n8k16 takes 4 accumulators, 8 + 4 operands");
   auto s = std::make_shared<Stmt>();
@@ -183,6 +198,7 @@ std::string exprText(const Expr& e) {
   case ExprKind::LoopVar: return "i" + std::to_string(e.id);
   case ExprKind::Local: return "t" + std::to_string(e.id);
   case ExprKind::Load: return "b" + std::to_string(e.id) + "[" + exprText(*e.args[0]) + "]";
+  case ExprKind::SharedLoad: return "s" + std::to_string(e.id) + "[" + exprText(*e.args[0]) + "]";
   case ExprKind::Unary: return std::string(kopName(e.op)) + "(" + exprText(*e.args[0]) + ")";
   case ExprKind::Binary: return std::string(kopName(e.op)) + "(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ")";
   case ExprKind::Select: return "select(" + exprText(*e.args[0]) + ", " + exprText(*e.args[1]) + ", " + exprText(*e.args[2]) + ")";
@@ -209,6 +225,13 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
   case StmtKind::AtomicAdd: out += pad + "b" + std::to_string(s.id) + "[" + exprText(*s.index) + "] += " + exprText(*s.value) + " (atomic)\n"; return;
   case StmtKind::Let: out += pad + "let t" + std::to_string(s.id) + " = " + exprText(*s.value) + "\n"; return;
   case StmtKind::Set: out += pad + "t" + std::to_string(s.id) + " = " + exprText(*s.value) + "\n"; return;
+  case StmtKind::CopyAsync:
+    out += pad + "s" + std::to_string(s.id) + "[" + exprText(*s.index) + "...] = b" + std::to_string(s.buffer) + "[" + exprText(*s.value) +
+           "...] (16 bytes, async)\n";
+    return;
+  case StmtKind::AsyncCommit: out += pad + "async_commit\n"; return;
+  case StmtKind::AsyncWait: out += pad + "async_wait(" + std::to_string(s.extent) + ")\n"; return;
+  case StmtKind::Barrier: out += pad + "barrier\n"; return;
   case StmtKind::Mma: {
     std::string acc, a, b;
     for (size_t i = 0; i < 4; ++i) acc += (i ? ", t" : "t") + std::to_string(s.acc[i]);
@@ -245,7 +268,7 @@ void keyOf(const Expr& e, std::string& out) {
 }
 
 void keyOf(const Stmt& s, std::string& out) {
-  out += "[" + std::to_string((int)s.kind) + " " + std::to_string(s.id) + " " + std::to_string(s.extent) + " " +
+  out += "[" + std::to_string((int)s.kind) + " " + std::to_string(s.id) + " " + std::to_string(s.buffer) + " " + std::to_string(s.extent) + " " +
          std::to_string(s.parallel);
   for (const ExprRef* e : {&s.index, &s.value}) {
     out += *e ? "" : " -";
@@ -266,6 +289,7 @@ std::string contentKey(const Kernel& k) {
     out += std::to_string((int)b.dtype) + ":" + std::to_string(b.numel) + (b.written ? "w " : "r ");
   out += std::to_string(k.numLoopVars) + " " + std::to_string(k.numLocals) + " " + std::to_string(k.gpuOnly) + " " +
          std::to_string(k.threads) + " " + std::to_string(k.minBlocks) + "\n";
+  for (const SharedArray& a : k.shared) out += "shared " + std::to_string((int)a.dtype) + ":" + std::to_string(a.count) + "\n";
   keyOf(*k.body, out);
   return out;
 }
@@ -278,6 +302,8 @@ std::string print(const Kernel& k) {
            std::string(ir::dtypeName(b.dtype)) + "[" + std::to_string(b.numel) + "] %" + b.name;
   }
   out += ")\n";
+  for (size_t i = 0; i < k.shared.size(); ++i)
+    out += "  shared s" + std::to_string(i) + ": " + std::string(ir::dtypeName(k.shared[i].dtype)) + "[" + std::to_string(k.shared[i].count) + "]\n";
   if (int w = vectorWidthFor(k); w > 1) out += "  // GPU: " + std::to_string(w) + " consecutive iterations per thread\n";
   stmtText(*k.body, 1, out);
   return out;

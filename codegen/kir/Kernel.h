@@ -27,7 +27,7 @@ inline Scalar accumulatorType(Scalar t) { return t == Scalar::F32 ? Scalar::F64 
 struct Expr;
 using ExprRef = std::shared_ptr<const Expr>;
 
-enum class ExprKind : uint8_t { Const, LoopVar, Local, Load, Unary, Binary, Select, Cast, WarpReduce };
+enum class ExprKind : uint8_t { Const, LoopVar, Local, Load, SharedLoad, Unary, Binary, Select, Cast, WarpReduce };
 
 /// The scalar operations (KirOps.def says what each computes).
 enum class KOp : uint8_t {
@@ -42,7 +42,7 @@ struct Expr {
   Scalar type;
   double value = 0;   ///< Const (f32, f64, i1)
   int64_t bits = 0;   ///< Const of type i64: exact; WarpReduce: its lanes
-  int id = 0;         ///< LoopVar, Local: its number; Load: the buffer; WarpReduce: its stride
+  int id = 0;         ///< LoopVar, Local: its number; Load: the buffer; SharedLoad: the shared array; WarpReduce: its stride
   KOp op = KOp::Add;  ///< Unary, Binary, WarpReduce
   std::vector<ExprRef> args;
 };
@@ -52,6 +52,8 @@ ExprRef constantI64(int64_t v); ///< any 64-bit pattern, exactly
 ExprRef loopVar(int id);
 ExprRef local(int id, Scalar t);
 ExprRef load(int buffer, ExprRef index, Scalar t);
+/// Element `index` of the kernel's shared array `array` (see Kernel::shared), as load does.
+ExprRef sharedLoad(int array, ExprRef index, Scalar t);
 /// A one-operand KOp (its Arity is 1).
 ExprRef unary(KOp op, ExprRef a);
 /// A two-operand KOp of operands of one type (comparisons give i1).
@@ -116,14 +118,16 @@ ExprRef constantLike(const ExprRef& like, double v);
 struct Stmt;
 using StmtRef = std::shared_ptr<Stmt>;
 
-enum class StmtKind : uint8_t { Loop, Store, AtomicAdd, Let, Set, Block, Mma };
+enum class StmtKind : uint8_t { Loop, Store, AtomicAdd, Let, Set, Block, Mma, CopyAsync, AsyncCommit, AsyncWait, Barrier };
 
 struct Stmt {
   StmtKind kind;
-  int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer
-  int64_t extent = 0;          ///< Loop: iterations [0, extent)
+  int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer; CopyAsync: the shared array
+  int buffer = 0;              ///< CopyAsync: the buffer copied from
+  int64_t extent = 0;          ///< Loop: iterations [0, extent); AsyncWait: the groups left in flight
   bool parallel = false;       ///< Loop: iterations are independent
   ExprRef index, value;        ///< Store: buffer[index] = value; AtomicAdd: += value; Let/Set: local = value;
+                               ///< CopyAsync: shared[index...] = buffer[value...];
                                ///< Loop (serial): when set, an i64 bound: iterations [0, min(extent, value))
   std::vector<StmtRef> body;   ///< Loop, Block
   std::vector<ExprRef> operands; ///< Mma: a0..a7, b0..b3
@@ -151,6 +155,29 @@ StmtRef block(std::vector<StmtRef> body);
 /// Only in gpuOnly kernels, under the same whole-warp rule as warpReduce.
 StmtRef mmaBf16(std::vector<int> acc, std::vector<ExprRef> a, std::vector<ExprRef> b);
 
+/// The shared memory of a GPU block (the `threads` parallel iterations of one block; see
+/// Kernel::threads): the copies of a tile that the block's warps all read. Shared arrays, their
+/// copies and barriers are for gpuOnly kernels whose parallel extent is a multiple of `threads`,
+/// so that every thread of a block runs every iteration (and reaches every barrier) together.
+///
+/// copyAsync starts a 16-byte copy (16 bytes of neighbouring elements, from an index of `buffer`
+/// and into one of `array`, both 16-byte aligned: a multiple of 16 / element size) that runs
+/// behind the statements after it (cp.async). asyncCommit() closes the copies this thread
+/// started since the last one into a group; asyncWait(n) waits until at most n of the thread's
+/// groups are in flight; barrier() then waits for every thread of the block, after which each
+/// thread sees the copies all of them waited for. A pipeline: copy tile 0, commit; then for
+/// each j: copy tile j + 1, commit, asyncWait(1) (tile j has arrived), barrier, compute on
+/// tile j, barrier (nobody reads it any more).
+StmtRef copyAsync(int array, ExprRef sharedIndex, int buffer, ExprRef index);
+StmtRef asyncCommit();
+StmtRef asyncWait(int inFlight);
+StmtRef barrier();
+
+struct SharedArray {
+  ir::DType dtype;
+  int64_t count;
+};
+
 struct BufferArg {
   std::string name;
   ir::DType dtype;
@@ -161,6 +188,7 @@ struct BufferArg {
 struct Kernel {
   std::string name;
   std::vector<BufferArg> buffers;
+  std::vector<SharedArray> shared; ///< GPU: each block's shared memory (at most 48 KiB in all)
   StmtRef body;
   int numLoopVars = 0, numLocals = 0;
   bool gpuOnly = false; ///< uses warp operations: emitted for GPU targets only

@@ -8,13 +8,19 @@
 //   dk, dv   S^T = K Q^T, P^T from the log-sum-exp, dV += P^T dO,
 //            dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q
 //
-// Operand fragments are loaded straight from global memory, 16 bytes a lane
-// (Lane::dim and Lane::spread permute the dims so that a lane's elements are
-// neighbours; the warps of a block walk the same keys, which stay in L1); a
+// The warps of a GPU block (WarpBlock: up to 4, on neighbouring rows of one
+// problem) walk the other side together: each block of its rows is copied into
+// shared memory by asynchronous copies one block ahead of the products that
+// read it (SharedTile, Writer::stagedWalk), so the copies run behind the
+// arithmetic and each row is read from global memory once per GPU block. A
+// warp's own rows (Q, or K and V) stay in registers. Operand fragments are read
+// 16 bytes a lane (Lane::dim and Lane::spread permute the dims so that a lane's
+// elements are neighbours; SharedTile swizzles them clear of bank conflicts); a
 // product's f32 result fragment is, pair for pair, the next product's bf16
 // operand fragment, so P and dS never leave registers. Only the blocks the
-// causal diagonal crosses are masked. Nothing of size [T, T] is stored. The
-// CPU keeps the scalar kernels of LowerAttention.cpp, which are the reference.
+// causal diagonal crosses are masked, and a warp skips those wholly past its
+// diagonal. Nothing of size [T, T] is stored. The CPU keeps the scalar kernels
+// of LowerAttention.cpp, which are the reference.
 #include "codegen/kir/AttentionGeometry.h"
 #include "codegen/kir/Builder.h"
 #include "codegen/kir/LowerOps.h"
@@ -28,6 +34,17 @@ namespace {
 using B = Builder;
 using Frag = std::array<int, 4>; ///< an m16n8 f32 result fragment: four locals
 using RowOf = std::function<ExprRef(const ExprRef&)>;
+
+/// A column of an operand: its index, and for the swizzled layout of a SharedTile its 16-byte
+/// chunk and the element within (set where the width is a multiple of 64).
+struct Col {
+  ExprRef index, chunk;
+  int64_t within = 0;
+};
+
+/// Where a product's operand comes from: element (row, col), `row` counted within the 16 (or 8)
+/// rows the product reads.
+using Source = std::function<ExprRef(const ExprRef& row, const Col& col)>;
 
 /// One lane's coordinates within its warp's 16-row tile: g = lane / 4 picks rows g and g + 8;
 /// t = lane % 4 picks columns 2t, 2t + 1 (and 2t + 8, 2t + 9 of an operand).
@@ -54,6 +71,20 @@ struct Lane {
   ExprRef dim(int64_t s, int pair, int high, int64_t width) const {
     int64_t per = width % 32 == 0 ? 8 : 4, steps = per / 4; // elements per lane per chunk; k-steps per chunk
     return B::add(B::i((s / steps) * 4 * per + 4 * (s % steps) + pair + 2 * high), B::mul(t, B::i(per)));
+  }
+
+  /// dim(...) as a Col.
+  Col dimCol(int64_t s, int pair, int high, int64_t width) const {
+    Col c{dim(s, pair, high, width), nullptr};
+    if (width % 64 == 0) c.chunk = B::add(B::i((s / 2) * 4), t), c.within = 4 * (s % 2) + pair + 2 * high;
+    return c;
+  }
+
+  /// spread(n, g, width) as a Col.
+  static Col spreadCol(int64_t n, const ExprRef& g, int64_t width) {
+    Col c{spread(n, g, width), nullptr};
+    if (width % 64 == 0) c.chunk = B::add(B::mul(g, B::i(width / 64)), B::i(n / 8)), c.within = n % 8;
+    return c;
   }
 
   /// The index of column g of n-tile n of a product's result, in a dim of `width` (the other
@@ -93,6 +124,60 @@ int64_t blockFor(int64_t n, int64_t most) {
   while (n % b) b /= 2;
   return b;
 }
+
+ExprRef bitAnd(const ExprRef& x, int64_t m) { return binary(KOp::And, x, B::i(m)); }
+ExprRef shl(const ExprRef& x, int64_t n) { return binary(KOp::Shl, x, B::i(n)); }
+
+/// `rows` x `width` bf16 elements of an operand in a block's shared memory, two stages of them
+/// (a pipeline's tile in use and the next one arriving), filled by asynchronous 16-byte copies.
+/// Where the width is a multiple of 64 the 16-byte chunks of each row are swizzled (chunk ^
+/// swizzle(row)) so that each quarter warp's fragment loads hit 32 different banks: a contracted
+/// load reads rows g, g + 1 at chunks 4c + t (t < 4), a spread one rows 2t (or 2t + 1, + 8) at
+/// chunk g width / 64 (+ 1), and a quarter warp is g < 2.
+struct SharedTile {
+  int array;
+  int64_t rows, width;
+
+  SharedTile(B& b, int64_t rows, int64_t width) : array((int)b.k.shared.size()), rows(rows), width(width) {
+    b.k.shared.push_back({ir::DType::BF16, 2 * rows * width});
+  }
+
+  bool swizzled() const { return width % 64 == 0; }
+
+  /// Rows 2p and 2p + 1 differ in bit 2; rows 2t (t < 4) in two bits that the spread loads'
+  /// chunks (bit 0 where width / 64 > 1) do not use.
+  ExprRef swizzle(const ExprRef& row) const {
+    ExprRef u = bitAnd(binary(KOp::Shr, row, B::i(1)), 3);
+    ExprRef spread = width == 64 ? shl(u, 1) : binary(KOp::Or, bitAnd(u, 1), shl(bitAnd(u, 2), 1));
+    return binary(KOp::Xor, spread, shl(bitAnd(row, 1), 2));
+  }
+
+  ExprRef at(const ExprRef& stage, const ExprRef& row, const Col& c) const {
+    ExprRef base = B::add(B::mul(stage, B::i(rows * width)), B::mul(row, B::i(width)));
+    if (!swizzled()) return B::add(base, c.index);
+    return B::add(base, B::add(B::mul(binary(KOp::Xor, c.chunk, swizzle(row)), B::i(8)), B::i(c.within)));
+  }
+
+  /// The tile's rows from `row0` on, as a product's operand.
+  Source source(const ExprRef& stage, const ExprRef& row0) const {
+    return [this, stage, row0](const ExprRef& r, const Col& c) { return sharedLoad(array, at(stage, B::add(row0, r), c), Scalar::F32); };
+  }
+
+  /// The copies of `m`'s rows rowOf(0..rows-1) into stage `stage`, spread over the block's
+  /// `threads` threads (`tid` the thread's index in its block).
+  std::vector<StmtRef> copies(B& b, const ExprRef& stage, const ir::Value* m, const RowOf& rowOf, const ExprRef& tid, int64_t threads) const {
+    std::vector<StmtRef> out;
+    int64_t perRow = width / 8, total = rows * perRow;
+    for (int64_t c0 = 0; c0 < total; c0 += threads) {
+      ExprRef chunk = B::add(B::i(c0), tid);
+      ExprRef row = binary(KOp::IDiv, chunk, B::i(perRow)), cc = binary(KOp::IMod, chunk, B::i(perRow));
+      Col col{B::mul(cc, B::i(8)), cc, 0};
+      StmtRef copy = copyAsync(array, at(stage, row, col), b.buf(m), B::add(B::mul(rowOf(row), B::i(width)), B::mul(cc, B::i(8))));
+      out.push_back(c0 + threads <= total ? copy : when(b, binary(KOp::Lt, chunk, B::i(total)), {copy}));
+    }
+    return out;
+  }
+};
 
 class Writer {
 public:
@@ -138,40 +223,40 @@ public:
     return {lf(left[0]), lf(left[1]), lf(left[2]), lf(left[3]), lf(right[0]), lf(right[1]), lf(right[2]), lf(right[3])};
   }
 
-  /// B[k][n] = m[row(n)][k] for k-step s, n < 8: the transpose of 8 rows of row-major `m`, k
-  /// contracted (Lane::dim): K^T in S = Q K^T. `row` maps a row within the tile to its flat row.
-  std::vector<ExprRef> contracted(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t s, int64_t width) {
+  /// B[k][n] = M[n][k] for k-step s, n < 8: the transpose of 8 rows of `m`, k contracted
+  /// (Lane::dim): K^T in S = Q K^T.
+  static std::vector<ExprRef> contracted(const Lane& ln, const Source& m, int64_t s, int64_t width) {
     std::vector<ExprRef> v;
-    for (int i = 0; i < 4; ++i) v.push_back(b.ld(m, B::add(B::mul(row(ln.g), B::i(width)), ln.dim(s, i & 1, i >= 2, width))));
+    for (int i = 0; i < 4; ++i) v.push_back(m(ln.g, ln.dimCol(s, i & 1, i >= 2, width)));
     return v;
   }
 
   /// acc[n] += A M_n^T for every n-tile n of `acc`: A the held fragments (one per 16 of the
-  /// contracted `width`), M_n the 8 rows tileRows(n) of `m` (S = Q K^T, dP = dO V^T, ...).
-  void timesRowsOf(std::vector<StmtRef>& step, const Lane& ln, const std::vector<Frag>& acc, const std::vector<std::array<int, 8>>& a,
-                   const ir::Value* m, int64_t width, const std::function<RowOf(int64_t)>& tileRows) {
+  /// contracted `width`), M_n the 8 rows tile(n) (S = Q K^T, dP = dO V^T, ...).
+  static void timesRowsOf(std::vector<StmtRef>& step, const Lane& ln, const std::vector<Frag>& acc, const std::vector<std::array<int, 8>>& a,
+                          int64_t width, const std::function<Source(int64_t)>& tile) {
     for (size_t n = 0; n < acc.size(); ++n) {
-      RowOf rows = tileRows((int64_t)n);
-      for (int64_t e = 0; e < width / 16; ++e) step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, held(a[e]), contracted(ln, m, rows, e, width)));
+      Source rows = tile((int64_t)n);
+      for (int64_t e = 0; e < width / 16; ++e) step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, held(a[e]), contracted(ln, rows, e, width)));
     }
   }
 
   /// acc[n] += R M for every n-tile n of `acc`: R the result fragments `r` (P or dS; two of them
-  /// per k-step of 16), M the 16 rows stepRows(e) of `m` for k-step e, its columns spread.
-  void resultsTimesRows(std::vector<StmtRef>& step, const Lane& ln, const std::vector<Frag>& acc, const std::vector<Frag>& r,
-                        const ir::Value* m, int64_t width, const std::function<RowOf(int64_t)>& stepRows) {
+  /// per k-step of 16), M the 16 rows rows(e) for k-step e, its columns spread.
+  static void resultsTimesRows(std::vector<StmtRef>& step, const Lane& ln, const std::vector<Frag>& acc, const std::vector<Frag>& r,
+                               int64_t width, const std::function<Source(int64_t)>& rows) {
     for (size_t e = 0; e < r.size() / 2; ++e) {
-      RowOf rows = stepRows((int64_t)e);
+      Source m = rows((int64_t)e);
       for (size_t n = 0; n < acc.size(); ++n)
-        step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, fromResults(r[2 * e], r[2 * e + 1]), spreadRows(ln, m, rows, (int64_t)n, width)));
+        step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, fromResults(r[2 * e], r[2 * e + 1]), spreadRows(ln, m, (int64_t)n, width)));
     }
   }
 
-  /// B[k][n] = m[row(k)][spread(n-tile, n)], k < 16: 16 rows of row-major `m` as they are, their
-  /// columns spread (Lane::spread): V in O = P V.
-  std::vector<ExprRef> spreadRows(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t tile, int64_t width) {
+  /// B[k][n] = M[k][spread(n-tile, n)], k < 16: 16 rows as they are, their columns spread
+  /// (Lane::spread): V in O = P V.
+  static std::vector<ExprRef> spreadRows(const Lane& ln, const Source& m, int64_t tile, int64_t width) {
     std::vector<ExprRef> v;
-    for (int i = 0; i < 4; ++i) v.push_back(b.ld(m, B::add(B::mul(row(ln.k(i)), B::i(width)), Lane::spread(tile, ln.g, width))));
+    for (int i = 0; i < 4; ++i) v.push_back(m(ln.k(i), Lane::spreadCol(tile, ln.g, width)));
     return v;
   }
 
@@ -182,31 +267,83 @@ public:
     return loopUpTo(j, extent, count, step(B::add(start, loopVar(j))));
   }
 
-  /// A warp's walk over blocks of kb keys for its `rows` queries from q0: without a causal mask
-  /// all of them; with it the blocks wholly below the diagonal, then those the diagonal crosses
-  /// (masked), so that only those pay for the mask.
-  void causalWalk(const ExprRef& q0, int64_t kb, const std::function<std::vector<StmtRef>(ExprRef, bool)>& block, int64_t rows = 16) {
-    int64_t extent = a.tk / kb;
-    auto unmasked = [&](ExprRef jb) { return block(std::move(jb), false); };
-    if (!a.causal) {
-      body.push_back(walk(extent, B::i(0), B::i(extent), unmasked));
-      return;
-    }
-    ExprRef full = binary(KOp::IDiv, B::add(q0, B::i(1)), B::i(kb)), all = binary(KOp::IDiv, B::add(q0, B::i(rows + kb - 1)), B::i(kb));
-    body.push_back(walk(extent, B::i(0), full, unmasked));
-    body.push_back(walk(extent, full, B::sub(all, full), [&](ExprRef jb) { return block(std::move(jb), true); }));
+  /// The blocks [start, start + count) of a walk, masked or not (the causal diagonal crosses them).
+  struct Segment {
+    ExprRef start, count;
+    bool masked;
+  };
+  struct Walk {
+    ExprRef count;                 ///< blocks in all
+    std::vector<Segment> segments; ///< in order
+  };
+  using Copies = std::function<std::vector<StmtRef>(const ExprRef& stage, const ExprRef& block)>;
+  using Work = std::function<std::vector<StmtRef>(const ExprRef& stage, const ExprRef& block, bool masked)>;
+
+  /// A walk of the GPU block's warps together over blocks [0, count) of the other side's rows
+  /// (count >= 1, at most `extent`), segment after segment, each block's rows staged in shared
+  /// memory one block ahead: copies(stage, jb) starts the copies of block jb into stage 0 or 1,
+  /// work(stage, jb, masked) computes on it once they have arrived. The last block's look-ahead
+  /// copies it again, harmlessly, into the stage not in use.
+  void stagedWalk(int64_t extent, const Walk& walkOver, const Copies& copies, const Work& work) {
+    const ExprRef& count = walkOver.count;
+    for (StmtRef& c : copies(B::i(0), B::i(0))) body.push_back(std::move(c));
+    body.push_back(asyncCommit());
+    for (const Segment& seg : walkOver.segments)
+      body.push_back(walk(extent, seg.start, seg.count, [&](ExprRef jb) {
+        std::vector<StmtRef> step = copies(bitAnd(B::add(jb, B::i(1)), 1), binary(KOp::Min, B::add(jb, B::i(1)), B::sub(count, B::i(1))));
+        for (StmtRef s : {asyncCommit(), asyncWait(1), barrier()}) step.push_back(std::move(s));
+        for (StmtRef& s : work(bitAnd(jb, 1), jb, seg.masked)) step.push_back(std::move(s));
+        step.push_back(barrier()); // every warp is done with this stage before it is copied over
+        return step;
+      }));
+    body.push_back(asyncWait(0));
   }
 
-  /// Blocks of 4 warps, 2 of them on an SM at once (up to 255 registers a thread: 3 blocks at
-  /// 168 spilled to local memory, through the L1 the fragment loads are bound by).
-  Kernel finish(int iv, int64_t warps) {
+  /// Blocks of `threads` threads (a multiple of 32), as many of them on an SM at once as make
+  /// 8 warps (up to 255 registers a thread: 12 warps at 168 spilled to local memory).
+  Kernel finish(int iv, int64_t warps, int64_t threads) {
     Kernel k = b.finish(loop(iv, warps * 32, true, std::move(body)));
     k.gpuOnly = true;
-    k.threads = 128;
-    k.minBlocks = 2;
+    k.threads = (int)threads;
+    k.minBlocks = (int)(256 / threads);
     return k;
   }
 };
+
+/// The warps of one GPU block: `warps` (4, else 2 or 1: what divides a problem's `tiles` warps)
+/// neighbouring warps of one problem, each owning `rows` rows from the block's first row0 (the
+/// blocks of a problem in reverse order with `reversed`: the longest causal walks first).
+struct WarpBlock {
+  int64_t warps, threads, rows;
+  ExprRef tid, head, row0, warpRow0; ///< the thread in its block; the problem; the block's and the warp's first row
+
+  WarpBlock(const Lane& ln, const ExprRef& iv, int64_t tiles, int64_t rows, bool reversed) : rows(rows) {
+    warps = tiles % 4 == 0 ? 4 : tiles % 2 == 0 ? 2 : 1;
+    threads = 32 * warps;
+    tid = binary(KOp::IMod, iv, B::i(threads));
+    int64_t perProblem = tiles / warps;
+    ExprRef block = binary(KOp::IDiv, ln.warp, B::i(warps)), within = binary(KOp::IMod, block, B::i(perProblem));
+    head = binary(KOp::IDiv, block, B::i(perProblem));
+    if (reversed) within = B::sub(B::i(perProblem - 1), within);
+    row0 = B::mul(within, B::i(warps * rows));
+    warpRow0 = B::add(row0, B::mul(binary(KOp::IDiv, tid, B::i(32)), B::i(rows)));
+  }
+};
+
+/// The walk over blocks of kb keys for the queries [row0, row0 + rows) of a GPU block: without
+/// a causal mask all of them; with it the blocks wholly below the diagonal, then those it
+/// crosses (masked), so that only those pay for the mask.
+Writer::Walk keyWalk(const Geometry& a, const ExprRef& row0, int64_t rows, int64_t kb) {
+  if (!a.causal) return {B::i(a.tk / kb), {{B::i(0), B::i(a.tk / kb), false}}};
+  ExprRef full = binary(KOp::IDiv, B::add(row0, B::i(1)), B::i(kb));
+  ExprRef count = binary(KOp::IDiv, B::add(row0, B::i(rows + kb - 1)), B::i(kb));
+  return {count, {{B::i(0), full, false}, {full, B::sub(count, full), true}}};
+}
+
+/// The copies of keys [key0, key0 + tile rows) of `m` (K or V) into a stage of `tile`.
+std::vector<StmtRef> keyCopies(Writer& w, const SharedTile& tile, const ExprRef& stage, const ir::Value* m, const WarpBlock& wb, const ExprRef& key0) {
+  return tile.copies(w.b, stage, m, w.a.rows(wb.head, key0, w.a.tk), wb.tid, wb.threads);
+}
 
 /// The column of element i of result fragment `tile` (8 columns each), counted from col0.
 ExprRef colOf(const Lane& ln, const ExprRef& col0, int64_t tile, int i) { return B::add(col0, B::add(B::i(tile * 8), ln.col(i))); }
@@ -219,9 +356,10 @@ ExprRef rowReduce(KOp op, const std::vector<Frag>& fs, int i, ExprRef init) {
   return warpReduce(op, r, 4);
 }
 
-/// Forward: a warp per kForwardTiles x 16 queries, blocks of 32 keys, the online softmax of flash
-/// attention. The tiles' products with one key or value fragment are side by side, so that the
-/// emitter loads it once for all of them (half the loads per product of one tile a warp).
+/// Forward: a warp per kForwardTiles x 16 queries, blocks of 32 keys staged in shared memory for
+/// the GPU block's warps, the online softmax of flash attention. The tiles' products with one key
+/// or value fragment are side by side, so that the emitter loads it once for all of them (half
+/// the loads per product of one tile a warp).
 constexpr int kForwardTiles = 2;
 
 Kernel forward(const std::string& name, const Geometry& a) {
@@ -230,10 +368,11 @@ Kernel forward(const std::string& name, const Geometry& a) {
   B& b = w.b;
   int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
-  const int R = a.tq % (16 * kForwardTiles) == 0 ? kForwardTiles : 1;
+  const int R = a.tq % (16 * kForwardTiles) == 0 && a.dv <= 64 ? kForwardTiles : 1; // wider rows: the registers of one tile
   int64_t rowsPerWarp = 16 * R, tiles = a.tq / rowsPerWarp, kb = blockFor(a.tk, 32);
-  ExprRef head = binary(KOp::IDiv, ln.warp, B::i(tiles));
-  ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary(KOp::IMod, ln.warp, B::i(tiles))), B::i(rowsPerWarp)); // the longest walks first
+  WarpBlock wb(ln, loopVar(iv), tiles, rowsPerWarp, true);
+  const ExprRef &head = wb.head, &q0 = wb.warpRow0;
+  SharedTile ks(b, kb, a.d), vs(b, kb, a.dv);
   std::vector<RowOf> qrows;
   std::vector<std::vector<std::array<int, 8>>> qf;
   std::vector<std::vector<Frag>> o;
@@ -248,16 +387,20 @@ Kernel forward(const std::string& name, const Geometry& a) {
       w.body.push_back(let(l[t][r], f(0)));
     }
   }
-  // One block of kb keys; `masked`: it crosses the causal diagonal.
-  auto block = [&](const ExprRef& jb, bool masked) {
+  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
+    auto c = keyCopies(w, ks, stage, k, wb, B::mul(jb, B::i(kb))), cv = keyCopies(w, vs, stage, v, wb, B::mul(jb, B::i(kb)));
+    c.insert(c.end(), cv.begin(), cv.end());
+    return c;
+  };
+  // One block of kb keys in `stage`; `masked`: the causal diagonal crosses it for some warp of the GPU block.
+  auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
     ExprRef key0 = B::mul(jb, B::i(kb));
     std::vector<std::vector<Frag>> s;
     for (int t = 0; t < R; ++t) s.push_back(w.zeros(kb / 8, step));
     for (int64_t n = 0; n < kb / 8; ++n) { // S = Q K^T, each key fragment for every tile
-      RowOf keys = a.rows(head, B::add(key0, B::i(n * 8)), a.tk);
       for (int64_t e = 0; e < a.d / 16; ++e) {
-        std::vector<ExprRef> kfrag = w.contracted(ln, k, keys, e, a.d);
+        std::vector<ExprRef> kfrag = Writer::contracted(ln, ks.source(stage, B::i(n * 8)), e, a.d);
         for (int t = 0; t < R; ++t) step.push_back(mmaBf16({s[t][n].begin(), s[t][n].end()}, Writer::held(qf[t][e]), kfrag));
       }
     }
@@ -286,16 +429,16 @@ Kernel forward(const std::string& name, const Geometry& a) {
         for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
     }
     for (int64_t e = 0; e < kb / 16; ++e) { // O += P V, each value fragment for every tile
-      RowOf values = a.rows(head, B::add(key0, B::i(e * 16)), a.tk);
       for (size_t n = 0; n < o[0].size(); ++n) {
-        std::vector<ExprRef> vfrag = w.spreadRows(ln, v, values, (int64_t)n, a.dv);
+        std::vector<ExprRef> vfrag = Writer::spreadRows(ln, vs.source(stage, B::i(e * 16)), (int64_t)n, a.dv);
         for (int t = 0; t < R; ++t)
           step.push_back(mmaBf16({o[t][n].begin(), o[t][n].end()}, Writer::fromResults(s[t][2 * e], s[t][2 * e + 1]), vfrag));
       }
     }
-    return step;
+    if (!masked) return step;
+    return std::vector<StmtRef>{when(b, binary(KOp::Le, key0, B::add(q0, B::i(rowsPerWarp - 1))), std::move(step))}; // past the warp's last query: nothing
   };
-  w.causalWalk(q0, kb, block, rowsPerWarp);
+  w.stagedWalk(a.tk / kb, keyWalk(a, wb.row0, wb.warps * rowsPerWarp, kb), copies, block);
   for (int t = 0; t < R; ++t) {
     for (int r = 0; r < 2; ++r) w.body.push_back(set(l[t][r], warpReduce(KOp::Add, lf(l[t][r]), 4)));
     for (int64_t n = 0; n < a.dv / 8; ++n)
@@ -306,7 +449,7 @@ Kernel forward(const std::string& name, const Geometry& a) {
     for (int r = 0; r < 2; ++r)
       w.body.push_back(b.st(lse, qrows[t](ln.row(2 * r)), B::add(lf(m[t][r]), unary(KOp::Log, lf(l[t][r])))));
   }
-  return w.finish(iv, a.heads * tiles);
+  return w.finish(iv, a.heads * tiles, wb.threads);
 }
 
 /// delta = dy . y for every query row: one thread per row.
@@ -322,7 +465,8 @@ Kernel delta(const std::string& name, const Geometry& a) {
   return b.finish(loop(r, a.heads * a.tq, true, {b.st(out, loopVar(r), sum)}));
 }
 
-/// dq: a warp per 16 queries over blocks of kb keys.
+/// dq: a warp per 16 queries over blocks of kb keys, staged in shared memory for the GPU block's
+/// warps.
 Kernel gradQueries(const std::string& name, const Geometry& a) {
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
   const ir::Value *dq = a.n.outputs[0], *delta = a.n.outputs[3];
@@ -330,9 +474,10 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
   B& b = w.b;
   int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
-  int64_t tiles = a.tq / 16, kb = blockFor(a.tk, 64);
-  ExprRef head = binary(KOp::IDiv, ln.warp, B::i(tiles));
-  ExprRef q0 = B::mul(B::sub(B::i(tiles - 1), binary(KOp::IMod, ln.warp, B::i(tiles))), B::i(16));
+  int64_t tiles = a.tq / 16, kb = blockFor(a.tk, std::max(a.d, a.dv) <= 64 ? 64 : 32); // two stages of K and V within 48 KiB
+  WarpBlock wb(ln, loopVar(iv), tiles, 16, true);
+  const ExprRef &head = wb.head, &q0 = wb.warpRow0;
+  SharedTile ks(b, kb, a.d), vs(b, kb, a.dv);
   RowOf qrows = a.rows(head, q0, a.tq);
   auto qf = w.operandRows(ln, q, qrows, a.d);
   auto dyf = w.operandRows(ln, dy, qrows, a.dv);
@@ -343,32 +488,37 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
     w.body.push_back(let(rd[r], b.ld(delta, qrows(ln.row(2 * r)))));
   }
   auto acc = w.zeros(a.d / 8, w.body);
-  auto block = [&](const ExprRef& jb, bool masked) {
+  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
+    auto c = keyCopies(w, ks, stage, k, wb, B::mul(jb, B::i(kb))), cv = keyCopies(w, vs, stage, v, wb, B::mul(jb, B::i(kb)));
+    c.insert(c.end(), cv.begin(), cv.end());
+    return c;
+  };
+  auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
     ExprRef key0 = B::mul(jb, B::i(kb));
-    auto keys = [&](int64_t n) { return a.rows(head, B::add(key0, B::i(n * 8)), a.tk); };
     auto s = w.zeros(kb / 8, step);
     auto dp = w.zeros(kb / 8, step);
-    w.timesRowsOf(step, ln, s, qf, k, a.d, keys);
-    w.timesRowsOf(step, ln, dp, dyf, v, a.dv, keys);
+    Writer::timesRowsOf(step, ln, s, qf, a.d, [&](int64_t n) { return ks.source(stage, B::i(n * 8)); });
+    Writer::timesRowsOf(step, ln, dp, dyf, a.dv, [&](int64_t n) { return vs.source(stage, B::i(n * 8)); });
     for (int64_t n = 0; n < kb / 8; ++n)
       for (int i = 0; i < 4; ++i) {
         ExprRef p = unary(KOp::Exp, B::sub(B::mul(lf(s[n][i]), f(a.scale)), lf(rl[i / 2])));
         if (masked) p = select(binary(KOp::Le, colOf(ln, key0, n, i), B::add(q0, ln.row(i))), p, f(0));
         step.push_back(set(s[n][i], B::mul(p, B::sub(lf(dp[n][i]), lf(rd[i / 2]))))); // dS
       }
-    auto sixteen = [&](int64_t e) { return a.rows(head, B::add(key0, B::i(e * 16)), a.tk); };
-    w.resultsTimesRows(step, ln, acc, s, k, a.d, sixteen);
-    return step;
+    Writer::resultsTimesRows(step, ln, acc, s, a.d, [&](int64_t e) { return ks.source(stage, B::i(e * 16)); });
+    if (!masked) return step;
+    return std::vector<StmtRef>{when(b, binary(KOp::Le, key0, B::add(q0, B::i(15))), std::move(step))}; // past the warp's last query: nothing
   };
-  w.causalWalk(q0, kb, block);
+  w.stagedWalk(a.tk / kb, keyWalk(a, wb.row0, wb.warps * 16, kb), copies, block);
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i)
       w.body.push_back(b.st(dq, B::add(B::mul(qrows(ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d)), B::mul(lf(acc[n][i]), f(a.scale))));
-  return w.finish(iv, a.heads * tiles);
+  return w.finish(iv, a.heads * tiles, wb.threads);
 }
 
-/// dk and dv: a warp per 16 keys over blocks of 16 queries (from the first that sees them).
+/// dk and dv: a warp per 16 keys over blocks of 16 queries, from the first that sees the GPU
+/// block's keys, staged in shared memory for the block's warps.
 Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
   const ir::Value *dk = a.n.outputs[1], *dvOut = a.n.outputs[2], *delta = a.n.outputs[3];
@@ -377,23 +527,28 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
   int64_t tiles = a.tk / 16, qb = 16;
-  ExprRef head = binary(KOp::IDiv, ln.warp, B::i(tiles));
-  ExprRef k0 = B::mul(binary(KOp::IMod, ln.warp, B::i(tiles)), B::i(16)); // the longest walks (first keys) first
+  WarpBlock wb(ln, loopVar(iv), tiles, 16, false); // the longest walks (first keys) first
+  const ExprRef &head = wb.head, &k0 = wb.warpRow0;
   RowOf krows = a.rows(head, k0, a.tk);
   auto kf = w.operandRows(ln, k, krows, a.d);
   auto vf = w.operandRows(ln, v, krows, a.dv);
   auto dkAcc = w.zeros(a.d / 8, w.body), dvAcc = w.zeros(a.dv / 8, w.body);
-  ExprRef first = a.causal ? k0 : B::i(0); // causal: the queries before the warp's keys see none of them
-  // One block of 16 queries; `masked`: the causal diagonal's (the walk's first).
-  auto block = [&](const ExprRef& jb, bool masked) {
+  SharedTile qs(b, qb, a.d), dys(b, qb, a.dv);
+  ExprRef first = a.causal ? wb.row0 : B::i(0); // causal: the queries before the block's keys see none of them
+  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
+    RowOf rows = a.rows(head, B::add(first, B::mul(jb, B::i(qb))), a.tq);
+    auto c = qs.copies(b, stage, q, rows, wb.tid, wb.threads), cy = dys.copies(b, stage, dy, rows, wb.tid, wb.threads);
+    c.insert(c.end(), cy.begin(), cy.end());
+    return c;
+  };
+  // One block of 16 queries; `masked`: the causal diagonal crosses it for some warp of the GPU block.
+  auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
     ExprRef qpos0 = B::add(first, B::mul(jb, B::i(qb)));
-    RowOf rows = a.rows(head, qpos0, a.tq);
-    auto queries = [&](int64_t n) { return a.rows(head, B::add(qpos0, B::i(n * 8)), a.tq); };
     auto s = w.zeros(qb / 8, step);
     auto dp = w.zeros(qb / 8, step);
-    w.timesRowsOf(step, ln, s, kf, q, a.d, queries);
-    w.timesRowsOf(step, ln, dp, vf, dy, a.dv, queries);
+    Writer::timesRowsOf(step, ln, s, kf, a.d, [&](int64_t n) { return qs.source(stage, B::i(n * 8)); });
+    Writer::timesRowsOf(step, ln, dp, vf, a.dv, [&](int64_t n) { return dys.source(stage, B::i(n * 8)); });
     for (int64_t n = 0; n < qb / 8; ++n)
       for (int i = 0; i < 4; ++i) {
         ExprRef pos = colOf(ln, qpos0, n, i), row = a.rows(head, pos, a.tq)(B::i(0));
@@ -404,18 +559,18 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
         step.push_back(set(s[n][i], lf(p)));                                                   // P^T
         step.push_back(set(dp[n][i], B::mul(lf(p), B::sub(lf(dp[n][i]), b.ld(delta, row))))); // dS^T
       }
-    w.resultsTimesRows(step, ln, dvAcc, s, dy, a.dv, [&](int64_t) { return rows; });
-    w.resultsTimesRows(step, ln, dkAcc, dp, q, a.d, [&](int64_t) { return rows; });
-    return step;
+    Writer::resultsTimesRows(step, ln, dvAcc, s, a.dv, [&](int64_t e) { return dys.source(stage, B::i(e * 16)); });
+    Writer::resultsTimesRows(step, ln, dkAcc, dp, a.d, [&](int64_t e) { return qs.source(stage, B::i(e * 16)); });
+    if (!masked) return step;
+    return std::vector<StmtRef>{when(b, binary(KOp::Ge, B::add(qpos0, B::i(qb - 1)), k0), std::move(step))}; // before the warp's keys: nothing
   };
-  int64_t extent = a.tq / qb;
-  auto unmasked = [&](ExprRef jb) { return block(std::move(jb), false); };
-  if (a.causal) {
-    w.body.push_back(w.walk(extent, B::i(0), B::i(1), [&](ExprRef jb) { return block(std::move(jb), true); }));
-    w.body.push_back(w.walk(extent, B::i(1), B::sub(binary(KOp::IDiv, B::sub(B::i(a.tq), first), B::i(qb)), B::i(1)), unmasked));
-  } else {
-    w.body.push_back(w.walk(extent, B::i(0), B::i(extent), unmasked));
+  ExprRef count = binary(KOp::IDiv, B::sub(B::i(a.tq), first), B::i(qb));
+  Writer::Walk walk{count, {{B::i(0), count, false}}};
+  if (a.causal) { // the blocks the diagonal crosses for some warp of the GPU block, then the others
+    ExprRef crossed = binary(KOp::Min, B::i(wb.warps * 16 / qb), count);
+    walk.segments = {{B::i(0), crossed, true}, {crossed, B::sub(count, crossed), false}};
   }
+  w.stagedWalk(a.tq / qb, walk, copies, block);
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i) {
       ExprRef at = B::add(B::mul(krows(ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d));
@@ -424,7 +579,7 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   for (int64_t n = 0; n < a.dv / 8; ++n)
     for (int i = 0; i < 4; ++i)
       w.body.push_back(b.st(dvOut, B::add(B::mul(krows(ln.row(i)), B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), lf(dvAcc[n][i])));
-  return w.finish(iv, a.heads * tiles);
+  return w.finish(iv, a.heads * tiles, wb.threads);
 }
 
 } // namespace

@@ -86,6 +86,7 @@ public:
       llvm::Value* slot = b_.CreateConstGEP1_64(ptr, fn_->getArg(0), i);
       buffers_.push_back(b_.CreateLoad(ptr, slot, "b" + std::to_string(i)));
     }
+    if (Error e = declareShared()) return e;
     loopVars_.assign(k_.numLoopVars, nullptr);
     locals_.assign(k_.numLocals, nullptr);
     declareLocals(*k_.body); // allocas first, in the entry block
@@ -119,6 +120,32 @@ private:
       annotate("maxntidx", k_.threads);
       annotate("minctasm", k_.minBlocks);
     }
+  }
+
+  static constexpr int64_t kSharedLimit = 48 << 10; // static shared memory a block may have
+
+  /// The kernel's shared arrays: one global of the shared address space each (PTX .shared).
+  Error declareShared() {
+    if (k_.shared.empty()) return Error::success();
+    if (t_.kind != Target::NVPTX || !k_.gpuOnly) return fail("shared memory is for GPU-only kernels");
+    int64_t bytes = 0;
+    for (size_t i = 0; i < k_.shared.size(); ++i) {
+      llvm::Type* et = elementType(k_.shared[i].dtype);
+      if (!et) return fail("a shared array of an element type not generated");
+      bytes += k_.shared[i].count * (int64_t)ir::dtypeSize(k_.shared[i].dtype);
+      auto* ty = llvm::ArrayType::get(et, (uint64_t)k_.shared[i].count);
+      auto* g = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
+                                         k_.name + "_s" + std::to_string(i), nullptr, llvm::GlobalValue::NotThreadLocal, 3);
+      g->setAlignment(llvm::Align(16));
+      shared_.push_back(g);
+    }
+    if (bytes > kSharedLimit) return fail("its shared arrays take " + std::to_string(bytes) + " bytes, more than 48 KiB");
+    return Error::success();
+  }
+
+  /// The address of element `index` of shared array `array`.
+  llvm::Value* sharedAt(int array, llvm::Value* index) {
+    return b_.CreateGEP(elementType(k_.shared[array].dtype), shared_.at(array), index);
   }
 
   llvm::Value* sreg(llvm::Intrinsic::ID id) { return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), b_.getInt64Ty()); }
@@ -239,16 +266,39 @@ private:
       return Error::success();
     }
     case StmtKind::Mma: return stmts({std::make_shared<Stmt>(s)});
+    case StmtKind::CopyAsync: {
+      if (t_.kind != Target::NVPTX || (size_t)s.id >= shared_.size()) return fail("an asynchronous copy outside a GPU kernel's shared arrays");
+      auto to = expr(*s.index);
+      auto from = to ? expr(*s.value) : Expected<llvm::Value*>(to.takeError());
+      if (!from) return from.takeError();
+      llvm::Type* et = elementType(k_.buffers[s.buffer].dtype);
+      if (!et) return fail("an asynchronous copy from a buffer of an element type not generated");
+      // cg: through L2 only; the tile is in shared memory now, L1 would hold it twice.
+      llvm::Value* src = b_.CreateAddrSpaceCast(b_.CreateGEP(et, buffers_[s.buffer], *from), llvm::PointerType::get(ctx_, 1));
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16, {}, {sharedAt(s.id, *to), src});
+      return Error::success();
+    }
+    case StmtKind::AsyncCommit:
+    case StmtKind::AsyncWait:
+      if (t_.kind != Target::NVPTX) return fail("asynchronous copies are generated for GPUs only");
+      if (s.kind == StmtKind::AsyncCommit) b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_commit_group, {}, {});
+      else b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_wait_group, {}, {b_.getInt32((uint32_t)s.extent)});
+      return Error::success();
+    case StmtKind::Barrier:
+      if (t_.kind != Target::NVPTX) return fail("barriers are generated for GPUs only");
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+      return Error::success();
     }
     return fail("unknown statement");
   }
 
   /// A bf16 operand's 16 bits: a bf16 load as it is, else the f32 value rounded.
   Expected<llvm::Value*> bf16Bits(const Expr& e) {
-    if (e.kind == ExprKind::Load && k_.buffers[e.id].dtype == ir::DType::BF16) {
+    if (isBf16Load(e)) {
       auto idx = expr(*e.args[0]);
       if (!idx) return idx.takeError();
-      return (llvm::Value*)b_.CreateLoad(b_.getInt16Ty(), b_.CreateGEP(b_.getInt16Ty(), buffers_[e.id], *idx));
+      llvm::Value* at = e.kind == ExprKind::Load ? b_.CreateGEP(b_.getInt16Ty(), buffers_[e.id], *idx) : sharedAt(e.id, *idx);
+      return (llvm::Value*)b_.CreateLoad(b_.getInt16Ty(), at);
     }
     auto v = expr(e);
     if (!v) return v.takeError();
@@ -257,8 +307,13 @@ private:
   }
 
   /// A pair of bf16 operands as one 32-bit register (the lower-numbered element in the low half).
+  /// A load of a bf16 element (of a buffer or a shared array): an mma operand as it is.
+  bool isBf16Load(const Expr& e) const {
+    return (e.kind == ExprKind::Load && k_.buffers[e.id].dtype == ir::DType::BF16) ||
+           (e.kind == ExprKind::SharedLoad && k_.shared[e.id].dtype == ir::DType::BF16);
+  }
+
   Expected<llvm::Value*> packedPair(const Expr& lo, const Expr& hi) {
-    auto isBf16Load = [&](const Expr& e) { return e.kind == ExprKind::Load && k_.buffers[e.id].dtype == ir::DType::BF16; };
     if (!isBf16Load(lo) && !isBf16Load(hi) && lo.type == Scalar::F32 && hi.type == Scalar::F32) {
       auto l = expr(lo);
       auto h = l ? expr(hi) : Expected<llvm::Value*>(l.takeError());
@@ -371,7 +426,12 @@ private:
     ir::DType dt = k_.buffers[buffer].dtype;
     llvm::Type* et = elementType(dt);
     if (!et) return fail(std::string(ir::dtypeName(dt)) + " buffers are not generated yet");
-    llvm::Value* v = b_.CreateLoad(et, b_.CreateGEP(et, buffers_[buffer], index));
+    return convertLoaded(b_.CreateLoad(et, b_.CreateGEP(et, buffers_[buffer], index)), dt, want);
+  }
+
+  /// A loaded element of dtype `dt` as the scalar type `want` computes on.
+  llvm::Value* convertLoaded(llvm::Value* v, ir::DType dt, Scalar want) {
+    llvm::Type* et = v->getType();
     if (dt == ir::DType::BF16) return bf16ToFloat(v);
     if (dt == ir::DType::F16) return b_.CreateFPExt(v, b_.getFloatTy());
     if (dt == ir::DType::Bool) return b_.CreateICmpNE(v, b_.getInt8(0));
@@ -436,6 +496,10 @@ private:
     case ExprKind::LoopVar: r = loopVars_.at(e.id); break;
     case ExprKind::Local: r = b_.CreateLoad(scalarType(e.type), locals_.at(e.id)); break;
     case ExprKind::Load: r = loadElement(e.id, a[0], e.type); break;
+    case ExprKind::SharedLoad:
+      if ((size_t)e.id >= shared_.size()) return fail("a load from a shared array the kernel does not have");
+      r = convertLoaded(b_.CreateLoad(elementType(k_.shared[e.id].dtype), sharedAt(e.id, a[0])), k_.shared[e.id].dtype, e.type);
+      break;
     case ExprKind::Unary: r = math_.unary(e.op, a[0]); break;
     case ExprKind::Binary: r = math_.binary(e.op, a[0], a[1]); break;
     case ExprKind::Select: r = b_.CreateSelect(a[0], a[1], a[2]); break;
@@ -454,6 +518,7 @@ private:
   MathEmitter math_{m_, b_, t_.kind};
   llvm::Function* fn_ = nullptr;
   std::vector<llvm::Value*> buffers_, loopVars_, locals_;
+  std::vector<llvm::GlobalVariable*> shared_;
   std::map<const Expr*, llvm::Value*> cache_;
 };
 

@@ -1,0 +1,33 @@
+#!/bin/sh
+# The half of the attention benchmark that runs here, without a GPU: exports
+# causal self-attention alone (bench/gpu_models.py's Attention, written out as
+# matmul, mask, softmax, matmul, which sgc fuses into FusedAttention) at the
+# two shapes of bench/gpu_models.py's ATTN with Debian's PyTorch 1.13, and
+# compiles each for sm_90 (bf16, SGD with a learning rate large enough for
+# gpu_attention.py to read the gradient off one step, no weights), packed as .so.xz. Then, on
+# the device:
+#   python3 bench/gpu_attention.py bench/out/attention
+# Usage: bench/gpu_attention_build.sh [SGC]   (from the project root)
+set -eu
+sgc=${1:-build/driver/sgc}
+out=bench/out/attention
+mkdir -p "$out"
+for name in attn64 attn128; do
+  [ -f "$out/$name.onnx" ] || /usr/bin/python3 - "$out" "$name" <<'PY'
+import os, sys, warnings
+import torch
+sys.path.insert(0, "bench")
+import gpu_models as gm
+warnings.filterwarnings("ignore")
+out, name = sys.argv[1:3]
+model = gm.make(name, explicit=True)
+with torch.no_grad():
+    torch.onnx.export(model, gm.batch(name, rows=1), os.path.join(out, name + ".onnx"), input_names=["x", "y"], output_names=["loss"],
+                      opset_version=17, do_constant_folding=False, dynamic_axes={n: {0: "B"} for n in ("x", "y")})
+PY
+done
+flags="--optimizer sgd --lr 1e3 --precision bf16 --weights none --target sm_90"
+"$sgc" compile "$out/attn64.onnx" -o "$out/attn64.so" --dim B=16 $flags
+"$sgc" compile "$out/attn128.onnx" -o "$out/attn128.so" --dim B=4 $flags
+for name in attn64 attn128; do xz -1 -k -f "$out/$name.so"; done
+ls -la "$out"/*.so.xz
