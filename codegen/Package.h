@@ -18,6 +18,7 @@ struct PackageOptions {
   std::string ptxas;         ///< path of ptxas (for GPU targets)
   TargetSpec cpu = TargetSpec::x86();
   std::vector<std::string> gpus; ///< sm_90, sm_80: PTX and cubin carried for each
+  class Progress* progress = nullptr; ///< where the stages are reported (none: silent)
 };
 
 /// The kernels as PTX for one GPU architecture (--emit=ptx).

@@ -7,6 +7,7 @@
 
 #include "codegen/MemoryPlan.h"
 #include "codegen/Package.h"
+#include "codegen/Progress.h"
 #include "codegen/Program.h"
 #include "ir/Text.h"
 #include "ir/passes/BindDims.h"
@@ -38,6 +39,7 @@ const CommandSpec kCompile{
       std::vector<OptionSpec> o{{"emit", "KIND", "so (default), ir, plan, llvm, ptx or obj"},
                                 {"target", "LIST", "what the .so carries: cpu (always) and GPU architectures, default cpu,sm_90"},
                                 {"stats", "", "print kernels, launches and bytes moved per step"},
+                                {"quiet", "", "no progress lines (they are written to stderr when it is a terminal)"},
                                 {"weights", "WHERE", "embedded (default), external (a .weights.safetensors file beside the .so) or none"},
                                 {"cache-dir", "DIR", "reuse (and store) compiled .so files keyed by their content hash"},
                                 {"recompute", "MODE", "activation recomputation: none (default), cheap, selective or full"},
@@ -165,6 +167,8 @@ int compileMain(int argc, char** argv) {
   }
   if ((emit == "so" || emit == "obj") && !args->has("o")) return reportError("--emit=" + emit + " needs -o FILE");
   const std::string& model = args->positional()[0];
+  codegen::Progress progress(isatty(STDERR_FILENO) && !args->has("quiet"));
+  progress.stage("import " + model);
   auto g = loadModel(model);
   if (!g) return reportError(g.takeError());
   if (args->has("dim")) {
@@ -184,6 +188,7 @@ int compileMain(int argc, char** argv) {
   }
   bool train = !decode && (args->has("train") || hasTrainingFlags(*args) || (emit != "ir" && emit != "plan"));
   if (train) {
+    progress.stage("training step: gradients and optimizer");
     auto opts = parseTrainingFlags(*args, !gpus.empty());
     if (!opts) return reportError(opts.takeError());
     if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));
@@ -208,9 +213,11 @@ int compileMain(int argc, char** argv) {
   std::string out = args->get("o");
   std::string weightsPath = out.substr(0, out.size() > 3 && out.substr(out.size() - 3) == ".so" ? out.size() - 3 : out.size()) + ".weights.safetensors";
   std::string weightsFile = weightsPath.substr(weightsPath.find_last_of('/') + 1);
+  progress.stage("kernels and memory plan");
   auto program = codegen::buildProgram(**g, canonicalFlags(*args), *lr, mode, mode == codegen::Weights::External ? weightsFile : "",
                                        decode ? &*decode : nullptr);
   if (!program) return reportError(model + ": " + errorText(program.takeError()));
+  progress.done();
   if (args->has("stats")) fputs(codegen::programStats(*program).c_str(), stderr);
   if (emit == "llvm") {
     llvm::LLVMContext ctx;
@@ -235,6 +242,7 @@ int compileMain(int argc, char** argv) {
   po.versionScript = envOr("SGC_RUNTIME_MAP", SGC_RUNTIME_MAP);
   po.gpus = gpus;
   po.ptxas = findPtxas();
+  po.progress = &progress;
   if (!gpus.empty() && po.ptxas.empty())
     return reportError("--target " + args->get("target", "cpu,sm_90") + " needs ptxas from the CUDA toolkit (not found in $CUDA_HOME/bin, "
                        "/usr/local/cuda/bin or PATH); use --target cpu for a CPU-only .so");
