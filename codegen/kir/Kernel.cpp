@@ -93,6 +93,7 @@ ExprRef operator-(double a, ExprRef b) { return constantLike(b, a) - b; }
 ExprRef operator*(double a, ExprRef b) { return constantLike(b, a) * b; }
 ExprRef operator/(double a, ExprRef b) { return constantLike(b, a) / b; }
 ExprRef exp(ExprRef x) { return unary(KOp::Exp, std::move(x)); }
+ExprRef exp2(ExprRef x) { return unary(KOp::Exp2, std::move(x)); }
 ExprRef expm1(ExprRef x) { return unary(KOp::Expm1, std::move(x)); }
 ExprRef log(ExprRef x) { return unary(KOp::Log, std::move(x)); }
 ExprRef log1p(ExprRef x) { return unary(KOp::Log1p, std::move(x)); }
@@ -163,9 +164,10 @@ StmtRef block(std::vector<StmtRef> body) {
   return stmtOf(StmtKind::Block, 0, 0, false, nullptr, nullptr, std::move(body));
 }
 
-StmtRef copyAsync(int array, ExprRef sharedIndex, int buffer, ExprRef index) {
+StmtRef copyAsync(int array, ExprRef sharedIndex, int buffer, ExprRef index, int bytes) {
   assert(sharedIndex->type == Scalar::I64 && index->type == Scalar::I64 && "copies take i64 indices");
-  StmtRef s = stmtOf(StmtKind::CopyAsync, array, 0, false, std::move(sharedIndex), std::move(index), {});
+  assert((bytes == 4 || bytes == 8 || bytes == 16) && "cp.async copies 4, 8 or 16 bytes");
+  StmtRef s = stmtOf(StmtKind::CopyAsync, array, bytes, false, std::move(sharedIndex), std::move(index), {});
   s->buffer = buffer;
   return s;
 }
@@ -227,7 +229,7 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
   case StmtKind::Set: out += pad + "t" + std::to_string(s.id) + " = " + exprText(*s.value) + "\n"; return;
   case StmtKind::CopyAsync:
     out += pad + "s" + std::to_string(s.id) + "[" + exprText(*s.index) + "...] = b" + std::to_string(s.buffer) + "[" + exprText(*s.value) +
-           "...] (16 bytes, async)\n";
+           "...] (" + std::to_string(s.extent) + " bytes, async)\n";
     return;
   case StmtKind::AsyncCommit: out += pad + "async_commit\n"; return;
   case StmtKind::AsyncWait: out += pad + "async_wait(" + std::to_string(s.extent) + ")\n"; return;

@@ -84,6 +84,7 @@ ExprRef operator-(double a, ExprRef b);
 ExprRef operator*(double a, ExprRef b);
 ExprRef operator/(double a, ExprRef b);
 ExprRef exp(ExprRef x);
+ExprRef exp2(ExprRef x);
 ExprRef expm1(ExprRef x);
 ExprRef log(ExprRef x);
 ExprRef log1p(ExprRef x);
@@ -124,7 +125,7 @@ struct Stmt {
   StmtKind kind;
   int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer; CopyAsync: the shared array
   int buffer = 0;              ///< CopyAsync: the buffer copied from
-  int64_t extent = 0;          ///< Loop: iterations [0, extent); AsyncWait: the groups left in flight
+  int64_t extent = 0;          ///< Loop: iterations [0, extent); AsyncWait: the groups left in flight; CopyAsync: its bytes
   bool parallel = false;       ///< Loop: iterations are independent
   ExprRef index, value;        ///< Store: buffer[index] = value; AtomicAdd: += value; Let/Set: local = value;
                                ///< CopyAsync: shared[index...] = buffer[value...];
@@ -160,15 +161,15 @@ StmtRef mmaBf16(std::vector<int> acc, std::vector<ExprRef> a, std::vector<ExprRe
 /// copies and barriers are for gpuOnly kernels whose parallel extent is a multiple of `threads`,
 /// so that every thread of a block runs every iteration (and reaches every barrier) together.
 ///
-/// copyAsync starts a 16-byte copy (16 bytes of neighbouring elements, from an index of `buffer`
-/// and into one of `array`, both 16-byte aligned: a multiple of 16 / element size) that runs
-/// behind the statements after it (cp.async). asyncCommit() closes the copies this thread
+/// copyAsync starts a copy of `bytes` bytes (4, 8 or 16: neighbouring elements, from an index of
+/// `buffer` and into one of `array`, both aligned to that size) that runs behind the statements
+/// after it (cp.async). asyncCommit() closes the copies this thread
 /// started since the last one into a group; asyncWait(n) waits until at most n of the thread's
 /// groups are in flight; barrier() then waits for every thread of the block, after which each
 /// thread sees the copies all of them waited for. A pipeline: copy tile 0, commit; then for
 /// each j: copy tile j + 1, commit, asyncWait(1) (tile j has arrived), barrier, compute on
 /// tile j, barrier (nobody reads it any more).
-StmtRef copyAsync(int array, ExprRef sharedIndex, int buffer, ExprRef index);
+StmtRef copyAsync(int array, ExprRef sharedIndex, int buffer, ExprRef index, int bytes = 16);
 StmtRef asyncCommit();
 StmtRef asyncWait(int inFlight);
 StmtRef barrier();

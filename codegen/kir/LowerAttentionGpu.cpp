@@ -179,6 +179,27 @@ struct SharedTile {
   }
 };
 
+/// One f32 per row of `rows` rows of a problem (the log-sum-exp, delta) in a block's shared
+/// memory, two stages as SharedTile's, copied 4 bytes a thread (a problem's rows may lie apart).
+struct SharedRowValues {
+  int array;
+  int64_t rows;
+
+  SharedRowValues(B& b, int64_t rows) : array((int)b.k.shared.size()), rows(rows) { b.k.shared.push_back({ir::DType::F32, 2 * rows}); }
+
+  ExprRef at(const ExprRef& stage, const ExprRef& row) const { return sharedLoad(array, B::add(B::mul(stage, B::i(rows)), row), Scalar::F32); }
+
+  std::vector<StmtRef> copies(B& b, const ExprRef& stage, const ir::Value* m, const RowOf& rowOf, const ExprRef& tid, int64_t threads) const {
+    std::vector<StmtRef> out;
+    for (int64_t r0 = 0; r0 < rows; r0 += threads) {
+      ExprRef r = B::add(B::i(r0), tid);
+      StmtRef copy = copyAsync(array, B::add(B::mul(stage, B::i(rows)), r), b.buf(m), rowOf(r), 4);
+      out.push_back(when(b, binary(KOp::Lt, r, B::i(rows)), {copy}));
+    }
+    return out;
+  }
+};
+
 class Writer {
 public:
   Writer(const std::string& name, const Geometry& geo) : b(name), a(geo) {}
@@ -373,6 +394,11 @@ Kernel forward(const std::string& name, const Geometry& a) {
   WarpBlock wb(ln, loopVar(iv), tiles, rowsPerWarp, true);
   const ExprRef &head = wb.head, &q0 = wb.warpRow0;
   SharedTile ks(b, kb, a.d), vs(b, kb, a.dv);
+  // The running max m in log2 units (exp(x) = 2^(x log2 e), ex2 being the GPU's own); with a
+  // positive scale the max of the raw scores is taken and scaled, so that scale, log2 e and
+  // the max meet in one multiply-add before each ex2.
+  const double c2 = a.scale * M_LOG2E;
+  const bool rawMax = c2 > 0;
   std::vector<RowOf> qrows;
   std::vector<std::vector<std::array<int, 8>>> qf;
   std::vector<std::vector<Frag>> o;
@@ -407,18 +433,20 @@ Kernel forward(const std::string& name, const Geometry& a) {
     for (int t = 0; t < R; ++t) {
       for (int64_t n = 0; n < kb / 8; ++n)
         for (int i = 0; i < 4; ++i) {
-          ExprRef scaled = B::mul(lf(s[t][n][i]), f(a.scale));
-          if (masked) scaled = select(binary(KOp::Le, colOf(ln, key0, n, i), B::add(B::add(q0, B::i(16 * t)), ln.row(i))), scaled, f(-INFINITY));
-          step.push_back(set(s[t][n][i], scaled));
+          ExprRef score = rawMax ? lf(s[t][n][i]) : B::mul(lf(s[t][n][i]), f(c2));
+          if (masked) score = select(binary(KOp::Le, colOf(ln, key0, n, i), B::add(B::add(q0, B::i(16 * t)), ln.row(i))), score, f(-INFINITY));
+          if (masked || !rawMax) step.push_back(set(s[t][n][i], score));
         }
       int mx[2], corr[2];
       for (int r = 0; r < 2; ++r) {
         mx[r] = b.newLocal(), corr[r] = b.newLocal();
-        step.push_back(let(mx[r], binary(KOp::Max, lf(m[t][r]), rowReduce(KOp::Max, s[t], 2 * r, f(-INFINITY)))));
-        step.push_back(let(corr[r], unary(KOp::Exp, B::sub(lf(m[t][r]), lf(mx[r])))));
+        ExprRef top = rowReduce(KOp::Max, s[t], 2 * r, f(-INFINITY));
+        step.push_back(let(mx[r], binary(KOp::Max, lf(m[t][r]), rawMax ? B::mul(top, f(c2)) : top)));
+        step.push_back(let(corr[r], exp2(B::sub(lf(m[t][r]), lf(mx[r])))));
       }
       for (int64_t n = 0; n < kb / 8; ++n)
-        for (int i = 0; i < 4; ++i) step.push_back(set(s[t][n][i], unary(KOp::Exp, B::sub(lf(s[t][n][i]), lf(mx[i / 2])))));
+        for (int i = 0; i < 4; ++i)
+          step.push_back(set(s[t][n][i], exp2(B::sub(rawMax ? B::mul(lf(s[t][n][i]), f(c2)) : lf(s[t][n][i]), lf(mx[i / 2])))));
       for (int r = 0; r < 2; ++r) {
         ExprRef sum = f(0);
         for (const Frag& fr : s[t]) sum = B::add(sum, B::add(lf(fr[2 * r]), lf(fr[2 * r + 1])));
@@ -447,7 +475,7 @@ Kernel forward(const std::string& name, const Geometry& a) {
         w.body.push_back(b.st(y, B::add(B::mul(row, B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), B::div(lf(o[t][n][i]), lf(l[t][i / 2]))));
       }
     for (int r = 0; r < 2; ++r)
-      w.body.push_back(b.st(lse, qrows[t](ln.row(2 * r)), B::add(lf(m[t][r]), unary(KOp::Log, lf(l[t][r])))));
+      w.body.push_back(b.st(lse, qrows[t](ln.row(2 * r)), B::add(B::mul(lf(m[t][r]), f(M_LN2)), unary(KOp::Log, lf(l[t][r])))));
   }
   return w.finish(iv, a.heads * tiles, wb.threads);
 }
@@ -484,7 +512,7 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
   int rl[2], rd[2];
   for (int r = 0; r < 2; ++r) {
     rl[r] = b.newLocal(), rd[r] = b.newLocal();
-    w.body.push_back(let(rl[r], b.ld(lse, qrows(ln.row(2 * r)))));
+    w.body.push_back(let(rl[r], B::mul(b.ld(lse, qrows(ln.row(2 * r))), f(M_LOG2E)))); // in log2 units
     w.body.push_back(let(rd[r], b.ld(delta, qrows(ln.row(2 * r)))));
   }
   auto acc = w.zeros(a.d / 8, w.body);
@@ -502,7 +530,7 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
     Writer::timesRowsOf(step, ln, dp, dyf, a.dv, [&](int64_t n) { return vs.source(stage, B::i(n * 8)); });
     for (int64_t n = 0; n < kb / 8; ++n)
       for (int i = 0; i < 4; ++i) {
-        ExprRef p = unary(KOp::Exp, B::sub(B::mul(lf(s[n][i]), f(a.scale)), lf(rl[i / 2])));
+        ExprRef p = exp2(B::sub(B::mul(lf(s[n][i]), f(a.scale * M_LOG2E)), lf(rl[i / 2])));
         if (masked) p = select(binary(KOp::Le, colOf(ln, key0, n, i), B::add(q0, ln.row(i))), p, f(0));
         step.push_back(set(s[n][i], B::mul(p, B::sub(lf(dp[n][i]), lf(rd[i / 2]))))); // dS
       }
@@ -517,8 +545,9 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
   return w.finish(iv, a.heads * tiles, wb.threads);
 }
 
-/// dk and dv: a warp per 16 keys over blocks of 16 queries, from the first that sees the GPU
-/// block's keys, staged in shared memory for the block's warps.
+/// dk and dv: a warp per 16 keys over blocks of 32 queries (16 where 32 do not divide them), from
+/// the first that sees the GPU block's keys, staged in shared memory for the block's warps with
+/// their log-sum-exp and delta.
 Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
   const ir::Value *dk = a.n.outputs[1], *dvOut = a.n.outputs[2], *delta = a.n.outputs[3];
@@ -526,7 +555,7 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   B& b = w.b;
   int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
-  int64_t tiles = a.tk / 16, qb = 16;
+  int64_t tiles = a.tk / 16, qb = a.tq % 32 == 0 && std::max(a.d, a.dv) <= 64 ? 32 : 16; // wider rows: the registers of 16
   WarpBlock wb(ln, loopVar(iv), tiles, 16, false); // the longest walks (first keys) first
   const ExprRef &head = wb.head, &k0 = wb.warpRow0;
   RowOf krows = a.rows(head, k0, a.tk);
@@ -534,14 +563,17 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   auto vf = w.operandRows(ln, v, krows, a.dv);
   auto dkAcc = w.zeros(a.d / 8, w.body), dvAcc = w.zeros(a.dv / 8, w.body);
   SharedTile qs(b, qb, a.d), dys(b, qb, a.dv);
+  SharedRowValues lses(b, qb), deltas(b, qb);
   ExprRef first = a.causal ? wb.row0 : B::i(0); // causal: the queries before the block's keys see none of them
   auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
     RowOf rows = a.rows(head, B::add(first, B::mul(jb, B::i(qb))), a.tq);
-    auto c = qs.copies(b, stage, q, rows, wb.tid, wb.threads), cy = dys.copies(b, stage, dy, rows, wb.tid, wb.threads);
-    c.insert(c.end(), cy.begin(), cy.end());
+    std::vector<StmtRef> c;
+    for (auto part : {qs.copies(b, stage, q, rows, wb.tid, wb.threads), dys.copies(b, stage, dy, rows, wb.tid, wb.threads),
+                      lses.copies(b, stage, lse, rows, wb.tid, wb.threads), deltas.copies(b, stage, delta, rows, wb.tid, wb.threads)})
+      c.insert(c.end(), part.begin(), part.end());
     return c;
   };
-  // One block of 16 queries; `masked`: the causal diagonal crosses it for some warp of the GPU block.
+  // One block of qb queries; `masked`: the causal diagonal crosses it for some warp of the GPU block.
   auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
     ExprRef qpos0 = B::add(first, B::mul(jb, B::i(qb)));
@@ -551,13 +583,13 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
     Writer::timesRowsOf(step, ln, dp, vf, a.dv, [&](int64_t n) { return dys.source(stage, B::i(n * 8)); });
     for (int64_t n = 0; n < qb / 8; ++n)
       for (int i = 0; i < 4; ++i) {
-        ExprRef pos = colOf(ln, qpos0, n, i), row = a.rows(head, pos, a.tq)(B::i(0));
-        ExprRef pt = unary(KOp::Exp, B::sub(B::mul(lf(s[n][i]), f(a.scale)), b.ld(lse, row)));
-        if (masked) pt = select(binary(KOp::Ge, pos, B::add(k0, ln.row(i))), pt, f(0));
+        ExprRef r = colOf(ln, B::i(0), n, i); // the query within the block
+        ExprRef pt = exp2(B::sub(B::mul(lf(s[n][i]), f(a.scale * M_LOG2E)), B::mul(lses.at(stage, r), f(M_LOG2E)))); // in log2 units
+        if (masked) pt = select(binary(KOp::Ge, B::add(qpos0, r), B::add(k0, ln.row(i))), pt, f(0));
         int p = b.newLocal();
         step.push_back(let(p, pt));
-        step.push_back(set(s[n][i], lf(p)));                                                   // P^T
-        step.push_back(set(dp[n][i], B::mul(lf(p), B::sub(lf(dp[n][i]), b.ld(delta, row))))); // dS^T
+        step.push_back(set(s[n][i], lf(p)));                                                        // P^T
+        step.push_back(set(dp[n][i], B::mul(lf(p), B::sub(lf(dp[n][i]), deltas.at(stage, r))))); // dS^T
       }
     Writer::resultsTimesRows(step, ln, dvAcc, s, a.dv, [&](int64_t e) { return dys.source(stage, B::i(e * 16)); });
     Writer::resultsTimesRows(step, ln, dkAcc, dp, a.d, [&](int64_t e) { return qs.source(stage, B::i(e * 16)); });

@@ -92,6 +92,13 @@ Expected<llvm::Value*> MathEmitter::exp(llvm::Value* x) {
   return (llvm::Value*)b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {b_.CreateFMul(x, c(x, M_LOG2E))});
 }
 
+/// 2^x: on the GPU ex2 itself for f32 (exp costs a multiplication more), exp's series for f64.
+Expected<llvm::Value*> MathEmitter::exp2(llvm::Value* x) {
+  if (!gpu()) return intrinsic(llvm::Intrinsic::exp2, {x});
+  if (x->getType()->isDoubleTy()) return exp64(b_.CreateFMul(x, c(x, M_LN2)));
+  return (llvm::Value*)b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {x});
+}
+
 Expected<llvm::Value*> MathEmitter::log(llvm::Value* x) {
   if (!gpu()) return intrinsic(llvm::Intrinsic::log, {x});
   if (x->getType()->isDoubleTy()) return log64(x);
@@ -256,6 +263,7 @@ Expected<llvm::Value*> MathEmitter::unary(KOp op, llvm::Value* x) {
   if (!fp) return makeError(std::string("'") + kir::kopName(op) + "' needs a floating-point operand");
   switch (op) {
   case KOp::Exp: return exp(x);
+  case KOp::Exp2: return exp2(x);
   case KOp::Expm1: return expm1(x);
   case KOp::Log: return log(x);
   case KOp::Log1p: return log1p(x);

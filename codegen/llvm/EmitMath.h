@@ -36,6 +36,7 @@ private:
   llvm::Value* sinCos64(llvm::Value* x, bool sine);
   Expected<llvm::Value*> exp(llvm::Value* x);
   Expected<llvm::Value*> log(llvm::Value* x);
+  Expected<llvm::Value*> exp2(llvm::Value* x);
   Expected<llvm::Value*> expm1(llvm::Value* x);
   Expected<llvm::Value*> log1p(llvm::Value* x);
   Expected<llvm::Value*> tanh(llvm::Value* x);

@@ -273,9 +273,13 @@ private:
       if (!from) return from.takeError();
       llvm::Type* et = elementType(k_.buffers[s.buffer].dtype);
       if (!et) return fail("an asynchronous copy from a buffer of an element type not generated");
-      // cg: through L2 only; the tile is in shared memory now, L1 would hold it twice.
+      // 16 bytes: cg, through L2 only (the tile is in shared memory now, L1 would hold it twice);
+      // 4 and 8 bytes exist as ca only.
+      llvm::Intrinsic::ID copy = s.extent == 16 ? llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16
+                                 : s.extent == 8 ? llvm::Intrinsic::nvvm_cp_async_ca_shared_global_8
+                                                 : llvm::Intrinsic::nvvm_cp_async_ca_shared_global_4;
       llvm::Value* src = b_.CreateAddrSpaceCast(b_.CreateGEP(et, buffers_[s.buffer], *from), llvm::PointerType::get(ctx_, 1));
-      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_cp_async_cg_shared_global_16, {}, {sharedAt(s.id, *to), src});
+      b_.CreateIntrinsic(copy, {}, {sharedAt(s.id, *to), src});
       return Error::success();
     }
     case StmtKind::AsyncCommit:

@@ -68,10 +68,12 @@ TEST_P(GpuMath, MatchesLibm) {
 }
 
 double erfRef(double x) { return std::erf(x); }
+double exp2Ref(double x) { return std::exp2(x); }
 
 INSTANTIATE_TEST_SUITE_P(
     F64, GpuMath,
     ::testing::Values(Case{"Exp", kir::KOp::Exp, ::exp, -740, 709, 1e-14}, Case{"ExpNearZero", kir::KOp::Exp, ::exp, -1e-3, 1e-3, 1e-15},
+                      Case{"Exp2", kir::KOp::Exp2, exp2Ref, -1020, 1023, 2e-13}, // x ln 2 rounded first
                       Case{"Log", kir::KOp::Log, ::log, 1e-300, 1e300, 1e-14}, Case{"LogNearOne", kir::KOp::Log, ::log, 0.5, 2, 1e-13},
                       Case{"LogSubnormal", kir::KOp::Log, ::log, 1e-320, 1e-310, 1e-13}, Case{"Sin", kir::KOp::Sin, ::sin, -100, 100, 1e-11},
                       Case{"Cos", kir::KOp::Cos, ::cos, -100, 100, 1e-11}, Case{"Atan", kir::KOp::Atan, ::atan, -50, 50, 1e-14},

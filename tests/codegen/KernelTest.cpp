@@ -647,16 +647,16 @@ TEST(Kernel, SharedArraysCopiesAndBarriers) {
   using namespace kir;
   Kernel k;
   k.name = "staged";
-  k.buffers = {{"x", ir::DType::BF16, 128, false}, {"y", ir::DType::F32, 128, true}};
-  k.shared = {{ir::DType::BF16, 128}};
+  k.buffers = {{"x", ir::DType::BF16, 128, false}, {"y", ir::DType::F32, 128, true}, {"z", ir::DType::F32, 4, false}};
+  k.shared = {{ir::DType::BF16, 128}, {ir::DType::F32, 4}};
   k.threads = 128;
   k.numLoopVars = 2;
   ExprRef i = loopVar(0);
   ExprRef eight = constantI64(8), chunks = constantI64(16);
   StmtRef copy = copyAsync(0, i * eight, 0, i * eight); // 16 threads copy 16 bytes each
   k.body = loop(0, 128, true,
-                {loopUpTo(1, 1, select(lt(i, chunks), constantI64(1), constantI64(0)), {copy}), asyncCommit(), asyncWait(0), barrier(),
-                 store(1, i, sharedLoad(0, constantI64(127) - i, Scalar::F32))});
+                {loopUpTo(1, 1, select(lt(i, chunks), constantI64(1), constantI64(0)), {copy, copyAsync(1, constantI64(0), 2, constantI64(0), 4)}),
+                 asyncCommit(), asyncWait(0), barrier(), store(1, i, sharedLoad(0, constantI64(127) - i, Scalar::F32) + sharedLoad(1, constantI64(0), Scalar::F32))});
   k.gpuOnly = false;
   llvm::LLVMContext ctx;
   auto spec = codegen::TargetSpec::nvptx("sm_90");
@@ -665,8 +665,8 @@ TEST(Kernel, SharedArraysCopiesAndBarriers) {
   EXPECT_NE(errorText(refused.takeError()).find("shared memory is for GPU-only kernels"), std::string::npos);
   k.gpuOnly = true;
   std::string text = print(k);
-  for (const char* want : {"shared s0: bf16[128]", "s0[mul(i0, 8)...] = b0[mul(i0, 8)...] (16 bytes, async)", "async_commit", "async_wait(0)", "barrier",
-                           "b1[i0] = s0[sub(127, i0)]"})
+  for (const char* want : {"shared s0: bf16[128]", "shared s1: f32[4]", "s0[mul(i0, 8)...] = b0[mul(i0, 8)...] (16 bytes, async)",
+                           "s1[0...] = b2[0...] (4 bytes, async)", "async_commit", "async_wait(0)", "barrier", "b1[i0] = add(s0[sub(127, i0)], s1[0])"})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   Kernel bigger = k;
   bigger.shared[0].count = 256;
@@ -675,7 +675,7 @@ TEST(Kernel, SharedArraysCopiesAndBarriers) {
   ASSERT_TRUE(!!mod) << errorText(mod.takeError());
   auto ptx = codegen::compileModule(**mod, spec);
   ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
-  for (const char* want : {".shared .align 16 .b8 staged_s0[256]", "cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group 0",
+  for (const char* want : {".shared .align 16 .b8 staged_s0[256]", "cp.async.cg.shared.global", "cp.async.ca.shared.global", "cp.async.commit_group", "cp.async.wait_group 0",
                            "bar.sync \t0", "ld.shared.u16"})
     EXPECT_NE(ptx->find(want), std::string::npos) << want << "\n" << *ptx;
   bigger.shared[0].count = 32 << 10; // 64 KiB: over the static limit
