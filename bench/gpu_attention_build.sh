@@ -23,7 +23,8 @@ out, name = sys.argv[1:3]
 model = gm.make(name, explicit=True)
 with torch.no_grad():
     torch.onnx.export(model, gm.batch(name, rows=1), os.path.join(out, name + ".onnx"), input_names=["x", "y"], output_names=["loss"],
-                      opset_version=17, do_constant_folding=False, dynamic_axes={n: {0: "B"} for n in ("x", "y")})
+                      opset_version=17, do_constant_folding=False, dynamic_axes={n: {0: "B"} for n in ("x", "y")},
+                      training=torch.onnx.TrainingMode.TRAINING)
 PY
 done
 flags="--optimizer sgd --lr 1e3 --precision bf16 --weights none --target sm_90"

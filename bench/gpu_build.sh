@@ -26,7 +26,8 @@ for name, inputs in (("mlp", ["x", "y"]), ("gpt", ["idx", "tgt"])):
     model = gm.make(name, explicit=True)
     with torch.no_grad():
         torch.onnx.export(model, gm.batch(name, rows=2), os.path.join(out, name + ".onnx"), input_names=inputs, output_names=["loss"],
-                          opset_version=17, do_constant_folding=False, dynamic_axes={n: {0: "B"} for n in inputs})
+                          opset_version=17, do_constant_folding=False, dynamic_axes={n: {0: "B"} for n in inputs},
+                          training=torch.onnx.TrainingMode.TRAINING)  # in eval mode the exporter ties equal initializers (the LayerNorms' ones)
 PY
 flags="--optimizer adamw --lr 1e-4 --weight-decay 0.01 --precision bf16 --weights none --target sm_90 --stats"
 "$sgc" compile "$out/mlp.onnx" -o "$out/mlp.so" --dim B=8192 $flags 2> "$out/mlp.stats"

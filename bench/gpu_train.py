@@ -56,6 +56,11 @@ def sgc_side(so, weights, name, comm="none", rank=0, world=1, id_file=None, kept
     missing = [n for n in names if n not in full]
     if missing:
         sys.exit(f"{weights}: no {missing}")
+    # Every parameter PyTorch trains (tied ones once) must be one of the library's: an export that
+    # merged equal initializers (torch.onnx.export in eval mode) would train them as one.
+    untrained = sorted({n for n, _ in gm.make(name).named_parameters()} - set(names))
+    if untrained:
+        sys.exit(f"{so}: PyTorch trains {len(untrained)} parameters the library does not have ({', '.join(untrained[:4])}, ...): tied at export?")
     mine = weights.replace(".safetensors", f".sgc{rank}.safetensors")
     st.write(mine, {n: full[n] for n in names})
     check(lib.sgc_load(s, mine.encode()), "sgc_load")

@@ -18,8 +18,8 @@ model = gm.GPT(V=128, T=64, d=64, L=2, h=2, explicit=True)
 g = torch.Generator().manual_seed(3)
 idx, tgt = torch.randint(0, 128, (12, 4, 64), generator=g), torch.randint(0, 128, (12, 4, 64), generator=g)
 torch.onnx.export(model, (idx[0], tgt[0]), os.path.join(out, "gptw.onnx"), input_names=["idx", "tgt"], output_names=["loss"],
-                  opset_version=17, do_constant_folding=False)
+                  opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)  # eval mode ties equal initializers
 st.write(os.path.join(out, "gptw_data.safetensors"), {"idx": idx, "tgt": tgt})
 # The same model taking half of each batch: one rank's share when two train it data-parallel.
 torch.onnx.export(model, (idx[0][:2], tgt[0][:2]), os.path.join(out, "gptw_half.onnx"), input_names=["idx", "tgt"],
-                  output_names=["loss"], opset_version=17, do_constant_folding=False)
+                  output_names=["loss"], opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
