@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace sgc::driver {
@@ -86,6 +87,21 @@ Error checkSavePath(const std::string& path, const std::vector<std::string>& inp
   for (const std::string& in : inputs)
     if (rt::sameFile(target, in)) return makeError("--save " + path + ": is " + in + ", which this run reads; save elsewhere");
   return Error::success();
+}
+
+void warnCopiedParameters(const ir::Graph& g, const std::string& model) {
+  std::set<const ir::Value*> params(g.params.begin(), g.params.end());
+  std::vector<std::string> copies;
+  for (const auto& n : g.nodes())
+    if (n->op == ir::Op::Identity && params.count(n->input(0))) copies.push_back(n->outputs[0]->name + " = " + n->input(0)->name);
+  if (copies.empty()) return;
+  std::string shown;
+  for (size_t i = 0; i < copies.size() && i < 3; ++i) shown += (i ? ", " : "") + copies[i];
+  fprintf(stderr,
+          "sgc: warning: %s: %zu values are Identity copies of a parameter (%s%s) and train as that one parameter; "
+          "torch.onnx.export merges initializers of equal value unless it exports in training mode "
+          "(training=torch.onnx.TrainingMode.TRAINING)\n",
+          model.c_str(), copies.size(), shown.c_str(), copies.size() > 3 ? ", ..." : "");
 }
 
 int reportError(const std::string& msg) {

@@ -18,6 +18,12 @@ Expected<std::unique_ptr<ir::Graph>> loadModel(const std::string& path);
 Expected<ir::Tensor> fromSafetensors(const rt::StTensor& t, const std::string& what);
 rt::StTensor toSafetensors(const ir::Tensor& t);
 
+/// Warns on stderr when values of `g` are Identity copies of a parameter: in the training step
+/// they are that one parameter, trained once. torch.onnx.export writes them for initializers of
+/// equal value (LayerNorm weights of ones, say) unless it exports in training mode, which the
+/// PyTorch model trains apart.
+void warnCopiedParameters(const ir::Graph& g, const std::string& model);
+
 /// Prints "sgc: <message>" to stderr and returns exit status 1.
 int reportError(Error e);
 int reportError(const std::string& msg);

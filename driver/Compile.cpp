@@ -191,6 +191,7 @@ int compileMain(int argc, char** argv) {
     progress.stage("training step: gradients and optimizer");
     auto opts = parseTrainingFlags(*args, !gpus.empty());
     if (!opts) return reportError(opts.takeError());
+    warnCopiedParameters(**g, model);
     if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));
     int repeated = 0;
     if (Error e = ir::recompute(**g, args->get("recompute", "none"), &repeated)) return reportError(model + ": " + errorText(std::move(e)));

@@ -104,6 +104,7 @@ int trainMain(int argc, char** argv) {
   if (!opts) return reportError(opts.takeError());
   auto g = loadModel(model);
   if (!g) return reportError(g.takeError());
+  warnCopiedParameters(**g, model);
   if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));
   if (args->has("load"))
     if (Error e = loadCheckpoint(**g, args->get("load"))) return reportError(std::move(e));
