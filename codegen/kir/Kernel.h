@@ -3,7 +3,9 @@
 //
 // A kernel takes buffers (element dtype and count; read or written) and runs
 // a statement tree: loops (the outermost may be parallel: threads on the CPU,
-// the grid on the GPU), scalar locals, and stores. Expressions compute on
+// the grid on the GPU), scalar locals, and stores; GPU-only kernels also have
+// warp operations (reductions, tensor-core products) and a block's shared
+// memory (arrays filled by asynchronous copies, barriers). Expressions compute on
 // three scalar types (f32 for f32/f16/bf16 buffers, f64, i64; i1 for bool);
 // loads convert from the buffer's dtype and stores convert back.
 #pragma once
@@ -163,10 +165,10 @@ StmtRef mmaBf16(std::vector<int> acc, std::vector<ExprRef> a, std::vector<ExprRe
 ///
 /// copyAsync starts a copy of `bytes` bytes (4, 8 or 16: neighbouring elements, from an index of
 /// `buffer` and into one of `array`, both aligned to that size) that runs behind the statements
-/// after it (cp.async). asyncCommit() closes the copies this thread
-/// started since the last one into a group; asyncWait(n) waits until at most n of the thread's
-/// groups are in flight; barrier() then waits for every thread of the block, after which each
-/// thread sees the copies all of them waited for. A pipeline: copy tile 0, commit; then for
+/// after it (cp.async). asyncCommit() closes the copies this thread started since the last one
+/// into a group; asyncWait(n) waits until at most n of the thread's groups are in flight;
+/// barrier() then waits for every thread of the block, after which each thread sees the copies
+/// all of them waited for. A pipeline: copy tile 0, commit; then for
 /// each j: copy tile j + 1, commit, asyncWait(1) (tile j has arrived), barrier, compute on
 /// tile j, barrier (nobody reads it any more).
 StmtRef copyAsync(int array, ExprRef sharedIndex, int buffer, ExprRef index, int bytes = 16);
