@@ -63,6 +63,74 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1))
 
 
+# A Llama-style model at a realistic size (issue 20): 8 layers of width 2048, 16 heads sharing 4
+# key/value heads, SwiGLU, RMSNorm, rotary positions, sequence 2048, batch 4.
+LLAMA_B, LLAMA_T, LLAMA_V, LLAMA_C, LLAMA_L, LLAMA_H, LLAMA_KV, LLAMA_F = 4, 2048, 32000, 2048, 8, 16, 4, 5632
+
+
+class RMSNorm(nn.Module):
+    def __init__(s, d, eps=1e-5):
+        super().__init__()
+        s.eps, s.weight = eps, nn.Parameter(torch.ones(d))
+
+    def forward(s, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + s.eps) * s.weight
+
+
+def rotary(x, T):
+    """x [B, H, T, D] rotated by its position (the tables computed inline: constants in an export)."""
+    D = x.shape[-1]
+    inv = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+    ang = torch.arange(T, dtype=torch.float32)[:, None] * inv[None, :]
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1).to(x.device, x.dtype), torch.cat([ang.sin(), ang.sin()], -1).to(x.device, x.dtype)
+    half = torch.cat([-x[..., D // 2:], x[..., :D // 2]], -1)
+    return x * cos + half * sin
+
+
+class LlamaBlock(nn.Module):
+    def __init__(s, d, h, kv, f, explicit):
+        super().__init__()
+        s.h, s.kv, s.explicit = h, kv, explicit
+        s.n1, s.n2 = RMSNorm(d), RMSNorm(d)
+        s.q, s.k, s.v = nn.Linear(d, d, bias=False), nn.Linear(d, d * kv // h, bias=False), nn.Linear(d, d * kv // h, bias=False)
+        s.o = nn.Linear(d, d, bias=False)
+        s.gate, s.up, s.down = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False), nn.Linear(f, d, bias=False)
+
+    def forward(s, x):
+        Bq, T, C = x.shape
+        D = C // s.h
+        y = s.n1(x)
+        q = s.q(y).view(Bq, T, s.h, D).transpose(1, 2)
+        k, v = (m(y).view(Bq, T, s.kv, D).transpose(1, 2) for m in (s.k, s.v))
+        q, k = rotary(q, T), rotary(k, T)
+        rep = s.h // s.kv  # each key/value head serves `rep` query heads (Hugging Face's repeat_kv)
+        k, v = (t[:, :, None].expand(Bq, s.kv, rep, T, D).reshape(Bq, s.h, T, D) for t in (k, v))
+        if s.explicit:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+            mask = torch.ones(T, T, dtype=torch.bool).tril().view(1, 1, T, T)
+            a = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1) @ v
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + s.o(a.transpose(1, 2).reshape(Bq, T, C))
+        y = s.n2(x)
+        return x + s.down(F.silu(s.gate(y)) * s.up(y))
+
+
+class Llama(nn.Module):
+    def __init__(s, V=LLAMA_V, d=LLAMA_C, L=LLAMA_L, h=LLAMA_H, kv=LLAMA_KV, f=LLAMA_F, explicit=False):
+        super().__init__()
+        s.embed = nn.Embedding(V, d)
+        s.blocks = nn.ModuleList([LlamaBlock(d, h, kv, f, explicit) for _ in range(L)])
+        s.norm, s.head = RMSNorm(d), nn.Linear(d, V, bias=False)
+
+    def forward(s, idx, tgt):
+        x = s.embed(idx)
+        for b in s.blocks:
+            x = b(x)
+        logits = s.head(s.norm(x))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1))
+
+
 # The attention benchmark's shapes (bench/gpu_attention.py): name -> batch, heads, sequence, head width.
 ATTN = {"attn64": (16, 12, 1024, 64), "attn128": (4, 32, 2048, 128)}
 
@@ -91,6 +159,8 @@ def make(name, explicit=False):
     torch.manual_seed(0)
     if name in ATTN:
         return Attention(ATTN[name][3], explicit=explicit)
+    if name == "llama":
+        return Llama(explicit=explicit)
     return MLP(explicit=explicit) if name == "mlp" else GPT(explicit=explicit)
 
 
@@ -104,6 +174,9 @@ def batch(name, device="cpu", rows=None):
         B, H, T, D = ATTN[name]
         shape = (rows or B, H, T, D)
         return torch.randn(shape, generator=g).to(device), torch.randn(shape, generator=g).to(device)
+    if name == "llama":
+        b = rows or LLAMA_B
+        return (torch.randint(0, LLAMA_V, (b, LLAMA_T), generator=g).to(device), torch.randint(0, LLAMA_V, (b, LLAMA_T), generator=g).to(device))
     b = rows or GPT_B
     return (torch.randint(0, GPT_V, (b, GPT_T), generator=g).to(device), torch.randint(0, GPT_V, (b, GPT_T), generator=g).to(device))
 
