@@ -122,18 +122,6 @@ std::optional<Args> parseCommand(const CommandSpec& spec, int argc, char** argv,
   return args;
 }
 
-int reportStep(const std::string& model, int64_t step, double loss) {
-  if (!std::isfinite(loss)) {
-    const char* what = std::isnan(loss) ? "NaN" : "infinite";
-    printf("{\"step\": %lld, \"loss\": null, \"error\": \"the loss is %s\"}\n", (long long)step, what);
-    fflush(stdout);
-    return reportError(model + ": the loss became " + what + " at step " + std::to_string(step));
-  }
-  printf("{\"step\": %lld, \"loss\": %.9g}\n", (long long)step, loss);
-  fflush(stdout);
-  return 0;
-}
-
 std::string withCommas(int64_t n) {
   std::string s = std::to_string(n), r;
   for (size_t i = 0; i < s.size(); ++i) {

@@ -34,10 +34,6 @@ int reportError(const std::string& msg);
 /// error, 1 for a wrong count (reported).
 std::optional<Args> parseCommand(const CommandSpec& spec, int argc, char** argv, const char* what, int& exitStatus);
 
-/// Prints a training step's JSON line; a NaN or infinite loss is reported on
-/// its line and as an error (returns 1), else returns 0.
-int reportStep(const std::string& model, int64_t step, double loss);
-
 /// "1,234,567"
 std::string withCommas(int64_t n);
 

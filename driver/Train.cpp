@@ -2,6 +2,7 @@
 // reference interpreter, one JSON line per step.
 #include "driver/Args.h"
 #include "driver/Common.h"
+#include "driver/StepReport.h"
 #include "driver/TrainingFlags.h"
 
 #include "ir/interp/Interpreter.h"
@@ -118,6 +119,11 @@ int trainMain(int argc, char** argv) {
         return reportError(args->get("data") + ": one batch of " + errorText(std::move(e)));
   // Steps continue from a loaded checkpoint's counter, and so does the choice of batch.
   int64_t first = (*g)->findValue(ir::kStepState)->data->getI(0);
+  BatchSize batch;
+  for (const ir::Value* v : (*g)->inputs)
+    if (auto it = data.find(v->name); it != data.end() && it->second.shape.size() > 1)
+      batch.add(it->second.shape.data() + 1, (int32_t)it->second.shape.size() - 1, ir::isInteger(it->second.dtype));
+  StepReport report(model, first, (int64_t)*steps, batch.samples, batch.tokens);
   for (int64_t i = first; i < first + (int64_t)*steps; ++i) {
     std::map<std::string, ir::Tensor> feed;
     for (auto& [name, t] : data) feed[name] = sliceBatch(t, i % *count);
@@ -125,7 +131,7 @@ int trainMain(int argc, char** argv) {
     auto out = ir::runStep(**g, feed);
     if (!out) return reportError(model + ": step " + std::to_string(i) + ": " + errorText(out.takeError()));
     double loss = out->begin()->second.getF(0);
-    if (int r = reportStep(model, i, loss)) return r;
+    if (int r = report.step(i, loss)) return r;
   }
   if (args->has("save"))
     if (Error e = saveCheckpoint(**g, args->get("save"))) return reportError(std::move(e));

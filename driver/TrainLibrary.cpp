@@ -6,6 +6,7 @@
 #include "driver/Args.h"
 #include "driver/Common.h"
 #include "driver/LibraryApi.h"
+#include "driver/StepReport.h"
 #include "driver/TrainingFlags.h"
 
 #include "sgc/sgc.h"
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <thread>
@@ -150,6 +152,13 @@ int trainLibrary(const std::string& path, const Args& args, int64_t steps) {
   int64_t stepCount = 0;
   DLTensor stepT{&stepCount, {kDLCPU, 0}, 0, {kDLInt, 64, 1}, nullptr, nullptr, 0};
   if (int r = check(api.sgc_get_tensor(s, "sgc.step", &stepT))) return r;
+  BatchSize batch; // all ranks' batch
+  for (const Input& in : inputs) {
+    std::vector<int64_t> whole(in.data.shape.begin() + 1, in.data.shape.end());
+    batch.add(whole.data(), (int32_t)whole.size(), in.dtype.code == kDLInt || in.dtype.code == kDLUInt);
+  }
+  std::optional<StepReport> report;
+  if (rank == 0) report.emplace(path, stepCount, steps, batch.samples, batch.tokens);
   for (int64_t i = stepCount; i < stepCount + steps; ++i) {
     for (Input& in : inputs) {
       size_t bytes = in.data.data.size() / (size_t)batches, share = bytes / (size_t)world;
@@ -160,7 +169,7 @@ int trainLibrary(const std::string& path, const Args& args, int64_t steps) {
     double loss = 0;
     if (int r = check(api.sgc_train_step(s, &loss))) return r;
     if (rank == 0) {
-      if (int r = reportStep(path, i, loss)) return r;
+      if (int r = report->step(i, loss)) return r;
     } else if (!std::isfinite(loss)) { // the same mean loss on every rank: rank 0 says why
       return 1;
     }
