@@ -8,6 +8,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libdlpack-dev nlohmann-json3-dev libgtest-dev
   python3-onnx python3-torch python3-numpy
+  python3-pip python3-setuptools python3-wheel
   openmpi-bin libopenmpi-dev
   xz-utils
 )

@@ -1,0 +1,231 @@
+"""sgc from Python: compile a model into a training library, load it, and train.
+
+    import sgc
+    sgc.compile("model.onnx", "train.so", optimizer="adamw", lr=1e-3, target="cpu")
+    lib = sgc.load("train.so")
+    with lib.session() as s:
+        for x, y in batches:
+            loss = s.step(x=x, y=y)      # numpy arrays, CPU torch tensors: anything with __dlpack__
+        s.save("ckpt.safetensors")
+
+Pure Python over the library's C ABI (ctypes); numpy and torch are optional. Every failure of
+the ABI is an SgcError carrying the library's own message (sgc_last_error).
+"""
+import ctypes
+import os
+import shutil
+import subprocess
+
+from . import _abi
+from ._tensors import describe, host_array
+
+__all__ = ["SgcError", "compile", "load", "Library", "Session"]
+
+
+class SgcError(RuntimeError):
+    """A failed call into sgc: `status` is the ABI's code (0 for a failed compile), the message is
+    sgc's own (the library's sgc_last_error, or the compiler's stderr)."""
+
+    def __init__(self, message, status=0):
+        super().__init__(message)
+        self.status = status
+
+
+def _sgc_binary(explicit=None):
+    """The sgc command: `explicit`, else $SGC, else sgc on the PATH, else the source tree's build."""
+    tree = os.path.join(os.path.dirname(__file__), "..", "..", "build", "driver", "sgc")
+    for candidate in (explicit, os.environ.get("SGC"), shutil.which("sgc"), tree):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise SgcError("no sgc command: pass sgc=PATH, set $SGC, or put sgc on the PATH")
+
+
+def _flag_args(flags):
+    args = []
+    for name, value in flags.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, dict):  # dim={"B": 16} -> --dim B=16
+            args += [flag, ",".join(f"{k}={v}" for k, v in value.items())]
+        elif isinstance(value, (list, tuple)):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def compile(model, output, *, sgc=None, **flags):
+    """Compiles `model` (an ONNX file) into the training library `output` with `sgc compile`.
+
+    Flags are sgc compile's, with underscores for dashes: optimizer="adamw", lr=1e-3,
+    weight_decay=0.01, precision="bf16", target="cpu,sm_90", dim={"B": 16}, recompute="cheap",
+    stats=True. Returns `output`; raises SgcError with sgc's message when it fails."""
+    cmd = [_sgc_binary(sgc), "compile", os.fspath(model), "-o", os.fspath(output), "--quiet"] + _flag_args(flags)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise SgcError(proc.stderr.strip() or f"sgc compile exited with status {proc.returncode}")
+    return output
+
+
+def load(path):
+    """Loads a library compiled by sgc (its C ABI is checked against this package's)."""
+    return Library(path)
+
+
+class Library:
+    """A loaded training library: make sessions of it with session()."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        try:
+            self._lib = ctypes.CDLL(os.path.abspath(self.path))
+        except OSError as e:
+            raise SgcError(f"{self.path}: cannot load: {e}") from None
+        if not hasattr(self._lib, "sgc_abi_version"):
+            raise SgcError(f"{self.path}: not a library compiled by sgc (no sgc_abi_version)")
+        _abi.declare(self._lib)
+        version = self._lib.sgc_abi_version()
+        if version != _abi.ABI_VERSION:
+            raise SgcError(f"{self.path}: C ABI version {version}, this package speaks {_abi.ABI_VERSION}")
+
+    def session(self, device="cpu", threads=0):
+        """A training session on `device` ("cpu" or "cuda:N"); `threads`: the CPU's worker threads
+        (0: one a core). Close it (or use it in a with block) to free its memory."""
+        return Session(self, device, threads)
+
+    def __repr__(self):
+        return f"sgc.Library({self.path!r})"
+
+
+class Session:
+    """A session of a library: its inputs, parameters and optimizer state, and the step.
+
+    Tensors given to it may be numpy arrays, torch tensors on the CPU, or anything else with
+    __dlpack__, in the dtype and shape the library takes (inputs() lists them); they are read
+    where they lie, never copied on the host side."""
+
+    def __init__(self, library, device="cpu", threads=0):
+        self._library, self._lib, self._s = library, library._lib, ctypes.c_void_p()
+        opts = _abi.Options(ctypes.sizeof(_abi.Options), _abi.ABI_VERSION, device.encode(), threads, None, 0, 0, 1)
+        self._check(self._lib.sgc_session_create(ctypes.byref(opts), ctypes.byref(self._s)), "sgc_session_create")
+        self.device = device
+
+    # ---- errors and self-description ----
+    def _check(self, status, what):
+        if status:
+            message = (self._lib.sgc_last_error() or b"").decode(errors="replace")
+            raise SgcError(f"{what}: {message or _abi.STATUS.get(status, 'status ' + str(status))}", status)
+
+    def _open(self):
+        if not self._s:
+            raise SgcError("the session is closed")
+        return self._s
+
+    def _tensors(self, kind):
+        count = ctypes.c_int32()
+        self._check(self._lib.sgc_tensor_count(self._open(), kind, ctypes.byref(count)), "sgc_tensor_count")
+        out = {}
+        for i in range(count.value):
+            name, dtype, ndim, shape = ctypes.c_char_p(), _abi.DLDataType(), ctypes.c_int32(), ctypes.POINTER(ctypes.c_int64)()
+            self._check(self._lib.sgc_tensor_info(self._s, kind, i, ctypes.byref(name), ctypes.byref(dtype), ctypes.byref(ndim),
+                                                  ctypes.byref(shape)), "sgc_tensor_info")
+            out[name.value.decode()] = (describe(dtype), tuple(shape[k] for k in range(ndim.value)))
+        return out
+
+    def inputs(self):
+        """{name: (dtype, shape)} of the inputs a step takes."""
+        return self._tensors(_abi.TENSOR_INPUT)
+
+    def parameter_names(self):
+        """The parameters' names, as the model names them."""
+        return list(self._tensors(_abi.TENSOR_PARAMETER))
+
+    def description(self):
+        """What runs the session: "cpu (N threads)", or the GPU with its code and GEMM library."""
+        text = ctypes.c_char_p()
+        self._check(self._lib.sgc_device_description(self._open(), ctypes.byref(text)), "sgc_device_description")
+        return text.value.decode()
+
+    # ---- steps ----
+    def _feed(self, inputs):
+        for name, value in inputs.items():
+            with host_array(value, name) as tensor:
+                self._check(self._lib.sgc_set_input(self._open(), name.encode(), ctypes.byref(tensor)), f"input '{name}'")
+
+    def step(self, **inputs):
+        """One training step (forward, backward, optimizer) on these inputs, by name; returns the loss.
+        Inputs not given keep what the step before was given."""
+        self._feed(inputs)
+        loss = ctypes.c_double()
+        self._check(self._lib.sgc_train_step(self._open(), ctypes.byref(loss)), "sgc_train_step")
+        return loss.value
+
+    def eval_step(self, **inputs):
+        """The forward pass only, on these inputs; returns the loss and updates nothing."""
+        self._feed(inputs)
+        loss = ctypes.c_double()
+        self._check(self._lib.sgc_eval_step(self._open(), ctypes.byref(loss)), "sgc_eval_step")
+        return loss.value
+
+    def set_lr(self, lr):
+        """Sets the learning rate of the steps from the next one on."""
+        self._check(self._lib.sgc_set_learning_rate(self._open(), float(lr)), "sgc_set_learning_rate")
+
+    # ---- parameters and checkpoints ----
+    def state_dict(self, state=False):
+        """{name: numpy array} of the parameters (copies), and with state=True the optimizer's state
+        too (its moments and step counter). Needs numpy."""
+        import numpy as np
+        kinds = [_abi.TENSOR_PARAMETER] + ([_abi.TENSOR_STATE] if state else [])
+        out = {}
+        for kind in kinds:
+            for name, (dtype, shape) in self._tensors(kind).items():
+                array = np.empty(shape, dtype=np.dtype(dtype) if dtype != "bfloat16" else np.uint16)
+                with host_array(array, name) as tensor:
+                    if dtype == "bfloat16":
+                        tensor.dtype = _abi.DLDataType(_abi.KDL_BFLOAT, 16, 1)
+                    self._check(self._lib.sgc_get_tensor(self._s, name.encode(), ctypes.byref(tensor)), f"parameter '{name}'")
+                out[name] = array
+        return out
+
+    parameters = state_dict
+
+    def load_state_dict(self, tensors):
+        """Overwrites parameters (or state) by name from {name: tensor}; every name must be one of
+        the session's, dtype and shape as the session holds it."""
+        for name, value in tensors.items():
+            with host_array(value, name) as tensor:
+                self._check(self._lib.sgc_set_tensor(self._open(), name.encode(), ctypes.byref(tensor)), f"parameter '{name}'")
+
+    def save(self, path):
+        """Writes the parameters and optimizer state to a safetensors file (atomically)."""
+        self._check(self._lib.sgc_save(self._open(), os.fspath(path).encode()), "sgc_save")
+
+    def load(self, path):
+        """Loads a safetensors checkpoint (parameters, and the optimizer state it holds)."""
+        self._check(self._lib.sgc_load(self._open(), os.fspath(path).encode()), "sgc_load")
+
+    # ---- lifetime ----
+    def close(self):
+        """Frees the session's memory; later calls raise SgcError."""
+        if self._s:
+            self._lib.sgc_session_destroy(self._s)
+            self._s = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return f"sgc.Session({self._library.path!r}, device={self.device!r})"

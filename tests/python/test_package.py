@@ -1,0 +1,99 @@
+# The Python package (python/sgc): installed offline with pip into a folder of its own and
+# imported from there, it compiles the bundled sample, trains it to the same losses as `sgc train`
+# (numpy batches, and torch CPU tensors through DLPack), hands out and takes back the
+# parameters, writes checkpoints, and turns every ABI failure into an SgcError with the library's
+# message.
+# Usage: test_package.py SGC SOURCE_DIR
+import json, os, shutil, subprocess, sys, tempfile
+
+sgc_bin, src = sys.argv[1], sys.argv[2]
+work = tempfile.mkdtemp()
+site = os.path.join(work, "site")
+shutil.copytree(os.path.join(src, "python"), os.path.join(work, "python"), ignore=shutil.ignore_patterns("__pycache__"))  # setuptools builds in place
+pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--quiet", "--target", site,
+                      os.path.join(work, "python")], capture_output=True, text=True)
+assert pip.returncode == 0, pip.stdout + pip.stderr
+sys.path.insert(0, site)
+sys.path.insert(0, os.path.join(src, "tests", "pyutil"))
+import numpy as np
+import sgc
+import st
+
+assert os.path.dirname(sgc.__file__) == os.path.join(site, "sgc"), sgc.__file__  # the installed copy
+data_path = os.path.join(src, "samples", "mlp_train_data.safetensors")
+data = st.read(data_path)
+batch = lambda i: {k: v[i % v.shape[0]] for k, v in data.items()}
+so = sgc.compile(os.path.join(src, "samples", "mlp_train.onnx"), os.path.join(work, "train.so"), sgc=sgc_bin, optimizer="adamw",
+                 lr=1e-2, target="cpu")
+lib = sgc.load(so)
+out = subprocess.run([sgc_bin, "train", so, "--data", data_path, "--steps", "5"], capture_output=True, text=True, check=True).stdout
+want = [json.loads(line)["loss"] for line in out.splitlines()]
+
+# The same losses as sgc train (it prints 9 significant digits), from numpy batches.
+with lib.session() as s:
+    assert s.inputs() == {"x": ("float32", (32, 16)), "labels": ("int64", (32,))}, s.inputs()
+    got = [s.step(**batch(i)) for i in range(5)]
+    assert [float(f"{x:.9g}") for x in got] == want, (got, want)
+    # Parameters out and back in: the checkpoint's values; zeroed weights change the loss, restored ones restore it.
+    params = s.state_dict()
+    assert sorted(params) == sorted(s.parameter_names()) and params, params.keys()
+    s.save(os.path.join(work, "ck.safetensors"))
+    ck = st.read(os.path.join(work, "ck.safetensors"))
+    assert all(np.array_equal(ck[k], v) for k, v in params.items())
+    full = s.state_dict(state=True)
+    assert len(full) > len(params) and "sgc.step" in full and int(full["sgc.step"]) == 5, sorted(full)
+    before = s.eval_step(**batch(0))
+    s.load_state_dict({k: np.zeros_like(v) for k, v in params.items()})
+    zeroed = s.eval_step(**batch(0))
+    s.load_state_dict(params)
+    assert zeroed != before and s.eval_step(**batch(0)) == before, (before, zeroed)
+    # Errors carry the ABI's own words.
+    checks = [(lambda: s.step(x=np.zeros((3, 16), np.float32)), "input 'x'", 3),
+              (lambda: s.step(nope=np.zeros(3, np.float32)), "nope", 2),
+              (lambda: s.load(os.path.join(work, "missing.safetensors")), "missing.safetensors", 6)]
+    for call, text, status in checks:
+        try:
+            call()
+            raise AssertionError(f"no error for {text}")
+        except sgc.SgcError as e:
+            assert text in str(e) and e.status == status, (str(e), e.status)
+    try:
+        s.step(x=np.zeros((16, 32), np.float32).T)
+        raise AssertionError("a transposed array was taken")
+    except TypeError as e:
+        assert "not contiguous" in str(e), e
+try:
+    s.step(**batch(0))
+    raise AssertionError("a closed session stepped")
+except sgc.SgcError as e:
+    assert "closed" in str(e), e
+
+# A second session resumes from the checkpoint: step 5 gives sgc train's sixth loss.
+out6 = subprocess.run([sgc_bin, "train", so, "--data", data_path, "--steps", "6"], capture_output=True, text=True, check=True).stdout
+with lib.session() as s:
+    s.load(os.path.join(work, "ck.safetensors"))
+    assert float(f"{s.step(**batch(5)):.9g}") == json.loads(out6.splitlines()[5])["loss"]
+
+# torch CPU tensors through __dlpack__ (Debian's torch, when present): the same losses.
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is not None:
+    with lib.session() as s:
+        got = [s.step(**{k: torch.from_numpy(np.array(v)) for k, v in batch(i).items()}) for i in range(5)]
+    assert [float(f"{x:.9g}") for x in got] == want, (got, want)
+
+# A failed compile says why.
+try:
+    sgc.compile(os.path.join(work, "absent.onnx"), os.path.join(work, "x.so"), sgc=sgc_bin)
+    raise AssertionError("compiled a missing model")
+except sgc.SgcError as e:
+    assert "absent.onnx" in str(e), e
+
+for f in (sgc.compile, sgc.load, sgc.Library.session, sgc.Session.step, sgc.Session.eval_step, sgc.Session.state_dict,
+          sgc.Session.load_state_dict, sgc.Session.save, sgc.Session.load, sgc.Session.set_lr, sgc.SgcError):
+    assert f.__doc__ and len(f.__doc__) > 20, f
+shutil.rmtree(work)
+print(f"python package: installed offline, 5 steps equal to sgc train's, torch tensors {'too' if torch else 'skipped'}, "
+      f"parameters and checkpoints round-trip, {len(checks) + 2} errors as SgcError/TypeError")
