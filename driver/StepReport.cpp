@@ -21,6 +21,39 @@ StepReport::StepReport(std::string model, int64_t first, int64_t steps, int64_t 
 
 StepReport::~StepReport() {
   if (terminal_ && done_ > 0) std::fputs("\n", stdout);
+  if (metrics_) std::fclose(metrics_);
+}
+
+bool StepReport::metrics(const std::string& path, std::function<int64_t()> peakBytes, std::string& error) {
+  metrics_ = std::fopen(path.c_str(), "a");
+  if (!metrics_) {
+    error = path + ": cannot open the metrics file for appending";
+    return false;
+  }
+  peakBytes_ = std::move(peakBytes);
+  std::string model; // a label value: backslash, quote and newline escaped
+  for (char c : model_) model += c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : std::string(1, c);
+  labels_ = "model=\"" + model + "\"";
+  if (std::ftell(metrics_) == 0)
+    std::fputs("# HELP sgc_train_loss The loss of a training step.\n# TYPE sgc_train_loss gauge\n"
+               "# HELP sgc_train_step_milliseconds The wall time of a training step.\n# TYPE sgc_train_step_milliseconds gauge\n"
+               "# HELP sgc_train_samples_per_second Samples trained a second in a step.\n# TYPE sgc_train_samples_per_second gauge\n"
+               "# HELP sgc_train_tokens_per_second Tokens trained a second in a step (models of token ids).\n"
+               "# TYPE sgc_train_tokens_per_second gauge\n"
+               "# HELP sgc_train_peak_memory_bytes The memory at its peak: a library's static memory plan, the interpreter's resident set.\n"
+               "# TYPE sgc_train_peak_memory_bytes gauge\n",
+               metrics_);
+  return true;
+}
+
+void StepReport::writeMetrics(int64_t step, double loss, double ms) {
+  std::string at = "{" + labels_ + ",step=\"" + std::to_string(step) + "\"} ";
+  double perS = ms > 0 ? 1000.0 / ms : 0;
+  std::fprintf(metrics_, "sgc_train_loss%s%.9g\nsgc_train_step_milliseconds%s%.6g\nsgc_train_samples_per_second%s%.6g\n", at.c_str(), loss,
+               at.c_str(), ms, at.c_str(), samples_ * perS);
+  if (tokens_ > 0) std::fprintf(metrics_, "sgc_train_tokens_per_second%s%.6g\n", at.c_str(), tokens_ * perS);
+  std::fprintf(metrics_, "sgc_train_peak_memory_bytes%s%lld\n", at.c_str(), (long long)peakBytes_());
+  std::fflush(metrics_);
 }
 
 namespace {
@@ -58,6 +91,7 @@ int StepReport::step(int64_t step, double loss) {
     return reportError(model_ + ": the loss became " + what + " at step " + std::to_string(step));
   }
   double perS = ms > 0 ? 1000.0 / ms : 0;
+  if (metrics_) writeMetrics(step, loss, ms);
   if (!terminal_) {
     std::printf("{\"step\": %lld, \"loss\": %.9g, \"ms\": %.6g, \"samples_per_s\": %.6g", (long long)step, loss, ms, samples_ * perS);
     if (tokens_ > 0) std::printf(", \"tokens_per_s\": %.6g", tokens_ * perS);

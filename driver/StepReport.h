@@ -3,10 +3,13 @@
 //   {"step": 3, "loss": 0.824902952, "ms": 1.92312, "samples_per_s": 16639.6}
 // (and "tokens_per_s" for a model of token sequences); on a terminal one
 // progress line instead, rewritten each step: step / total, loss, ms a step,
-// samples/s (tokens/s) and the time left.
+// samples/s (tokens/s) and the time left. With a metrics file (--metrics) each
+// step's figures are also appended to it in Prometheus's text format.
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <string>
 
 namespace sgc::driver {
@@ -20,6 +23,10 @@ public:
   StepReport& operator=(const StepReport&) = delete;
   ~StepReport(); ///< ends the progress line
 
+  /// Appends each step's figures to `path` (its HELP and TYPE lines first when it is new), the
+  /// peak memory as peakBytes() says it; false (and `error`) when the file cannot be opened.
+  bool metrics(const std::string& path, std::function<int64_t()> peakBytes, std::string& error);
+
   /// Reports step `step` and its loss, timed from the report before (or the reporter's making).
   /// A loss that is not finite is reported as an error: returns 1, else 0.
   int step(int64_t step, double loss);
@@ -29,6 +36,10 @@ private:
   int64_t first_, steps_, samples_, tokens_, done_ = 0;
   bool terminal_;
   std::chrono::steady_clock::time_point start_, last_;
+  FILE* metrics_ = nullptr;
+  std::string labels_; ///< {model="..."} without the step, escaped
+  std::function<int64_t()> peakBytes_;
+  void writeMetrics(int64_t step, double loss, double ms);
 };
 
 /// The samples and tokens of one batch of a model whose inputs have these shapes and whether

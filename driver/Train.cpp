@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <sys/resource.h>
 
 namespace sgc::driver {
 namespace {
@@ -19,7 +20,8 @@ namespace {
 const CommandSpec kSpec{
     "train",
     "sgc train MODEL.onnx|MODEL.so --data DATA.safetensors --steps N [--optimizer sgd|adam|adamw] [--lr X] [options]",
-    "Trains MODEL and prints one JSON line per step: {\"step\": i, \"loss\": x}. An ONNX model trains on the\n"
+    "Trains MODEL and prints one JSON line per step: {\"step\": i, \"loss\": x, \"ms\": t, \"samples_per_s\": r} (and\n"
+    "\"tokens_per_s\" for inputs of token ids); on a terminal, one progress line instead. An ONNX model trains on the\n"
     "reference interpreter; a .so from sgc compile runs its compiled step (its optimizer is the one it was\n"
     "compiled with; --lr overrides the learning rate).\n"
     "DATA holds one tensor per model input, stacked along a new leading dimension; step i uses\n"
@@ -41,6 +43,7 @@ const CommandSpec kSpec{
       o.push_back({"nccl-id-file", "FILE", "--comm nccl: rank 0 writes the NCCL id here, the others wait for it (a new path per run)"});
       o.push_back({"comm-timeout", "SECONDS", "for a compiled .so: a collective not finished by then fails the run (default 300)"});
       o.push_back({"save", "FILE", "write parameters and optimizer state here at the end"});
+      o.push_back({"metrics", "FILE", "append each step's loss, ms, samples/s (tokens/s) and peak memory to FILE in Prometheus's text format"});
       return o;
     }()};
 
@@ -124,6 +127,13 @@ int trainMain(int argc, char** argv) {
     if (auto it = data.find(v->name); it != data.end() && it->second.shape.size() > 1)
       batch.add(it->second.shape.data() + 1, (int32_t)it->second.shape.size() - 1, ir::isInteger(it->second.dtype));
   StepReport report(model, first, (int64_t)*steps, batch.samples, batch.tokens);
+  std::string error;
+  auto residentPeak = [] { // the interpreter's memory: the process's peak resident set
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return (int64_t)u.ru_maxrss * 1024;
+  };
+  if (args->has("metrics") && !report.metrics(args->get("metrics"), residentPeak, error)) return reportError(error);
   for (int64_t i = first; i < first + (int64_t)*steps; ++i) {
     std::map<std::string, ir::Tensor> feed;
     for (auto& [name, t] : data) feed[name] = sliceBatch(t, i % *count);

@@ -158,7 +158,13 @@ int trainLibrary(const std::string& path, const Args& args, int64_t steps) {
     batch.add(whole.data(), (int32_t)whole.size(), in.dtype.code == kDLInt || in.dtype.code == kDLUInt);
   }
   std::optional<StepReport> report;
-  if (rank == 0) report.emplace(path, stepCount, steps, batch.samples, batch.tokens);
+  if (rank == 0) {
+    report.emplace(path, stepCount, steps, batch.samples, batch.tokens);
+    uint64_t plan = 0;
+    if (api.sgc_memory_plan_bytes) api.sgc_memory_plan_bytes(s, &plan);
+    std::string error; // a library's peak is its static plan
+    if (args.has("metrics") && !report->metrics(args.get("metrics"), [plan] { return (int64_t)plan; }, error)) return reportError(error);
+  }
   for (int64_t i = stepCount; i < stepCount + steps; ++i) {
     for (Input& in : inputs) {
       size_t bytes = in.data.data.size() / (size_t)batches, share = bytes / (size_t)world;

@@ -4,7 +4,8 @@
 #   kernel count; none with --quiet, and none when stderr is a pipe or a file;
 # - sgc train (driver/StepReport.h): one progress line (step / total, loss, ms, samples/s or
 #   tokens/s, time left) instead of the JSON lines, which a pipe gets with "ms" and
-#   "samples_per_s" (and "tokens_per_s" for a model of token ids).
+#   "samples_per_s" (and "tokens_per_s" for a model of token ids); --metrics FILE appends the
+#   same figures and the peak memory in Prometheus's text format.
 # Usage: progress_lines.sh SGC SOURCE_DIR
 set -u
 sgc=$1 src=$2
@@ -74,5 +75,28 @@ for l in map(json.loads, open(sys.argv[1])):
 " "$tmp/tokens.json" || fail "tokens per second: $(cat "$tmp/tokens.json")"
 on_terminal "$tmp/tokens.txt" train "$tmp/tokens.onnx" --data "$tmp/tokens.safetensors" --steps 2 || fail "the token model on a terminal"
 grep -aq "tokens/s" "$tmp/tokens.txt" || fail "no tokens/s on a terminal: $(cat -v "$tmp/tokens.txt")"
-[ "$failures" = 0 ] && echo "progress lines: on a terminal only, each compile stage timed; train's rates on a terminal and in its JSON lines"
+# --metrics: each step's figures appended in Prometheus's text format, the HELP and TYPE lines once.
+"$sgc" train "$tmp/c.so" --data "$data" --steps 2 --metrics "$tmp/m.prom" > "$tmp/m1.json" &&
+  "$sgc" train "$tmp/tokens.onnx" --data "$tmp/tokens.safetensors" --steps 1 --metrics "$tmp/m.prom" > "$tmp/m2.json" || fail "train --metrics"
+/usr/bin/python3 - "$tmp/m.prom" "$tmp/m1.json" "$tmp/m2.json" <<'PY' || fail "the metrics file: $(cat "$tmp/m.prom")"
+import json, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+types = [l for l in lines if l.startswith("# TYPE")]
+assert len(types) == 5 and len(set(types)) == 5, types  # once, though two runs appended
+samples = {}
+for l in lines:
+    if l.startswith("#"):
+        continue
+    m = re.fullmatch(r'(sgc_train_[a-z_]+)\{model="([^"]*)",step="(\d+)"\} (\S+)', l)
+    assert m, l
+    samples[(m[1], m[2].rsplit("/", 1)[-1], int(m[3]))] = float(m[4])
+for path, model in ((sys.argv[2], "c.so"), (sys.argv[3], "tokens.onnx")):
+    for j in map(json.loads, open(path)):
+        assert samples[("sgc_train_loss", model, j["step"])] == j["loss"], (model, j)
+        assert samples[("sgc_train_peak_memory_bytes", model, j["step"])] > 0
+assert ("sgc_train_tokens_per_second", "tokens.onnx", 0) in samples and ("sgc_train_tokens_per_second", "c.so", 0) not in samples
+PY
+"$sgc" train "$tmp/c.so" --data "$data" --steps 1 --metrics "$tmp/no/such/dir/m.prom" > /dev/null 2> "$tmp/m.err" && fail "an unwritable metrics file was accepted"
+grep -q "cannot open the metrics file" "$tmp/m.err" || fail "unclear metrics error: $(cat "$tmp/m.err")"
+[ "$failures" = 0 ] && echo "progress lines: on a terminal only, each compile stage timed; train's rates on a terminal, in its JSON lines and in --metrics"
 exit "$failures"
