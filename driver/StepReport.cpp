@@ -15,8 +15,8 @@ void BatchSize::add(const int64_t* shape, int32_t ndim, bool integer) {
   if (tokens == 0 && integer && ndim >= 2) tokens = n;
 }
 
-StepReport::StepReport(std::string model, int64_t first, int64_t steps, int64_t samples, int64_t tokens)
-    : model_(std::move(model)), first_(first), steps_(steps), samples_(samples), tokens_(tokens), terminal_(isatty(STDOUT_FILENO)),
+StepReport::StepReport(std::string model, int64_t first, int64_t steps, int64_t samples, int64_t tokens, bool progressLine)
+    : model_(std::move(model)), first_(first), steps_(steps), samples_(samples), tokens_(tokens), terminal_(progressLine && isatty(STDOUT_FILENO)),
       start_(std::chrono::steady_clock::now()), last_(start_) {}
 
 StepReport::~StepReport() {

@@ -17,8 +17,9 @@ namespace sgc::driver {
 class StepReport {
 public:
   /// Steps [first, first + steps) of `model`; a step trains on `samples` samples (a batch's
-  /// leading dim) and, for a model of token sequences, `tokens` tokens (else 0).
-  StepReport(std::string model, int64_t first, int64_t steps, int64_t samples, int64_t tokens);
+  /// leading dim) and, for a model of token sequences, `tokens` tokens (else 0). JSON lines
+  /// always without `progressLine` (a rank of an MPI job: mpirun gives ranks a terminal).
+  StepReport(std::string model, int64_t first, int64_t steps, int64_t samples, int64_t tokens, bool progressLine = true);
   StepReport(const StepReport&) = delete;
   StepReport& operator=(const StepReport&) = delete;
   ~StepReport(); ///< ends the progress line

@@ -159,7 +159,8 @@ int trainLibrary(const std::string& path, const Args& args, int64_t steps) {
   }
   std::optional<StepReport> report;
   if (rank == 0) {
-    report.emplace(path, stepCount, steps, batch.samples, batch.tokens);
+    bool mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"); // mpirun gives its ranks a terminal
+    report.emplace(path, stepCount, steps, batch.samples, batch.tokens, world == 1 && !mpi);
     uint64_t plan = 0;
     if (api.sgc_memory_plan_bytes) api.sgc_memory_plan_bytes(s, &plan);
     std::string error; // a library's peak is its static plan
