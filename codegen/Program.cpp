@@ -331,7 +331,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     tensorId[b.value->name] = (int)tensors.size();
     tensors.push_back({{"name", b.value->name}, {"kind", kindName(b.value->kind)}, {"region", (int)b.region}, {"offset", b.offset},
                        {"bytes", b.bytes}, {"dtype", std::string(ir::dtypeSafetensorsName(b.value->type.dtype))},
-                       {"shape", b.value->type.shape()}});
+                       {"shape", b.value->type.shape()}, {"live", {b.first, b.last}}});
     if (sharded.count(b.value)) tensors.back()["shards"] = sharded[b.value];
     if (b.value->kind == ir::ValueKind::Input && !ir::isFloat(b.value->type.dtype))
       if (auto r = indexRange(g, b.value)) tensors.back()["range"] = *r;

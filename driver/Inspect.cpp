@@ -5,23 +5,27 @@
 #include "codegen/Package.h"
 #include "driver/CompileCheck.h"
 #include "driver/ElfSection.h"
+#include "driver/PlanSvg.h"
 #include "driver/TrainingFlags.h"
+#include "runtime/OutputFile.h"
 #include "runtime/Program.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
 namespace sgc::driver {
 namespace {
 
-const CommandSpec kSpec{"inspect", "sgc inspect MODEL.onnx|MODEL.sgcir [--dim N=SIZE,...] | FILE.safetensors | LIB.so",
+const CommandSpec kSpec{"inspect", "sgc inspect MODEL.onnx|MODEL.sgcir [--dim N=SIZE,...] | FILE.safetensors | LIB.so [--plan-svg FILE]",
                         "Describes a model (inputs, outputs, parameters with shapes and bytes, op histogram,\n"
                         "and whether it compiles: the nodes of its training step that code generation would\n"
                         "refuse, each with the reason),\n"
                         "a safetensors file (each tensor's dtype and shape, small tensors' values) or a library\n"
                         "compiled by sgc (its memory plan's regions, tensors and launches; for a decoding library\n"
                         "the paged key/value cache: pool, block tables and free list).",
-                        {{"dim", "N=SIZE,...", "bind symbolic input dims to sizes for the compile check, as sgc compile --dim"}}};
+                        {{"dim", "N=SIZE,...", "bind symbolic input dims to sizes for the compile check, as sgc compile --dim"},
+                         {"plan-svg", "FILE", "for a library: draw its memory plan (each tensor's bytes over its lifetime) as SVG"}}};
 
 int64_t bytesOf(const ir::Value* v) { return (int64_t)v->data->bytes.size(); }
 
@@ -77,7 +81,7 @@ int inspectSafetensors(const std::string& path) {
 const char* kRegionNames[rt::kNumRegions] = {"inputs", "params", "state", "consts", "grads", "activations"};
 
 /// A library is read as a file, never loaded: loading would run its code.
-int inspectLibrary(const std::string& path) {
+int inspectLibrary(const std::string& path, const std::string& svgPath) {
   auto json = readElfSection(path, codegen::kProgramSection);
   if (!json) return reportError(errorText(json.takeError()) + " (is it a library compiled by this sgc? compile it again)");
   while (!json->empty() && json->back() == '\0') json->pop_back(); // the linker's padding
@@ -90,6 +94,13 @@ int inspectLibrary(const std::string& path) {
   printf("memory plan: %s bytes\n", withCommas((int64_t)total).c_str());
   for (int r = 0; r < rt::kNumRegions; ++r) printf("  %-12s %16s bytes\n", kRegionNames[r], withCommas((int64_t)p.regions[r]).c_str());
   printf("kernels: %d, launches per step: %zu, weights: %s\n", p.numKernels, p.launches.size(), p.weightsMode.c_str());
+  if (!svgPath.empty()) {
+    if (std::none_of(p.tensors.begin(), p.tensors.end(), [](const rt::TensorDesc& t) { return t.last >= t.first; }))
+      return reportError(path + ": its program carries no tensor lifetimes (compiled by an older sgc): compile it again to draw its plan");
+    std::string svg = planSvg(p, path.substr(path.find_last_of('/') + 1));
+    if (!rt::writeOutput(svgPath, svg.data(), svg.size(), error)) return reportError(error);
+    printf("plan picture: %s\n", svgPath.c_str());
+  }
   if (!p.decode) return 0;
   const rt::Decode& d = *p.decode;
   uint64_t pool = 0;
@@ -115,7 +126,9 @@ int inspectMain(int argc, char** argv) {
   if (!args) return status;
   const std::string& path = args->positional()[0];
   if (path.size() > 12 && path.substr(path.size() - 12) == ".safetensors") return inspectSafetensors(path);
-  if (path.size() > 3 && path.substr(path.size() - 3) == ".so") return inspectLibrary(path);
+  bool library = path.size() > 3 && path.substr(path.size() - 3) == ".so";
+  if (args->has("plan-svg") && !library) return reportError("--plan-svg draws a compiled library's plan: give it LIB.so");
+  if (library) return inspectLibrary(path, args->get("plan-svg", ""));
   std::map<std::string, int64_t> dims;
   if (args->has("dim")) {
     auto d = parseDims(args->get("dim"));

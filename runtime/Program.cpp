@@ -29,6 +29,7 @@ bool parseTensors(const nlohmann::json& j, Program& p, std::string& error) {
                  t.value("shards", int64_t(1)), std::nullopt};
     if (d.shards < 1 || (d.shards > 1 && (d.kind != TensorKind::State || d.shape.size() != 1)))
       return fail(error, "tensor " + d.name + " has a bad shard count (only flat state is sharded)");
+    if (t.contains("live")) d.first = t.at("live").at(0), d.last = t.at("live").at(1);
     if (t.contains("range")) {
       const auto& r = t.at("range");
       d.range = TensorDesc::Range{r.at("min"), r.at("max"), r.contains("ignore") ? std::optional<int64_t>(r.at("ignore")) : std::nullopt};

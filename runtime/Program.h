@@ -33,6 +33,7 @@ struct TensorDesc {
     std::optional<int64_t> ignore;
   };
   std::optional<Range> range;
+  int first = 0, last = -1; ///< live over the schedule's positions [first, last] (none: -1), for pictures of the plan
 };
 
 /// A matrix product a GPU runs through cuBLASLt: a strided batch of row-major

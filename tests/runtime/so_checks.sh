@@ -75,6 +75,33 @@ peak() { sed -n 's/.*(activations \([0-9]*\),.*/\1/p' "$tmp/a/r_$1.err"; }
 [ "$(peak cheap)" -le "$(peak none)" ] && [ "$(peak selective)" -lt "$(peak none)" ] && [ "$(peak full)" -le "$(peak selective)" ] ||
   { echo "FAIL: activation peaks $(peak none) $(peak cheap) $(peak selective) $(peak full)"; exit 1; }
 echo "recompute: activations $(peak none) -> $(peak cheap) (cheap) / $(peak selective) (selective) -> $(peak full) (full) bytes, same losses"
+# sgc inspect --plan-svg: the plan as a picture, a bar per tensor over its lifetime; the same library, the same bytes.
+for mode in none full; do "$sgc" inspect "$tmp/a/r_$mode.so" --plan-svg "$tmp/plan_$mode.svg" > /dev/null || { echo "FAIL: --plan-svg"; exit 1; }; done
+"$sgc" inspect "$tmp/a/r_none.so" --plan-svg "$tmp/plan_again.svg" > /dev/null && cmp -s "$tmp/plan_none.svg" "$tmp/plan_again.svg" ||
+  { echo "FAIL: two pictures of one plan differ"; exit 1; }
+/usr/bin/python3 - "$tmp/plan_none.svg" "$tmp/plan_full.svg" <<'PY' || { echo "FAIL: the plan's picture"; exit 1; }
+import re, sys
+import xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+def bars(path):
+    out = {}
+    for r in ET.parse(path).getroot().iter(ns + "rect"):
+        t = r.find(ns + "title")
+        if t is not None:
+            m = re.fullmatch(r"(\S+): ([\d,]+) bytes, (\w+), live \[(\d+), (\d+)\]", t.text)
+            assert m, t.text
+            out[m[1]] = (int(m[2].replace(",", "")), m[3], int(m[4]), int(m[5]), float(r.get("height")))
+    return out
+none, full = bars(sys.argv[1]), bars(sys.argv[2])
+assert none["mlp.fc1.weight"][:2] == (2048, "params"), none["mlp.fc1.weight"]  # 16 x 32 f32
+acts = lambda b: [v for v in b.values() if v[1] == "activations"]
+assert acts(none) and all(v[2] <= v[3] for v in none.values())
+span = lambda b: sum(v[0] * (v[3] - v[2] + 1) for v in acts(b))  # bytes x positions held
+assert span(full) != span(none), (span(none), span(full))  # recomputation holds activations for less of the step
+print(f"plan picture: {len(none)} bars ({len(acts(none))} activations), byte-positions held {span(none)} -> {span(full)} with --recompute full")
+PY
+"$sgc" inspect "$src/samples/mlp_train.onnx" --plan-svg "$tmp/x.svg" 2> "$tmp/svg.err" && { echo "FAIL: --plan-svg of a model"; exit 1; }
+grep -q "give it LIB.so" "$tmp/svg.err" || { echo "FAIL: unclear --plan-svg error: $(cat "$tmp/svg.err")"; exit 1; }
 # --data-parallel allreduce on one rank: several buckets, the same losses.
 (cd "$tmp/a" && "$sgc" compile model.onnx -o dp.so --optimizer adamw --target cpu --data-parallel allreduce --bucket-mb 0.001)
 "$sgc" train "$tmp/a/dp.so" --data "$data" --steps 3 > "$tmp/dp.out"
