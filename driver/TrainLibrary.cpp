@@ -173,6 +173,10 @@ int trainLibrary(const std::string& path, const Args& args, int64_t steps) {
                  in.shape.data(), nullptr, 0};
       if (int r = check(api.sgc_set_input(s, in.name.c_str(), &t))) return r;
     }
+    if (args.has("trace") && i == stepCount + steps - 1) { // the last step: the others warmed it up
+      if (!api.sgc_trace_next_step) return reportError(path + ": this library cannot trace its steps (compiled by an older sgc): compile it again");
+      if (int r = check(api.sgc_trace_next_step(s, args.get("trace").c_str()))) return r;
+    }
     double loss = 0;
     if (int r = check(api.sgc_train_step(s, &loss))) return r;
     if (rank == 0) {

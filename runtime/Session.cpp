@@ -6,9 +6,11 @@
 // the ABI.
 #include "runtime/Session.h"
 
+#include "runtime/OutputFile.h"
 #include "runtime/Safetensors.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <dlfcn.h>
 #include <cstddef>
@@ -17,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -146,15 +149,48 @@ bool startCollective(sgc_session* s, const Collective& c, size_t i, std::map<int
                                   : s->comm->startAllGather(from, to, pending[(int)i], error);
 }
 
+/// One event of a traced step: launch `launch` (or, on thread 1, the wait for its collective)
+/// from `start` to `end` microseconds after the step began.
+struct TraceEvent {
+  size_t launch;
+  int thread;
+  double start, end;
+};
+
+/// The Chrome trace event file of a step's events (sgc_trace_next_step).
+std::string traceJson(const sgc_session* s, const std::vector<TraceEvent>& events) {
+  nlohmann::json list = nlohmann::json::array();
+  list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0}, {"args", {{"name", "compute"}}}});
+  list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 1}, {"args", {{"name", "communication"}}}});
+  for (const TraceEvent& e : events) {
+    const Launch& l = s->prog.launches[e.launch];
+    uint64_t bytes = 0;
+    for (int a : l.args) bytes += s->prog.tensors[a].bytes;
+    nlohmann::json args = {{"launch", e.launch}, {"bytes", bytes}};
+    if (l.kernel >= 0 && l.kernel < (int)s->prog.kernelNames.size()) args["kernel"] = s->prog.kernelNames[l.kernel];
+    std::string name = e.thread == 1 ? "wait: " + l.collective->op : l.label.empty() ? "launch " + std::to_string(e.launch) : l.label;
+    list.push_back({{"name", name}, {"cat", e.thread == 1 ? "collective" : "kernel"}, {"ph", "X"}, {"pid", 0}, {"tid", e.thread},
+                    {"ts", e.start}, {"dur", e.end - e.start}, {"args", args}});
+  }
+  return nlohmann::json({{"traceEvents", list}, {"displayTimeUnit", "ms"}}).dump(1) + "\n";
+}
+
 bool runCpuStep(sgc_session* s, bool train, std::string& error) {
   std::vector<void*> args;
   std::map<int, int> pending; // collective launch -> its handle
+  bool tracing = !s->tracePath.empty();
+  std::vector<TraceEvent> events;
+  auto t0 = std::chrono::steady_clock::now();
+  auto now = [&] { return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count(); };
   auto finish = [&](int c) {
     auto it = pending.find(c);
     if (it == pending.end()) return true;
     int handle = it->second;
     pending.erase(it);
-    return s->comm->wait(handle, error);
+    double from = tracing ? now() : 0;
+    bool ok = s->comm->wait(handle, error);
+    if (tracing) events.push_back({(size_t)c, 1, from, now()});
+    return ok;
   };
   for (size_t i = 0; i < s->prog.launches.size(); ++i) {
     const Launch& l = s->prog.launches[i];
@@ -165,8 +201,10 @@ bool runCpuStep(sgc_session* s, bool train, std::string& error) {
       args.clear();
       for (int a : l.args) args.push_back(s->data(a));
       sgcrt_kernel fn = sgcrt_kernels[l.kernel];
+      double from = tracing ? now() : 0;
       if (l.serial) fn(args.data(), 0, 1);
       else s->pool->parallelFor(l.extent, [&](int64_t b, int64_t e) { fn(args.data(), b, e); });
+      if (tracing) events.push_back({i, 0, from, now()});
     }
     if (l.collective && !startCollective(s, *l.collective, i, pending, error)) return false;
   }
@@ -174,6 +212,11 @@ bool runCpuStep(sgc_session* s, bool train, std::string& error) {
     if (!finish(pending.begin()->first)) return false;
   if (train)
     for (auto& [target, source] : s->prog.updates) std::memcpy(s->data(target), s->data(source), s->prog.tensors[target].bytes);
+  if (tracing) {
+    std::string path = std::move(s->tracePath), json = traceJson(s, events);
+    s->tracePath.clear();
+    if (!writeOutput(path, json.data(), json.size(), error)) return false;
+  }
   return true;
 }
 
@@ -477,6 +520,13 @@ sgc_status sgc_set_learning_rate(sgc_session* s, double lr) {
 
 sgc_status sgc_train_step(sgc_session* s, double* loss) { return step(s, loss, true); }
 sgc_status sgc_eval_step(sgc_session* s, double* loss) { return step(s, loss, false); }
+
+sgc_status sgc_trace_next_step(sgc_session* s, const char* path) {
+  if (!s) return fail(SGC_ERROR_INVALID_ARGUMENT, "session must not be NULL");
+  if (s->gpu && path) return fail(SGC_ERROR_DEVICE, "tracing a GPU session's step is not supported yet (SGC_PROFILE times its launches)");
+  s->tracePath = path ? path : "";
+  return SGC_OK;
+}
 
 sgc_status sgc_get_tensor(const sgc_session* s, const char* name, DLTensor* out) {
   if (!s) return fail(SGC_ERROR_INVALID_ARGUMENT, "session must not be NULL");

@@ -73,6 +73,7 @@ struct sgc_session {
   double lr = 1e-3;
   std::unique_ptr<sgc::rt::DecodeState> decode; ///< a decode library's pages and staging
   bool paramsLoaded = true; ///< false until sgc_load for --weights none
+  std::string tracePath;    ///< sgc_trace_next_step: where the next step's trace goes (empty: none)
 
   ~sgc_session() {
     if (gpu) gpu->dropGraph(); // the graph goes before the communicator whose work it holds

@@ -170,6 +170,11 @@ class Session:
         self._check(self._lib.sgc_eval_step(self._open(), ctypes.byref(loss)), "sgc_eval_step")
         return loss.value
 
+    def trace_next_step(self, path):
+        """Writes the next step's Chrome trace (every launch with its kernel, bytes and time; Perfetto
+        opens it) to `path` when that step ends. CPU sessions only for now."""
+        self._check(self._lib.sgc_trace_next_step(self._open(), os.fspath(path).encode()), "sgc_trace_next_step")
+
     def set_lr(self, lr):
         """Sets the learning rate of the steps from the next one on."""
         self._check(self._lib.sgc_set_learning_rate(self._open(), float(lr)), "sgc_set_learning_rate")

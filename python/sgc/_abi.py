@@ -55,6 +55,7 @@ def declare(lib):
         "sgc_set_learning_rate": (c.c_int, [session, c.c_double]),
         "sgc_train_step": (c.c_int, [session, P(c.c_double)]),
         "sgc_eval_step": (c.c_int, [session, P(c.c_double)]),
+        "sgc_trace_next_step": (c.c_int, [session, c.c_char_p]),
         "sgc_get_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_set_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_save": (c.c_int, [session, c.c_char_p]),

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   FN(sgc_status, sgc_memory_plan_bytes, (const sgc_session*, uint64_t*));
   FN(sgc_status, sgc_rank, (const sgc_session*, int32_t*, int32_t*));
   FN(sgc_status, sgc_set_tensor, (sgc_session*, const char*, const DLTensor*));
+  FN(sgc_status, sgc_trace_next_step, (sgc_session*, const char*));
 
   sgc_session* s = (sgc_session*)0x1; /* must stay untouched on error */
   EXPECT(sgc_session_create(NULL, &s) == SGC_ERROR_INVALID_ARGUMENT && s == (sgc_session*)0x1);
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
   double loss = -7;
   EXPECT(sgc_train_step(s, &loss) == SGC_ERROR_INVALID_ARGUMENT && strstr(sgc_last_error(), "was not set") && loss == -7);
   EXPECT(sgc_train_step(NULL, &loss) == SGC_ERROR_INVALID_ARGUMENT);
+  EXPECT(sgc_trace_next_step(NULL, "t.json") == SGC_ERROR_INVALID_ARGUMENT);
   EXPECT(sgc_train_step(s, NULL) == SGC_ERROR_INVALID_ARGUMENT);
 
   float x[32 * 16] = {0};

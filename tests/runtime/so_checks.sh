@@ -59,6 +59,22 @@ grep -q "call sgc_load first" "$tmp/none.err" || { echo "FAIL: unclear error: $(
 same_losses "$tmp/emb.out" "$tmp/none.out" || { echo "FAIL: --weights none with loaded weights trains differently"; exit 1; }
 [ "$(stat -c %s "$tmp/a/ext.so")" -lt "$(stat -c %s "$tmp/a/train.so")" ] || { echo "FAIL: external weights do not shrink the .so"; exit 1; }
 echo "weights embedded / external / none: ok"
+# --trace: the last step's Chrome trace, a complete event per launch on the compute thread, in order; the losses unchanged.
+"$sgc" train "$tmp/a/train.so" --data "$data" --steps 3 --trace "$tmp/trace.json" > "$tmp/traced.out"
+same_losses "$tmp/traced.out" "$tmp/emb.out" || { echo "FAIL: --trace changes the losses"; exit 1; }
+launches=$("$sgc" inspect "$tmp/a/train.so" | sed -n 's/.*launches per step: \([0-9]*\),.*/\1/p')
+/usr/bin/python3 - "$tmp/trace.json" "$launches" <<'PY' || { echo "FAIL: the trace"; exit 1; }
+import json, sys
+events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X" and e["tid"] == 0]
+assert len(events) == int(sys.argv[2]), (len(events), sys.argv[2])
+assert [e["args"]["launch"] for e in events] == sorted(e["args"]["launch"] for e in events)
+for a, b in zip(events, events[1:]):
+    assert a["dur"] >= 0 and a["ts"] + a["dur"] <= b["ts"] + 1e-3, (a, b)  # one after another
+assert all(e["name"] and e["args"]["kernel"].startswith("sgc_k") and e["args"]["bytes"] > 0 for e in events)
+print(f"trace: {len(events)} launches, {sum(e['dur'] for e in events):.1f} us of kernels")
+PY
+"$sgc" train "$src/samples/mlp_train.onnx" --data "$data" --steps 1 --trace "$tmp/x.json" 2> "$tmp/trace.err" && { echo "FAIL: --trace on the interpreter"; exit 1; }
+grep -q "compile" "$tmp/trace.err" || { echo "FAIL: unclear --trace error: $(cat "$tmp/trace.err")"; exit 1; }
 # --cache-dir: the second compile of the same model and options is a cache hit with the same bytes.
 (cd "$tmp/a" && "$sgc" compile model.onnx -o c1.so --optimizer adamw --cache-dir cache --stats 2> c1.err \
   && "$sgc" compile model.onnx -o c2.so --optimizer adamw --cache-dir cache --stats 2> c2.err)

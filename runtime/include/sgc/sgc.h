@@ -134,6 +134,12 @@ SGC_API sgc_status sgc_set_learning_rate(sgc_session* session, double lr);
 SGC_API sgc_status sgc_train_step(sgc_session* session, double* loss);
 /** The forward pass only, on the current inputs; nothing is updated. */
 SGC_API sgc_status sgc_eval_step(sgc_session* session, double* loss);
+/** Traces the next step (sgc_train_step or sgc_eval_step): when it ends, a Chrome trace event
+ * file (Perfetto and chrome://tracing open it) is written to `path` (atomically): every launch
+ * with its kernel, its ops, the bytes of its tensors and its time, on the compute thread, and
+ * the collectives' waits on a communication thread. NULL cancels. CPU sessions only for now
+ * (SGC_ERROR_DEVICE on a GPU). */
+SGC_API sgc_status sgc_trace_next_step(sgc_session* session, const char* path);
 
 /* ---- Parameters and checkpoints ---- */
 
