@@ -8,26 +8,11 @@
 # session runs on a stream this script makes (as a host framework passes its own, PyTorch's say).
 import ctypes, json, os, struct, sys, time
 
-
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int), ("dtype", DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-class Options(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32), ("version", ctypes.c_uint32), ("device", ctypes.c_char_p),
-                ("num_threads", ctypes.c_int32), ("communicator", ctypes.c_char_p), ("timeout_ms", ctypes.c_int32),
-                ("rank", ctypes.c_int32), ("world_size", ctypes.c_int32), ("nccl_id", ctypes.c_uint8 * 128),
-                ("cuda_stream", ctypes.c_void_p)]
+# The C ABI's structs come from the Python package (python/sgc/_abi.py): the tree's, or a copy
+# beside this script (the GPU bundles carry one).
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "python"), HERE]
+from sgc._abi import DLDataType, DLDevice, DLTensor, Options  # noqa: E402  (also what the bench scripts import from here)
 
 
 def read_safetensors(path):

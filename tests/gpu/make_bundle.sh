@@ -45,4 +45,5 @@ rm -f "$out/decode/"*.onnx
 xz -f "$out/decode/"*.so # check_gpu.sh unpacks them
 cp "$src/tests/decode/decode_test.py" "$out/decode/"
 cp "$src/tests/gpu/check_gpu.sh" "$src/samples/train_ctypes.py" "$out/"
+cp -r "$src/python/sgc" "$out/" # train_ctypes.py takes the ABI's structs from the package
 xz -f "$out/"*.so # a device call carries 64 MiB: check_gpu.sh unpacks them

@@ -18,5 +18,6 @@ for m in gpt2 llama qwen2 bert t5 vit resnet18 mobilenet_v3 efficientnet_b0 shuf
   cp "$(ls "$work/$m".*.safetensors | grep -v '\.data\.' | head -1)" "$out/$m.inputs.safetensors"
 done
 cp "$(dirname "$0")/check_gpu_models.py" "$(dirname "$0")/../../samples/train_ctypes.py" "$out/"
+cp -r "$(dirname "$0")/../../python/sgc" "$out/" # train_ctypes.py takes the ABI's structs from the package
 # PyTorch's own bf16 runs on the H200 (torch_bf16.py), the yardstick of the chaotic networks.
 [ ! -f "$(dirname "$0")/fixtures/torch_bf16.json" ] || cp "$(dirname "$0")/fixtures/torch_bf16.json" "$out/"
