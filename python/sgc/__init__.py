@@ -12,7 +12,9 @@ Pure Python over the library's C ABI (ctypes); numpy and torch are optional. Eve
 the ABI is an SgcError carrying the library's own message (sgc_last_error).
 """
 import ctypes
+import math
 import os
+import random
 import shutil
 import subprocess
 
@@ -212,6 +214,124 @@ class Session:
     def load(self, path):
         """Loads a safetensors checkpoint (parameters, and the optimizer state it holds)."""
         self._check(self._lib.sgc_load(self._open(), os.fspath(path).encode()), "sgc_load")
+
+    # ---- decoding (libraries compiled with --mode decode) ----
+    def decode_info(self):
+        """The paged cache's sizes and occupancy: block_size, blocks, max_seqs, max_context,
+        tokens_per_step, vocab, layers, free_pages, live_seqs and the bytes of its parts."""
+        info = _abi.DecodeInfo()
+        self._check(self._lib.sgc_decode_info_get(self._open(), ctypes.byref(info)), "sgc_decode_info_get")
+        return {name: getattr(info, name) for name, _ in _abi.DecodeInfo._fields_}
+
+    def _logits(self, rows):
+        vocab = self.decode_info()["vocab"]
+        return (ctypes.c_float * (max(rows, 1) * vocab))(), vocab
+
+    def add(self, prompt):
+        """Adds a sequence and prefills its prompt (token ids); returns (seq, the logits of the
+        prompt's last token). SgcError with status 10 (out of pages) when the cache is full."""
+        ids = (ctypes.c_int64 * len(prompt))(*prompt)
+        logits, vocab = self._logits(1)
+        seq = ctypes.c_int32()
+        self._check(self._lib.sgc_seq_add(self._open(), ids, len(prompt), ctypes.byref(seq), logits), "sgc_seq_add")
+        return seq.value, list(logits[:vocab])
+
+    def fork(self, seq):
+        """A new sequence sharing every token of `seq` (its pages, copied on write); returns it."""
+        child = ctypes.c_int32()
+        self._check(self._lib.sgc_seq_fork(self._open(), seq, ctypes.byref(child)), "sgc_seq_fork")
+        return child.value
+
+    def free(self, seq):
+        """Frees sequence `seq` and the pages no other sequence shares."""
+        self._check(self._lib.sgc_seq_free(self._open(), seq), "sgc_seq_free")
+
+    def length(self, seq):
+        """The tokens (prompt and decoded) sequence `seq` holds."""
+        n = ctypes.c_int32()
+        self._check(self._lib.sgc_seq_length(self._open(), seq, ctypes.byref(n)), "sgc_seq_length")
+        return n.value
+
+    def decode(self, seqs, tokens):
+        """One decoding step: appends tokens[i] to sequence seqs[i]; returns each one's next-token
+        logits (a list of vocab floats each)."""
+        if len(seqs) != len(tokens):
+            raise ValueError(f"decode: {len(seqs)} sequences but {len(tokens)} tokens")
+        logits, vocab = self._logits(len(seqs))
+        s = (ctypes.c_int32 * len(seqs))(*seqs)
+        t = (ctypes.c_int64 * len(tokens))(*tokens)
+        self._check(self._lib.sgc_decode_step(self._open(), len(seqs), s, t, logits), "sgc_decode_step")
+        return [list(logits[i * vocab:(i + 1) * vocab]) for i in range(len(seqs))]
+
+    def generate(self, prompts, max_new_tokens, temperature=0.0, top_k=0, top_p=1.0, seed=0):
+        """Decodes up to `max_new_tokens` new tokens for each prompt (lists of token ids), all of
+        them batched in each step, and returns the new ids of each. temperature 0 is greedy (the
+        first of equal maxima, as sgc generate); otherwise tokens are sampled from the softmax of
+        logits / temperature, cut to the top_k largest (0: all) and to the smallest set whose
+        probability reaches top_p, with prompt i's generator seeded from (seed, i): the same call
+        gives the same tokens. Sampling runs on the host for now. A sequence also stops at the
+        library's max_context; when the cache runs out of pages, the newest sequence waits and is
+        prefilled again later."""
+        info = self.decode_info()
+        rngs = [random.Random(seed * 1_000_003 + i) for i in range(len(prompts))]
+        out = [[] for _ in prompts]
+        if max_new_tokens < 1:
+            return out
+
+        def pick(i, logits):
+            if temperature <= 0:
+                return max(range(len(logits)), key=logits.__getitem__)
+            order = sorted(range(len(logits)), key=lambda v: -logits[v])[:top_k or None]
+            top = logits[order[0]]
+            weights = [math.exp((logits[v] - top) / temperature) for v in order]
+            total, kept, acc = sum(weights), [], 0.0
+            for v, w in zip(order, weights):
+                kept.append((v, w))
+                acc += w / total
+                if acc >= top_p:
+                    break
+            return rngs[i].choices([v for v, _ in kept], [w for _, w in kept])[0]
+
+        def done(i):
+            return len(out[i]) >= max_new_tokens or len(prompts[i]) + len(out[i]) >= info["max_context"]
+
+        pending, active = list(range(len(prompts))), {}  # active: prompt -> seq
+        try:
+            while pending or active:
+                while pending:  # admit what fits
+                    i = pending[0]
+                    try:
+                        seq, logits = self.add(list(prompts[i]) + out[i])
+                    except SgcError as e:
+                        if e.status == _abi.OUT_OF_PAGES and active:
+                            break
+                        raise
+                    pending.pop(0)
+                    out[i].append(pick(i, logits))
+                    if done(i):
+                        self.free(seq)
+                    else:
+                        active[i] = seq
+                if not active:
+                    continue
+                order = list(active)
+                try:
+                    rows = self.decode([active[i] for i in order], [out[i][-1] for i in order])
+                except SgcError as e:
+                    if e.status != _abi.OUT_OF_PAGES or len(active) < 2:
+                        raise
+                    newest = order[-1]  # it waits, and is prefilled again later (its last token too)
+                    self.free(active.pop(newest))
+                    pending.insert(0, newest)
+                    continue
+                for i, logits in zip(order, rows):
+                    out[i].append(pick(i, logits))
+                    if done(i):
+                        self.free(active.pop(i))
+        finally:
+            for seq in active.values():
+                self.free(seq)
+        return out
 
     # ---- lifetime ----
     def close(self):

@@ -30,6 +30,15 @@ class DLManagedTensor(ctypes.Structure):
     _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
 
 
+class DecodeInfo(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int32) for n in ("block_size", "blocks", "max_seqs", "max_context", "tokens_per_step", "vocab", "layers",
+                                             "free_pages", "live_seqs")] + \
+               [(n, ctypes.c_uint64) for n in ("pool_bytes", "table_bytes", "free_list_bytes")]
+
+
+OUT_OF_PAGES = 10
+
+
 class Options(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("version", ctypes.c_uint32), ("device", ctypes.c_char_p),
                 ("num_threads", ctypes.c_int32), ("communicator", ctypes.c_char_p), ("timeout_ms", ctypes.c_int32),
@@ -56,6 +65,12 @@ def declare(lib):
         "sgc_train_step": (c.c_int, [session, P(c.c_double)]),
         "sgc_eval_step": (c.c_int, [session, P(c.c_double)]),
         "sgc_trace_next_step": (c.c_int, [session, c.c_char_p]),
+        "sgc_decode_info_get": (c.c_int, [session, P(DecodeInfo)]),
+        "sgc_seq_add": (c.c_int, [session, P(c.c_int64), c.c_int32, P(c.c_int32), P(c.c_float)]),
+        "sgc_seq_fork": (c.c_int, [session, c.c_int32, P(c.c_int32)]),
+        "sgc_seq_free": (c.c_int, [session, c.c_int32]),
+        "sgc_seq_length": (c.c_int, [session, c.c_int32, P(c.c_int32)]),
+        "sgc_decode_step": (c.c_int, [session, c.c_int32, P(c.c_int32), P(c.c_int64), P(c.c_float)]),
         "sgc_get_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_set_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_save": (c.c_int, [session, c.c_char_p]),

@@ -86,6 +86,34 @@ if torch is not None:
         got = [s.step(**{k: torch.from_numpy(np.array(v)) for k, v in batch(i).items()}) for i in range(5)]
     assert [float(f"{x:.9g}") for x in got] == want, (got, want)
 
+# Decoding (tests/decode's small decoder over a 10-page cache of 3 slots, so that sequences wait):
+# greedy generate gives sgc generate's tokens; sampling is reproducible by its seed, top_k=1 is
+# greedy; a fork decodes like its parent; no page is left behind.
+decoded = "skipped"
+if torch is not None:
+    dec = os.path.join(work, "dec.onnx")
+    subprocess.run([sys.executable, os.path.join(src, "tests", "decode", "gpt_decoder.py"), "export", dec, "0", "test"], check=True,
+                   capture_output=True)
+    gen = sgc.compile(dec, os.path.join(work, "gen.so"), sgc=sgc_bin, mode="decode", kv_block_size=8, max_seqs=3, max_context=64,
+                      kv_blocks=10, max_tokens=4, target="cpu")
+    prompts = [[1, 2, 3], [7, 8, 9, 10, 11], [5], [4] * 10]
+    cli = subprocess.run([sgc_bin, "generate", gen, "--max-new-tokens", "20"] + [a for p in prompts for a in ("--prompt-ids", ",".join(map(str, p)))],
+                         capture_output=True, text=True, check=True).stdout
+    want_ids = [json.loads(line)["ids"] for line in cli.splitlines()]
+    with sgc.load(gen).session() as s:
+        assert s.generate(prompts, 20) == want_ids, (s.generate(prompts, 20), want_ids)
+        sampled = s.generate(prompts[:2], 10, temperature=1.0, top_k=20, top_p=0.9, seed=7)
+        assert sampled == s.generate(prompts[:2], 10, temperature=1.0, top_k=20, top_p=0.9, seed=7) and sampled != want_ids[:2]
+        assert s.generate(prompts[:1], 10, temperature=1.0, top_k=1) == [want_ids[0][:10]]
+        seq, logits = s.add(prompts[0])
+        child = s.fork(seq)
+        a, b = s.decode([seq, child], [want_ids[0][0]] * 2)
+        assert a == b and s.length(child) == len(prompts[0]) + 1
+        s.free(seq), s.free(child)
+        info = s.decode_info()
+        assert info["live_seqs"] == 0 and info["free_pages"] == info["blocks"], info
+    decoded = f"generate equal to sgc generate ({sum(map(len, want_ids))} tokens), sampling reproducible, fork"
+
 # A failed compile says why.
 try:
     sgc.compile(os.path.join(work, "absent.onnx"), os.path.join(work, "x.so"), sgc=sgc_bin)
@@ -94,8 +122,9 @@ except sgc.SgcError as e:
     assert "absent.onnx" in str(e), e
 
 for f in (sgc.compile, sgc.load, sgc.Library.session, sgc.Session.step, sgc.Session.eval_step, sgc.Session.state_dict,
-          sgc.Session.load_state_dict, sgc.Session.save, sgc.Session.load, sgc.Session.set_lr, sgc.SgcError):
+          sgc.Session.load_state_dict, sgc.Session.save, sgc.Session.load, sgc.Session.set_lr, sgc.Session.trace_next_step,
+          sgc.Session.generate, sgc.Session.add, sgc.Session.fork, sgc.Session.free, sgc.Session.decode, sgc.SgcError):
     assert f.__doc__ and len(f.__doc__) > 20, f
 shutil.rmtree(work)
 print(f"python package: installed offline, 5 steps equal to sgc train's, torch tensors {'too' if torch else 'skipped'}, "
-      f"parameters and checkpoints round-trip, {len(checks) + 2} errors as SgcError/TypeError")
+      f"parameters and checkpoints round-trip, {len(checks) + 2} errors as SgcError/TypeError; decoding: {decoded}")
