@@ -80,12 +80,12 @@ Error loadCheckpoint(ir::Graph& g, const std::string& path) {
   return Error::success();
 }
 
-Error checkSavePath(const std::string& path, const std::vector<std::string>& inputs) {
+Error checkSavePath(const std::string& path, const std::vector<std::string>& inputs, const std::string& flag) {
   std::string target = rt::outputTarget(path), folder = rt::folderOf(target);
   std::error_code ec;
-  if (!std::filesystem::is_directory(folder, ec)) return makeError("--save " + path + ": the folder " + folder + " does not exist");
+  if (!std::filesystem::is_directory(folder, ec)) return makeError(flag + " " + path + ": the folder " + folder + " does not exist");
   for (const std::string& in : inputs)
-    if (rt::sameFile(target, in)) return makeError("--save " + path + ": is " + in + ", which this run reads; save elsewhere");
+    if (rt::sameFile(target, in)) return makeError(flag + " " + path + ": is " + in + ", which this run reads; write elsewhere");
   return Error::success();
 }
 

@@ -45,7 +45,8 @@ Error saveCheckpoint(const ir::Graph& g, const std::string& path, bool paramsOnl
 Error loadCheckpoint(ir::Graph& g, const std::string& path);
 /// Checks, before any training, that --save PATH can be written at the end: its folder exists,
 /// and it is none of the files the run reads (`inputs`: the library being run, the data).
-Error checkSavePath(const std::string& path, const std::vector<std::string>& inputs);
+/// (--trace and --metrics too, `flag` naming the option.)
+Error checkSavePath(const std::string& path, const std::vector<std::string>& inputs, const std::string& flag = "--save");
 
 int inspectMain(int argc, char** argv);
 int opsMain(int argc, char** argv);

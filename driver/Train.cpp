@@ -96,8 +96,9 @@ int trainMain(int argc, char** argv) {
     return 2; // a usage error
   }
   const std::string& model = args->positional()[0];
-  if (args->has("save"))
-    if (Error e = checkSavePath(args->get("save"), {model, args->get("data")})) return reportError(std::move(e));
+  for (const char* flag : {"save", "trace", "metrics"}) // what a run writes: checked before it trains
+    if (args->has(flag))
+      if (Error e = checkSavePath(args->get(flag), {model, args->get("data")}, std::string("--") + flag)) return reportError(std::move(e));
   if (model.size() > 3 && model.substr(model.size() - 3) == ".so") {
     for (const char* f : {"optimizer", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps", "clip-grad-norm", "loss", "freeze", "precision", "data-parallel", "bucket-mb", "ranks"})
       if (args->has(f)) return reportError(std::string("--") + f + " is fixed when the .so is compiled; give it to sgc compile");

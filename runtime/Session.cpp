@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -524,6 +525,9 @@ sgc_status sgc_eval_step(sgc_session* s, double* loss) { return step(s, loss, fa
 sgc_status sgc_trace_next_step(sgc_session* s, const char* path) {
   if (!s) return fail(SGC_ERROR_INVALID_ARGUMENT, "session must not be NULL");
   if (s->gpu && path) return fail(SGC_ERROR_DEVICE, "tracing a GPU session's step is not supported yet (SGC_PROFILE times its launches)");
+  struct stat st {};
+  if (path && (stat(folderOf(outputTarget(path)).c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) // before the step, which a late failure would not undo
+    return fail(SGC_ERROR_IO, std::string("trace file ") + path + ": the folder " + folderOf(outputTarget(path)) + " does not exist");
   s->tracePath = path ? path : "";
   return SGC_OK;
 }

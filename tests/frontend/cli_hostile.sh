@@ -89,6 +89,8 @@ echo old > real.txt && ln -s real.txt link.txt
 "$sgc" compile "$src/samples/mlp.onnx" --emit=ir -o link.txt
 [ -L link.txt ] && grep -q "graph @" real.txt && echo "ok: -o through a link writes its target" || { echo "FAIL: -o through a link"; failures=$((failures + 1)); }
 expect 1 "which this run reads" -- "$sgc" train train.so --data "$data" --steps 1 --save train.so
+expect 1 "the folder /nonexistent does not exist" -- "$sgc" train train.so --data "$data" --steps 1 --trace /nonexistent/t.json
+expect 1 "which this run reads" -- "$sgc" train train.so --data "$data" --steps 1 --metrics "$data"
 expect 1 "does not exist" -- "$sgc" train train.so --data "$data" --steps 1 --save "$tmp/no/such/ck.safetensors"
 [ ! -s out.txt ] && echo "ok: no step ran before the --save error" || { echo "FAIL: trained before refusing --save"; failures=$((failures + 1)); }
 # Libraries are inspected as files: a truncated one is an error, a foreign one's code never runs.

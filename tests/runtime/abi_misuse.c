@@ -180,6 +180,9 @@ int main(int argc, char** argv) {
   EXPECT(sgc_train_step(s, &loss) == SGC_OK && loss == loss);
   EXPECT(sgc_get_tensor(s, "mlp.fc1.weight", &w1) == SGC_OK && memcmp(before, after, sizeof before) != 0);
   EXPECT(sgc_get_tensor(s, "sgc.step", &st) == SGC_OK && step0 == 1);
+  /* A trace into a folder that does not exist is refused before the step, which then runs untraced. */
+  EXPECT(sgc_trace_next_step(s, "/nonexistent/t.json") == SGC_ERROR_IO && strstr(sgc_last_error(), "/nonexistent"));
+  EXPECT(sgc_train_step(s, &loss) == SGC_OK);
   sgc_session_destroy(s);
   printf("abi misuse: %d failures\n", failures);
   return failures != 0;

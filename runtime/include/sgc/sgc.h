@@ -138,7 +138,7 @@ SGC_API sgc_status sgc_eval_step(sgc_session* session, double* loss);
  * file (Perfetto and chrome://tracing open it) is written to `path` (atomically): every launch
  * with its kernel, its ops, the bytes of its tensors and its time, on the compute thread, and
  * the collectives' waits on a communication thread. NULL cancels. CPU sessions only for now
- * (SGC_ERROR_DEVICE on a GPU). */
+ * (SGC_ERROR_DEVICE on a GPU); SGC_ERROR_IO when the file's folder does not exist. */
 SGC_API sgc_status sgc_trace_next_step(sgc_session* session, const char* path);
 
 /* ---- Parameters and checkpoints ---- */
