@@ -369,6 +369,7 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
   if (o->cuda_stream && ordinal < 0) return fail(SGC_ERROR_INVALID_ARGUMENT, "cuda_stream is for a cuda:N device, not '" + device + "'");
   try {
     auto s = std::make_unique<sgc_session>();
+    s->ordinal = ordinal;
     std::string error;
     if (!parseProgram(sgcrt_program, sgcrt_program_size, sgcrt_weights_size, s->prog, error)) return fail(SGC_ERROR_INTERNAL, error);
     if (s->prog.abi != SGC_ABI_VERSION) return fail(SGC_ERROR_INTERNAL, "the program was compiled for another ABI version");
@@ -521,6 +522,22 @@ sgc_status sgc_set_learning_rate(sgc_session* s, double lr) {
 
 sgc_status sgc_train_step(sgc_session* s, double* loss) { return step(s, loss, true); }
 sgc_status sgc_eval_step(sgc_session* s, double* loss) { return step(s, loss, false); }
+
+sgc_status sgc_tensor_view(const sgc_session* s, const char* name, DLTensor* out) {
+  if (!s || !out) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and out must not be NULL");
+  int id = findTensor(s, name, {TensorKind::Param, TensorKind::State});
+  if (id < 0) return fail(SGC_ERROR_NOT_FOUND, std::string("no parameter or state named '") + (name ? name : "(null)") + "'");
+  const TensorDesc& d = s->prog.tensors[id];
+  if (d.shards > 1) return fail(SGC_ERROR_INVALID_ARGUMENT, "'" + d.name + "' is sharded across the ranks (--data-parallel zero1): copy it with sgc_get_tensor");
+  out->data = s->gpu ? (void*)s->devData(id) : (void*)s->data(id);
+  out->device = s->gpu ? DLDevice{kDLCUDA, s->ordinal} : DLDevice{kDLCPU, 0};
+  out->ndim = (int32_t)d.shape.size();
+  out->dtype = dlType(d.dtype);
+  out->shape = const_cast<int64_t*>(d.shape.data());
+  out->strides = nullptr;
+  out->byte_offset = 0;
+  return SGC_OK;
+}
 
 sgc_status sgc_trace_next_step(sgc_session* s, const char* path) {
   if (!s) return fail(SGC_ERROR_INVALID_ARGUMENT, "session must not be NULL");

@@ -74,6 +74,7 @@ struct sgc_session {
   std::unique_ptr<sgc::rt::DecodeState> decode; ///< a decode library's pages and staging
   bool paramsLoaded = true; ///< false until sgc_load for --weights none
   std::string tracePath;    ///< sgc_trace_next_step: where the next step's trace goes (empty: none)
+  int ordinal = -1;         ///< the GPU's ordinal (cuda:N), -1 on the CPU
 
   ~sgc_session() {
     if (gpu) gpu->dropGraph(); // the graph goes before the communicator whose work it holds

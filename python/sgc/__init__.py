@@ -198,7 +198,25 @@ class Session:
                 out[name] = array
         return out
 
-    parameters = state_dict
+    def parameters(self):
+        """{name: numpy array} viewing each parameter where the session holds it, without copies
+        (CPU sessions): torch.from_numpy(view) shares it too, and a write into it is what the next
+        step reads; each step's update shows in it. A view keeps the session alive. Needs numpy."""
+        import numpy as np
+        out = {}
+        for name, (dtype, shape) in self._tensors(_abi.TENSOR_PARAMETER).items():
+            t = _abi.DLTensor()
+            self._check(self._lib.sgc_tensor_view(self._open(), name.encode(), ctypes.byref(t)), f"parameter '{name}'")
+            if t.device.device_type != _abi.KDL_CPU:
+                raise SgcError(f"parameter '{name}' lives on the GPU: views of GPU memory are not made yet (state_dict() copies)")
+            np_dtype = np.dtype(np.uint16 if dtype == "bfloat16" else dtype)
+            count = 1
+            for d in shape:
+                count *= d
+            memory = type("SessionBytes", (ctypes.c_char * (count * np_dtype.itemsize),), {}).from_address(t.data)
+            memory.session = self  # the view's base holds the session, whose arena it shows
+            out[name] = np.frombuffer(memory, dtype=np_dtype).reshape(shape)
+        return out
 
     def load_state_dict(self, tensors):
         """Overwrites parameters (or state) by name from {name: tensor}; every name must be one of

@@ -73,6 +73,7 @@ def declare(lib):
         "sgc_decode_step": (c.c_int, [session, c.c_int32, P(c.c_int32), P(c.c_int64), P(c.c_float)]),
         "sgc_get_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_set_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
+        "sgc_tensor_view": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_save": (c.c_int, [session, c.c_char_p]),
         "sgc_load": (c.c_int, [session, c.c_char_p]),
     }

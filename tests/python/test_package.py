@@ -18,11 +18,24 @@ sys.path.insert(0, os.path.join(src, "tests", "pyutil"))
 import numpy as np
 import sgc
 import st
+try:
+    import torch  # Debian's, when present: tensors through DLPack, views shared with torch
+except ImportError:
+    torch = None
 
 assert os.path.dirname(sgc.__file__) == os.path.join(site, "sgc"), sgc.__file__  # the installed copy
 data_path = os.path.join(src, "samples", "mlp_train_data.safetensors")
 data = st.read(data_path)
 batch = lambda i: {k: v[i % v.shape[0]] for k, v in data.items()}
+
+
+def zeroed_fc1(s):
+    """The eval loss with mlp.fc1.weight zeroed through load_state_dict (the reference for a write through a view)."""
+    saved = s.state_dict()
+    s.load_state_dict({"mlp.fc1.weight": np.zeros_like(saved["mlp.fc1.weight"])})
+    loss = s.eval_step(**batch(0))
+    s.load_state_dict(saved)
+    return loss
 so = sgc.compile(os.path.join(src, "samples", "mlp_train.onnx"), os.path.join(work, "train.so"), sgc=sgc_bin, optimizer="adamw",
                  lr=1e-2, target="cpu")
 lib = sgc.load(so)
@@ -49,6 +62,17 @@ with lib.session() as s:
     zeroed = s.eval_step(**batch(0))
     s.load_state_dict(params)
     assert zeroed != before and s.eval_step(**batch(0)) == before, (before, zeroed)
+    # Views without copies: a torch-side write is what the next step reads, and the step's update shows in the view.
+    views = s.parameters()
+    assert sorted(views) == sorted(params) and all(np.array_equal(views[k], v) for k, v in params.items())
+    if torch is not None:
+        w = torch.from_numpy(views["mlp.fc1.weight"])
+        w.zero_()
+        assert s.eval_step(**batch(0)) == zeroed_fc1(s), "a write through the view was not seen"
+        s.load_state_dict(params)
+    s.step(**batch(0))
+    assert not np.array_equal(views["mlp.fc1.weight"], params["mlp.fc1.weight"]), "the step's update did not show in the view"
+    s.load_state_dict(params)
     # Errors carry the ABI's own words.
     checks = [(lambda: s.step(x=np.zeros((3, 16), np.float32)), "input 'x'", 3),
               (lambda: s.step(nope=np.zeros(3, np.float32)), "nope", 2),
@@ -77,10 +101,6 @@ with lib.session() as s:
     assert float(f"{s.step(**batch(5)):.9g}") == json.loads(out6.splitlines()[5])["loss"]
 
 # torch CPU tensors through __dlpack__ (Debian's torch, when present): the same losses.
-try:
-    import torch
-except ImportError:
-    torch = None
 if torch is not None:
     with lib.session() as s:
         got = [s.step(**{k: torch.from_numpy(np.array(v)) for k, v in batch(i).items()}) for i in range(5)]

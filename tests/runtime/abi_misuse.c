@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   FN(sgc_status, sgc_rank, (const sgc_session*, int32_t*, int32_t*));
   FN(sgc_status, sgc_set_tensor, (sgc_session*, const char*, const DLTensor*));
   FN(sgc_status, sgc_trace_next_step, (sgc_session*, const char*));
+  FN(sgc_status, sgc_tensor_view, (const sgc_session*, const char*, DLTensor*));
 
   sgc_session* s = (sgc_session*)0x1; /* must stay untouched on error */
   EXPECT(sgc_session_create(NULL, &s) == SGC_ERROR_INVALID_ARGUMENT && s == (sgc_session*)0x1);
@@ -183,6 +184,12 @@ int main(int argc, char** argv) {
   /* A trace into a folder that does not exist is refused before the step, which then runs untraced. */
   EXPECT(sgc_trace_next_step(s, "/nonexistent/t.json") == SGC_ERROR_IO && strstr(sgc_last_error(), "/nonexistent"));
   EXPECT(sgc_train_step(s, &loss) == SGC_OK);
+  /* A view is the session's own memory: what sgc_get_tensor copies, at the same shape. */
+  DLTensor view;
+  EXPECT(sgc_tensor_view(NULL, "mlp.fc1.weight", &view) == SGC_ERROR_INVALID_ARGUMENT);
+  EXPECT(sgc_tensor_view(s, "nope", &view) == SGC_ERROR_NOT_FOUND && strstr(sgc_last_error(), "nope"));
+  EXPECT(sgc_tensor_view(s, "mlp.fc1.weight", &view) == SGC_OK && view.ndim == 2 && view.device.device_type == kDLCPU &&
+         sgc_get_tensor(s, "mlp.fc1.weight", &w1) == SGC_OK && memcmp(view.data, after, sizeof after) == 0);
   sgc_session_destroy(s);
   printf("abi misuse: %d failures\n", failures);
   return failures != 0;

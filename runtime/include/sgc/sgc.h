@@ -145,6 +145,11 @@ SGC_API sgc_status sgc_trace_next_step(sgc_session* session, const char* path);
 
 /** Copies a parameter or state tensor into `out` (dtype and shape must match). */
 SGC_API sgc_status sgc_get_tensor(const sgc_session* session, const char* name, DLTensor* out);
+/** Describes a parameter or state tensor where the session holds it, without copying: `out`
+ * gets its address (host memory, or the GPU's for a cuda:N session), device, dtype and shape
+ * (arrays the session owns; strides NULL). Valid until the session is destroyed; a write there is
+ * what the next step reads. Under a running step the bytes change. */
+SGC_API sgc_status sgc_tensor_view(const sgc_session* session, const char* name, DLTensor* out);
 /** Overwrites a parameter or state tensor. */
 SGC_API sgc_status sgc_set_tensor(sgc_session* session, const char* name, const DLTensor* tensor);
 /** Writes parameters and optimizer state as safetensors (temporary file, then rename). With a
