@@ -1,6 +1,7 @@
 // The memory planner (see MemoryPlan.h): liveness, in-place aliasing, then
 // greedy-by-size placement of the activations, and the overlap checker.
 #include "codegen/MemoryPlan.h"
+#include "runtime/Program.h"
 
 #include <algorithm>
 #include <limits>
@@ -227,10 +228,9 @@ struct Planner {
 
 } // namespace
 
-const char* regionName(Region r) {
-  static const char* names[] = {"inputs", "params", "state", "consts", "grads", "activations"};
-  return names[(int)r];
-}
+static_assert(kNumRegions == rt::kNumRegions, "the plan's regions are the runtime's, in its order");
+
+const char* regionName(Region r) { return rt::kRegionNames[(int)r]; }
 
 Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, int64_t alignment,
                                 const std::map<const ir::Value*, int>& laterReads) {

@@ -78,7 +78,6 @@ int inspectSafetensors(const std::string& path) {
   return 0;
 }
 
-const char* kRegionNames[rt::kNumRegions] = {"inputs", "params", "state", "consts", "grads", "activations"};
 
 /// A library is read as a file, never loaded: loading would run its code.
 int inspectLibrary(const std::string& path, const std::string& svgPath) {
@@ -92,7 +91,7 @@ int inspectLibrary(const std::string& path, const std::string& svgPath) {
   uint64_t total = 0;
   for (uint64_t r : p.regions) total += r;
   printf("memory plan: %s bytes\n", withCommas((int64_t)total).c_str());
-  for (int r = 0; r < rt::kNumRegions; ++r) printf("  %-12s %16s bytes\n", kRegionNames[r], withCommas((int64_t)p.regions[r]).c_str());
+  for (int r = 0; r < rt::kNumRegions; ++r) printf("  %-12s %16s bytes\n", rt::kRegionNames[r], withCommas((int64_t)p.regions[r]).c_str());
   printf("kernels: %d, launches per step: %zu, weights: %s\n", p.numKernels, p.launches.size(), p.weightsMode.c_str());
   if (!svgPath.empty()) {
     if (std::none_of(p.tensors.begin(), p.tensors.end(), [](const rt::TensorDesc& t) { return t.last >= t.first; }))

@@ -9,7 +9,6 @@ namespace sgc::driver {
 namespace {
 
 constexpr double kWidth = 1000, kHeight = 600, kLeft = 90, kTop = 40, kRight = 220, kBottom = 50;
-const char* kRegion[rt::kNumRegions] = {"inputs", "params", "state", "consts", "grads", "activations"};
 const char* kColour[rt::kNumRegions] = {"#4e79a7", "#59a14f", "#edc948", "#b07aa1", "#f28e2b", "#e15759"};
 
 std::string escaped(const std::string& s) {
@@ -27,8 +26,7 @@ std::string fmt(const char* f, double a) {
 } // namespace
 
 std::string planSvg(const rt::Program& p, const std::string& title) {
-  uint64_t base[rt::kNumRegions], total = 0; // regions in order, each 64-byte aligned, as a session lays them out
-  for (int r = 0; r < rt::kNumRegions; ++r) base[r] = total, total += (p.regions[r] + 63) / 64 * 64;
+  uint64_t base[rt::kNumRegions], total = rt::regionOffsets(p, base); // as a session lays the arena out
   int steps = 1;
   for (const rt::TensorDesc& t : p.tensors) steps = std::max(steps, t.last + 1);
   double sx = kWidth / steps, sy = kHeight / (double)std::max<uint64_t>(total, 1);
@@ -45,7 +43,7 @@ std::string planSvg(const rt::Program& p, const std::string& title) {
     double h = std::max((double)t.bytes * sy, 0.5);
     svg += "<rect x=\"" + fmt("%.2f", kLeft + t.first * sx) + "\" y=\"" + fmt("%.2f", y(lo) - h) + "\" width=\"" +
            fmt("%.2f", std::max((t.last - t.first + 1) * sx, 0.5)) + "\" height=\"" + fmt("%.2f", h) + "\" fill=\"" + kColour[t.region] +
-           "\" fill-opacity=\"0.8\"><title>" + escaped(t.name) + ": " + withCommas((int64_t)t.bytes) + " bytes, " + kRegion[t.region] +
+           "\" fill-opacity=\"0.8\"><title>" + escaped(t.name) + ": " + withCommas((int64_t)t.bytes) + " bytes, " + rt::kRegionNames[t.region] +
            ", live [" + std::to_string(t.first) + ", " + std::to_string(t.last) + "]</title></rect>\n";
   }
   // The regions' extents on the left, their legend on the right.
@@ -56,7 +54,7 @@ std::string planSvg(const rt::Program& p, const std::string& title) {
            fmt("%.2f", bottom) + "\" stroke=\"" + kColour[r] + "\" stroke-width=\"6\"/>\n";
     double ly = kTop + 20 + 22 * r;
     svg += "<rect x=\"" + fmt("%.0f", kLeft + kWidth + 16) + "\" y=\"" + fmt("%.0f", ly - 10) + "\" width=\"12\" height=\"12\" fill=\"" + kColour[r] +
-           "\"/><text x=\"" + fmt("%.0f", kLeft + kWidth + 34) + "\" y=\"" + fmt("%.0f", ly) + "\">" + kRegion[r] + " " +
+           "\"/><text x=\"" + fmt("%.0f", kLeft + kWidth + 34) + "\" y=\"" + fmt("%.0f", ly) + "\">" + rt::kRegionNames[r] + " " +
            withCommas((int64_t)p.regions[r]) + (r == rt::kNumRegions - 1 ? " (peak)" : "") + "</text>\n";
   }
   svg += "<text x=\"" + fmt("%.0f", kLeft + kWidth / 2) + "\" y=\"" + fmt("%.0f", kTop + kHeight + 32) +

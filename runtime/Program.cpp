@@ -182,6 +182,15 @@ std::vector<std::vector<int>> collectiveWaits(const Program& p, const std::vecto
   return waits;
 }
 
+uint64_t regionOffsets(const Program& p, uint64_t offsets[kNumRegions]) {
+  uint64_t total = 0;
+  for (int r = 0; r < kNumRegions; ++r) {
+    offsets[r] = total;
+    total += (p.regions[r] + 63) / 64 * 64;
+  }
+  return total;
+}
+
 bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program& p, std::string& error) {
   nlohmann::json j = nlohmann::json::parse(json, json + size, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return fail(error, "not JSON");

@@ -120,4 +120,11 @@ std::vector<std::vector<int>> collectiveWaits(const Program& p, const std::vecto
 /// Parses and checks the description; `weightsBytes` bounds the weight offsets.
 bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program& out, std::string& error);
 
+/// The regions' names, in region order (for what describes a plan).
+inline constexpr const char* kRegionNames[kNumRegions] = {"inputs", "params", "state", "consts", "grads", "activations"};
+
+/// Where each region starts in a session's arena (in order, each at a multiple of 64 bytes);
+/// returns the arena's bytes.
+uint64_t regionOffsets(const Program& p, uint64_t offsets[kNumRegions]);
+
 } // namespace sgc::rt

@@ -373,11 +373,7 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
     std::string error;
     if (!parseProgram(sgcrt_program, sgcrt_program_size, sgcrt_weights_size, s->prog, error)) return fail(SGC_ERROR_INTERNAL, error);
     if (s->prog.abi != SGC_ABI_VERSION) return fail(SGC_ERROR_INTERNAL, "the program was compiled for another ABI version");
-    uint64_t total = 0, offsets[kNumRegions];
-    for (int r = 0; r < kNumRegions; ++r) {
-      offsets[r] = total;
-      total += (s->prog.regions[r] + 63) / 64 * 64;
-    }
+    uint64_t offsets[kNumRegions], total = regionOffsets(s->prog, offsets);
     if (ordinal >= 0) {
       std::vector<GpuBlob> blobs;
       for (uint64_t i = 0; i < sgcrt_gpu_blob_count; ++i) blobs.push_back({sgcrt_gpu_blobs[i].name, sgcrt_gpu_blobs[i].data, sgcrt_gpu_blobs[i].size});
@@ -542,9 +538,12 @@ sgc_status sgc_tensor_view(const sgc_session* s, const char* name, DLTensor* out
 sgc_status sgc_trace_next_step(sgc_session* s, const char* path) {
   if (!s) return fail(SGC_ERROR_INVALID_ARGUMENT, "session must not be NULL");
   if (s->gpu && path) return fail(SGC_ERROR_DEVICE, "tracing a GPU session's step is not supported yet (SGC_PROFILE times its launches)");
-  struct stat st {};
-  if (path && (stat(folderOf(outputTarget(path)).c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) // before the step, which a late failure would not undo
-    return fail(SGC_ERROR_IO, std::string("trace file ") + path + ": the folder " + folderOf(outputTarget(path)) + " does not exist");
+  if (path) { // checked before the step, which a late failure would not undo
+    std::string folder = folderOf(outputTarget(path));
+    struct stat st {};
+    if (stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return fail(SGC_ERROR_IO, std::string("trace file ") + path + ": the folder " + folder + " does not exist");
+  }
   s->tracePath = path ? path : "";
   return SGC_OK;
 }

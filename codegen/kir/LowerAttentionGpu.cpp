@@ -361,9 +361,14 @@ Writer::Walk keyWalk(const Geometry& a, const ExprRef& row0, int64_t rows, int64
   return {count, {{B::i(0), full, false}, {full, B::sub(count, full), true}}};
 }
 
-/// The copies of keys [key0, key0 + tile rows) of `m` (K or V) into a stage of `tile`.
-std::vector<StmtRef> keyCopies(Writer& w, const SharedTile& tile, const ExprRef& stage, const ir::Value* m, const WarpBlock& wb, const ExprRef& key0) {
-  return tile.copies(w.b, stage, m, w.a.rows(wb.head, key0, w.a.tk), wb.tid, wb.threads);
+/// A walk's copies over blocks of kb keys: block jb's rows of K and V into a stage of `ks` and `vs`.
+Writer::Copies keyValueCopies(Writer& w, const SharedTile& ks, const SharedTile& vs, const WarpBlock& wb, int64_t kb) {
+  return [&w, &ks, &vs, &wb, kb](const ExprRef& stage, const ExprRef& jb) {
+    RowOf keys = w.a.rows(wb.head, B::mul(jb, B::i(kb)), w.a.tk);
+    std::vector<StmtRef> c = ks.copies(w.b, stage, w.a.n.input(1), keys, wb.tid, wb.threads);
+    for (StmtRef& s : vs.copies(w.b, stage, w.a.n.input(2), keys, wb.tid, wb.threads)) c.push_back(std::move(s));
+    return c;
+  };
 }
 
 /// The column of element i of result fragment `tile` (8 columns each), counted from col0.
@@ -384,7 +389,7 @@ ExprRef rowReduce(KOp op, const std::vector<Frag>& fs, int i, ExprRef init) {
 constexpr int kForwardTiles = 2;
 
 Kernel forward(const std::string& name, const Geometry& a) {
-  const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *y = a.n.outputs[0], *lse = a.n.outputs[1];
+  const ir::Value *q = a.n.input(0), *y = a.n.outputs[0], *lse = a.n.outputs[1];
   Writer w(name, a);
   B& b = w.b;
   int iv = b.newLoopVar();
@@ -413,11 +418,7 @@ Kernel forward(const std::string& name, const Geometry& a) {
       w.body.push_back(let(l[t][r], f(0)));
     }
   }
-  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
-    auto c = keyCopies(w, ks, stage, k, wb, B::mul(jb, B::i(kb))), cv = keyCopies(w, vs, stage, v, wb, B::mul(jb, B::i(kb)));
-    c.insert(c.end(), cv.begin(), cv.end());
-    return c;
-  };
+  Writer::Copies copies = keyValueCopies(w, ks, vs, wb, kb);
   // One block of kb keys in `stage`; `masked`: the causal diagonal crosses it for some warp of the GPU block.
   auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
@@ -496,7 +497,7 @@ Kernel delta(const std::string& name, const Geometry& a) {
 /// dq: a warp per 16 queries over blocks of kb keys, staged in shared memory for the GPU block's
 /// warps.
 Kernel gradQueries(const std::string& name, const Geometry& a) {
-  const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
+  const ir::Value *q = a.n.input(0), *lse = a.n.input(4), *dy = a.n.input(5);
   const ir::Value *dq = a.n.outputs[0], *delta = a.n.outputs[3];
   Writer w(name, a);
   B& b = w.b;
@@ -516,11 +517,7 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
     w.body.push_back(let(rd[r], b.ld(delta, qrows(ln.row(2 * r)))));
   }
   auto acc = w.zeros(a.d / 8, w.body);
-  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
-    auto c = keyCopies(w, ks, stage, k, wb, B::mul(jb, B::i(kb))), cv = keyCopies(w, vs, stage, v, wb, B::mul(jb, B::i(kb)));
-    c.insert(c.end(), cv.begin(), cv.end());
-    return c;
-  };
+  Writer::Copies copies = keyValueCopies(w, ks, vs, wb, kb);
   auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
     ExprRef key0 = B::mul(jb, B::i(kb));

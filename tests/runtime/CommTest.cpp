@@ -53,11 +53,8 @@ rt::Program compiledWithBuckets(double bucketMb) {
 
 /// Each tensor's address in an arena laid out as the session lays it out.
 std::vector<uint64_t> addresses(const rt::Program& p) {
-  uint64_t start[rt::kNumRegions], total = 0;
-  for (int r = 0; r < rt::kNumRegions; ++r) {
-    start[r] = total;
-    total += (p.regions[r] + 63) / 64 * 64;
-  }
+  uint64_t start[rt::kNumRegions];
+  rt::regionOffsets(p, start);
   std::vector<uint64_t> a;
   for (const rt::TensorDesc& t : p.tensors) a.push_back(start[t.region] + t.offset);
   return a;
