@@ -76,7 +76,7 @@ struct Planner {
       const ir::Node& n = *np;
       int i = positions.at(np);
       for (const Value* in : n.inputs)
-        if (in) lastUse[in] = i;
+        if (in) lastUse[in] = std::max(lastUse.count(in) ? lastUse[in] : i, i); // a node may run before one earlier in the graph
       if ((n.op == Op::SgdUpdate || n.op == Op::AdamUpdate) && n.inputs[1]->kind == ValueKind::Result) grads.insert(n.inputs[1]);
       // What an all-reduce reads and writes stays in the grads region (never reused, so the
       // collective may run while later kernels do), each bucket back to back.
@@ -129,7 +129,7 @@ struct Planner {
         }
         continue;
       }
-      if (n.outputs.size() != 1 || !n.outputs[0] || buf(n.outputs[0]).region != Region::Activations) continue;
+      if (n.outputs.size() != 1 || !n.outputs[0] || buf(n.outputs[0]).region != Region::Activations || !buf(n.outputs[0]).bytes) continue;
       Buffer& out = buf(n.outputs[0]);
       if (isView(n)) { // a view shares its input's bytes, which then live as long as either
         const Value* in = n.inputs[0];
@@ -233,10 +233,12 @@ static_assert(kNumRegions == rt::kNumRegions, "the plan's regions are the runtim
 const char* regionName(Region r) { return rt::kRegionNames[(int)r]; }
 
 Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, int64_t alignment,
-                                const std::map<const ir::Value*, int>& laterReads) {
+                                const std::map<const ir::Value*, int>& laterReads, const std::set<const ir::Value*>& unstored) {
   Planner p{g, {}, {}, {}, {}, {}, {}, {}};
   p.plan.alignment = alignment;
   if (Error e = p.collect(schedule, laterReads)) return e;
+  for (Buffer& b : p.plan.buffers)
+    if (unstored.count(b.value)) b.bytes = 0;
   p.aliasInPlace();
   p.placeActivations();
   p.placeOthers();
@@ -301,6 +303,24 @@ Error checkPlan(const MemoryPlan& p) {
 } // namespace sgc::codegen
 
 namespace sgc::codegen {
+
+Error checkLiveness(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, const MemoryPlan& p) {
+  std::map<const ir::Value*, const Buffer*> byValue;
+  for (const Buffer& b : p.buffers) byValue[b.value] = &b;
+  for (int i = 0; i < (int)schedule.size(); ++i)
+    for (const ir::Node* n : schedule[i]) {
+      std::vector<const ir::Value*> touched(n->inputs.begin(), n->inputs.end());
+      touched.insert(touched.end(), n->outputs.begin(), n->outputs.end());
+      for (const ir::Value* v : touched) {
+        auto it = v && v->kind == ValueKind::Result ? byValue.find(v) : byValue.end();
+        if (it == byValue.end() || !it->second->bytes) continue;
+        if (it->second->first > i || it->second->last < i)
+          return makeError("%" + v->name + " is used at step " + std::to_string(i) + " of " + g.name + " but live only over [" +
+                           std::to_string(it->second->first) + ", " + std::to_string(it->second->last) + "]");
+      }
+    }
+  return Error::success();
+}
 
 std::string printPlan(const ir::Graph& g, const MemoryPlan& p) {
   char line[512];

@@ -23,6 +23,7 @@
 
 #include <string>
 #include <map>
+#include <set>
 #include <vector>
 
 namespace sgc::codegen {
@@ -57,13 +58,19 @@ bool isView(const ir::Node& n);
 /// order (empty: one node per step); a value is live from the step that
 /// writes it to the last step that reads it, or to its position in
 /// `laterReads` (a GPU GEMM reading the source of a transpose it absorbs).
+/// Values in `unstored` (kept in registers inside a kernel) get no bytes.
 /// Errors name a value whose shape is not static.
 Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule = {},
-                                int64_t alignment = 64, const std::map<const ir::Value*, int>& laterReads = {});
+                                int64_t alignment = 64, const std::map<const ir::Value*, int>& laterReads = {},
+                                const std::set<const ir::Value*>& unstored = {});
 
 /// Proves the plan sound: inside each region, no two buffers that are live at
 /// the same time overlap (aliases share by design), every buffer fits.
 Error checkPlan(const MemoryPlan& p);
+
+/// Proves that every value with bytes is live wherever `schedule` (the one planned
+/// over) writes or reads it: from the step of its kernel to that of its last reader.
+Error checkLiveness(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, const MemoryPlan& p);
 
 /// The plan as text: one line per region, one per buffer (`--emit=plan`).
 std::string printPlan(const ir::Graph& g, const MemoryPlan& p);

@@ -95,53 +95,128 @@ std::vector<Group> mergeRowGroups(std::vector<Group> groups, Readers& readers) {
 /// per group, so that scheduling a long chain of elementwise ops stays linear in its length.
 constexpr size_t kMaxFused = 256;
 
+namespace {
+
+/// A product and the elementwise nodes right after it that its epilogue computes: those of its
+/// result's shape and dtype that read what the run computes, up to the longest prefix whose
+/// values, but the last, are read only inside it (the epilogue stores one result).
+Group productRun(const std::vector<const ir::Node*>& nodes, size_t i, Readers& readers) {
+  const ir::Value* hv = nodes[i]->outputs[0];
+  std::vector<const ir::Node*> run{nodes[i]};
+  std::set<const ir::Value*> produced{hv};
+  for (size_t j = i + 1; j < nodes.size() && run.size() < kMaxFused; ++j) {
+    const ir::Node* n = nodes[j];
+    bool reads = std::any_of(n->inputs.begin(), n->inputs.end(), [&](const ir::Value* v) { return produced.count(v); });
+    if (!kir::isFusibleElementwise(*n) || !reads || n->outputs[0]->type.shape() != hv->type.shape() || n->outputs[0]->type.dtype != hv->type.dtype)
+      break;
+    run.push_back(n);
+    produced.insert(n->outputs[0]);
+  }
+  // run[0..k] is one when every value run[m] (m < k) has its last reader at a position <= k of
+  // the run (a value read outside the run, or outliving the step, never does). Linear in the
+  // run's readers.
+  std::map<const ir::Node*, size_t> position;
+  for (size_t k = 0; k < run.size(); ++k) position[run[k]] = k;
+  size_t best = 0, lastReader = 0; // of the values run[0..k-1]
+  for (size_t k = 1; k < run.size(); ++k) {
+    const ir::Value* v = run[k - 1]->outputs[0];
+    size_t last = readers.escaping.count(v) ? SIZE_MAX : 0;
+    for (const ir::Node* c : readers.of[v]) {
+      auto at = position.find(c);
+      last = std::max(last, at == position.end() ? SIZE_MAX : at->second);
+    }
+    lastReader = std::max(lastReader, last);
+    if (lastReader <= k) best = k;
+  }
+  return Group(run.begin(), run.begin() + (std::ptrdiff_t)best + 1);
+}
+
+/// The most kernels a node runs ahead of its place: a few, as between a gradient and its
+/// siblings; not the whole way back to the forward values a recomputed node reads, which would
+/// undo the recomputation (and keep its result alive as long).
+constexpr size_t kMaxHoist = 8;
+
+/// Elementwise groups as they form: which group computes and which groups read each value, so
+/// that a node finds the groups it may join.
+struct Fusion {
+  std::vector<Group>& groups;
+  std::map<const ir::Value*, size_t> computedIn;
+  std::map<const ir::Value*, std::set<size_t>> readIn;
+  std::set<size_t> elementwise; // the groups that take more elementwise nodes
+
+  void place(const ir::Node* n, size_t group) {
+    groups[group].push_back(n);
+    for (const ir::Value* v : n->outputs) computedIn[v] = group;
+    for (const ir::Value* v : n->inputs)
+      if (v) readIn[v].insert(group);
+  }
+
+  /// The group elementwise node n joins: the latest elementwise group of n's shape, at or after
+  /// every group that computes an input of n (n runs there, so its inputs are ready) and among
+  /// the last kMaxHoist, that computes one of n's inputs or reads one of n's shape (siblings
+  /// share its loads).
+  std::optional<size_t> target(const ir::Node& n) {
+    const auto& shape = n.outputs[0]->type.shape();
+    size_t ready = 0;
+    std::set<size_t> related;
+    for (const ir::Value* v : n.inputs) {
+      if (!v) continue;
+      if (auto it = computedIn.find(v); it != computedIn.end()) {
+        ready = std::max(ready, it->second);
+        related.insert(it->second);
+      }
+      if (v->type.isStatic() && v->type.shape() == shape)
+        if (auto it = readIn.find(v); it != readIn.end()) related.insert(it->second.begin(), it->second.end());
+    }
+    ready = std::max(ready, groups.size() > kMaxHoist ? groups.size() - kMaxHoist : 0);
+    for (auto it = related.rbegin(); it != related.rend() && *it >= ready; ++it)
+      if (elementwise.count(*it) && groups[*it].size() < kMaxFused && groups[*it][0]->outputs[0]->type.shape() == shape) return *it;
+    return std::nullopt;
+  }
+};
+
+} // namespace
+
 std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
   Readers readers(g);
-  auto& [consumers, escaping] = readers; // escaping values must be materialized
   std::vector<const ir::Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
-  std::vector<std::vector<const ir::Node*>> groups;
-  for (size_t i = 0; i < nodes.size();) {
-    const ir::Node* head = nodes[i];
-    bool elementwise = kir::isFusibleElementwise(*head);
-    if (!elementwise && !isProduct(*head)) {
-      groups.push_back({head});
-      ++i;
+  std::vector<Group> groups;
+  Fusion fusion{groups, {}, {}, {}};
+  std::set<const ir::Node*> placed; // a product's epilogue, placed with it
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const ir::Node* n = nodes[i];
+    if (placed.count(n)) continue;
+    if (isProduct(*n)) {
+      Group run = productRun(nodes, i, readers);
+      groups.emplace_back();
+      for (const ir::Node* m : run) {
+        fusion.place(m, groups.size() - 1);
+        placed.insert(m);
+      }
       continue;
     }
-    // The run: following elementwise nodes of the head's shape and dtype that read something the run computes.
-    const ir::Value* hv = head->outputs[0];
-    std::vector<const ir::Node*> run{head};
-    std::set<const ir::Value*> produced{hv};
-    for (size_t j = i + 1; j < nodes.size() && run.size() < kMaxFused; ++j) {
-      const ir::Node* n = nodes[j];
-      bool reads = std::any_of(n->inputs.begin(), n->inputs.end(), [&](const ir::Value* v) { return produced.count(v); });
-      if (!kir::isFusibleElementwise(*n) || !reads || n->outputs[0]->type.shape() != hv->type.shape() ||
-          (!elementwise && n->outputs[0]->type.dtype != hv->type.dtype))
-        break;
-      run.push_back(n);
-      produced.insert(n->outputs[0]);
+    bool elementwise = kir::isFusibleElementwise(*n) && n->outputs[0]->type.isStatic();
+    std::optional<size_t> into = elementwise ? fusion.target(*n) : std::nullopt;
+    if (!into) {
+      groups.emplace_back();
+      into = groups.size() - 1;
+      if (elementwise) fusion.elementwise.insert(*into);
     }
-    // The longest prefix whose values, but the last, are read only inside it: run[0..k] is one
-    // when every value run[m] (m < k) has its last reader at a position <= k of the run (a value
-    // read outside the run, or outliving the step, never does). Linear in the run's readers.
-    std::map<const ir::Node*, size_t> position;
-    for (size_t k = 0; k < run.size(); ++k) position[run[k]] = k;
-    size_t best = 0, lastReader = 0; // of the values run[0..k-1]
-    for (size_t k = 1; k < run.size(); ++k) {
-      const ir::Value* v = run[k - 1]->outputs[0];
-      size_t last = escaping.count(v) ? SIZE_MAX : 0;
-      for (const ir::Node* c : consumers[v]) {
-        auto at = position.find(c);
-        last = std::max(last, at == position.end() ? SIZE_MAX : at->second);
-      }
-      lastReader = std::max(lastReader, last);
-      if (lastReader <= k) best = k;
-    }
-    groups.emplace_back(run.begin(), run.begin() + best + 1);
-    i += best + 1;
+    fusion.place(n, *into);
   }
   return mergeRowGroups(std::move(groups), readers);
+}
+
+std::set<const ir::Value*> groupInternals(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule) {
+  Readers readers(g);
+  std::set<const ir::Value*> out;
+  for (const Group& group : schedule) {
+    if (group.size() < 2 || !allElementwise(group)) continue;
+    for (size_t k = 0; k + 1 < group.size(); ++k)
+      if (!readers.outside(group[k]->outputs[0], group)) out.insert(group[k]->outputs[0]);
+  }
+  return out;
 }
 
 namespace {
@@ -320,14 +395,17 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   CompiledProgram p;
   p.schedule = kernelSchedule(g);
   AbsorbedTransposes absorbed = absorbTransposes(g, p.schedule);
-  auto plan = planMemory(g, p.schedule, 64, absorbed.lastRead);
+  std::set<const ir::Value*> internals = groupInternals(g, p.schedule); // computed and read inside one kernel: never stored
+  auto plan = planMemory(g, p.schedule, 64, absorbed.lastRead, internals);
   if (!plan) return plan.takeError();
   if (Error e = checkPlan(*plan)) return makeError("the memory plan is unsound: " + errorText(std::move(e)));
+  if (Error e = checkLiveness(g, p.schedule, *plan)) return makeError("the memory plan is unsound: " + errorText(std::move(e)));
   p.plan = std::move(*plan);
   std::map<std::string, int> tensorId;
   nlohmann::json tensors = nlohmann::json::array(), weights = nlohmann::json::array();
   std::map<const ir::Value*, int64_t> sharded = shardedState(g);
   for (const Buffer& b : p.plan.buffers) {
+    if (internals.count(b.value)) continue; // no tensor: it lives in a kernel's registers
     tensorId[b.value->name] = (int)tensors.size();
     tensors.push_back({{"name", b.value->name}, {"kind", kindName(b.value->kind)}, {"region", (int)b.region}, {"offset", b.offset},
                        {"bytes", b.bytes}, {"dtype", std::string(ir::dtypeSafetensorsName(b.value->type.dtype))},
@@ -371,31 +449,31 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     std::optional<kir::RowGroup> rows = rowGroup(group, readers);
     size_t rowFirst = 0, rowLaunches = 0; // the row op's own kernels among ks
     if (rows) { // on a CPU, the prologue, the row op and the epilogue one after another
-      auto chain = [&](const Group& part, const std::string& suffix) -> Error {
+      auto chain = [&](const Group& part, const std::string& suffix, const std::set<const ir::Value*>& stored) -> Error {
         if (part.empty()) return Error::success();
-        auto k = kir::lowerElementwise(name + suffix, part);
+        auto k = kir::lowerElementwise(name + suffix, part, stored);
         if (!k) return k.takeError();
         ks.push_back(std::move(*k));
         return Error::success();
       };
-      if (Error e = chain(rows->prologue, "_pre")) return e;
+      if (Error e = chain(rows->prologue, "_pre", {})) return e;
       auto own = kir::lowerNode(name, *rows->row);
       if (!own) return own.takeError();
       rowFirst = ks.size(), rowLaunches = own->size();
       for (kir::Kernel& k : *own) ks.push_back(std::move(k));
-      Group part; // the epilogue up to each result it stores, each part reading the one before
-      for (size_t k = 0, parts = 0; k < rows->epilogue.size(); ++k) {
-        part.push_back(rows->epilogue[k]);
-        if (!rows->storeEpilogue[k]) continue;
-        if (Error e = chain(part, "_post" + (parts++ ? std::to_string(parts) : ""))) return e;
-        part.clear();
-      }
+      std::set<const ir::Value*> stored; // the epilogue: one kernel storing each result read after it
+      for (size_t k = 0; k < rows->epilogue.size(); ++k)
+        if (rows->storeEpilogue[k]) stored.insert(rows->epilogue[k]->outputs[0]);
+      if (Error e = chain(rows->epilogue, "_post", stored)) return e;
     } else if (group.size() > 1 && !kir::isFusibleElementwise(*group[0])) {
       auto k = kir::lowerProductGroup(name, group);
       if (!k) return k.takeError();
       ks = std::move(*k);
     } else if (group.size() > 1) {
-      auto k = kir::lowerElementwise(name, group);
+      std::set<const ir::Value*> stored;
+      for (const ir::Node* n : group)
+        if (!internals.count(n->outputs[0])) stored.insert(n->outputs[0]);
+      auto k = kir::lowerElementwise(name, group, stored);
       if (!k) return k.takeError();
       ks.push_back(std::move(*k));
     } else {
@@ -406,10 +484,13 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     std::string label; // the group's ops, for profiles: "MatMul+Add+Gelu"
     for (const ir::Node* n : group) label += (label.empty() ? "" : "+") + std::string(ir::opName(n->op));
     if (group[0]->op == ir::Op::AllReduce) ks = copiesNotInPlace(*group[0], p.plan, std::move(ks));
+    // A forward-only step runs the kernels that compute something the loss needs (a kernel may
+    // also compute gradients whose inputs are ready then).
+    bool inForward = std::any_of(group.begin(), group.end(), [&](const ir::Node* n) { return forward.count(n) != 0; });
     for (kir::Kernel& k : ks) {
       auto [index, fresh] = indexOf(k);
       launches.push_back(launchJson(k, index, tensorId, p.bytesPerStep));
-      launches.back()["forward"] = forward.count(group.back()) != 0;
+      launches.back()["forward"] = inForward;
       launches.back()["label"] = label;
       if (fresh) p.kernels.push_back(std::move(k));
     }
@@ -532,6 +613,25 @@ std::string programStats(const CompiledProgram& p) {
            (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gpuForms, (long long)p.bytesPerStep, (long long)arena,
            (long long)p.plan.regionBytes[(int)Region::Activations], (long long)p.plan.activationsUnshared);
   return buf;
+}
+
+std::string printSchedule(const CompiledProgram& p) {
+  std::string s;
+  for (size_t i = 0; i < p.schedule.size(); ++i) {
+    const auto& group = p.schedule[i];
+    std::string label;
+    for (const ir::Node* n : group) label += (label.empty() ? "" : "+") + std::string(ir::opName(n->op));
+    s += "group " + std::to_string(i) + ": " + label + "\n";
+    for (const ir::Node* n : group) {
+      s += "  " + std::string(ir::opName(n->op)) + "(";
+      for (size_t k = 0; k < n->inputs.size(); ++k)
+        s += (k ? ", %" : "%") + (n->inputs[k] ? n->inputs[k]->name : std::string("-"));
+      s += ") ->";
+      for (const ir::Value* o : n->outputs) s += " %" + o->name + " " + ir::toString(o->type);
+      s += "\n";
+    }
+  }
+  return s;
 }
 
 } // namespace sgc::codegen

@@ -10,6 +10,7 @@
 #include "ir/Error.h"
 #include "ir/Graph.h"
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,9 +31,18 @@ struct CompiledProgram {
   int64_t launches = 0;         ///< kernel launches of a CPU step
 };
 
-/// The kernel schedule: chains of elementwise nodes of one shape, each
-/// feeding only the next, become one kernel; every other node is its own.
+/// The kernel schedule. Elementwise nodes of one shape become one kernel when
+/// one reads what another computes, or both read the same tensor of that
+/// shape: a node joins the latest such kernel at which its inputs are ready
+/// (it may run earlier than its place in the graph), and the kernel stores
+/// each result read outside it. A product takes the elementwise nodes right
+/// after it as its epilogue, a row op (kir::isRowOp) the kernels around it
+/// (mergeRowGroups); every other node is its own.
 std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g);
+
+/// The results computed and read only inside one elementwise kernel of
+/// `schedule`: the kernel keeps them in registers, the plan gives them no bytes.
+std::set<const ir::Value*> groupInternals(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule);
 
 /// Fuses, plans and lowers `g`. `options` is folded into the hash (the flags
 /// that shaped the graph).
@@ -56,5 +66,9 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
 
 /// Kernels, launches and bytes moved per step, as `sgc compile --stats` prints them.
 std::string programStats(const CompiledProgram& p);
+
+/// The kernel schedule, one group (a kernel, or a GEMM and its epilogue) and its nodes a line each,
+/// as `sgc compile --emit=kernels` prints it.
+std::string printSchedule(const CompiledProgram& p);
 
 } // namespace sgc::codegen

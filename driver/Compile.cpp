@@ -26,17 +26,18 @@ namespace sgc::driver {
 namespace {
 
 const CommandSpec kCompile{
-    "compile", "sgc compile MODEL.onnx -o train.so [training flags] [--dim N=8] [--stats] | --emit=ir|plan|llvm|obj\n"
+    "compile", "sgc compile MODEL.onnx -o train.so [training flags] [--dim N=8] [--stats] | --emit=ir|plan|kernels|llvm|ptx|obj\n"
     "       sgc compile DECODER.onnx --mode decode -o gen.so --max-context C [--max-seqs S] [--kv-block-size N] [--kv-blocks N | --kv-budget-mb M]",
     "Compiles the training step of MODEL (forward, backward, optimizer) into a shared object with a C\n"
     "ABI (runtime/include/sgc/sgc.h) that trains on the CPU and GPUs. Shapes must be static: bind symbolic\n"
     "dims with --dim. --emit stops at a stage: ir (the imported graph, or with --train the training\n"
-    "step), plan (the static memory plan), llvm (the host module), obj (its object file, to -o).\n"
+    "step), plan (the static memory plan), kernels (the kernel schedule: each kernel's nodes), llvm\n"
+    "(the host module), ptx (the GPU kernels), obj (the host module's object file, to -o).\n"
     "With --mode decode, DECODER is a decoder exported with its key/value cache (past_key_values\n"
     "inputs, present outputs) and the library runs its decoding step over a paged cache whose pages\n"
     "are planned at compile time (see sgc generate).",
     [] {
-      std::vector<OptionSpec> o{{"emit", "KIND", "so (default), ir, plan, llvm, ptx or obj"},
+      std::vector<OptionSpec> o{{"emit", "KIND", "so (default), ir, plan, kernels, llvm, ptx or obj"},
                                 {"target", "LIST", "what the .so carries: cpu (always) and GPU architectures, default cpu,sm_90"},
                                 {"stats", "", "print kernels, launches and bytes moved per step"},
                                 {"quiet", "", "no progress lines (they are written to stderr when it is a terminal)"},
@@ -157,8 +158,8 @@ int compileMain(int argc, char** argv) {
   auto args = parseCommand(kCompile, argc, argv, "one model", status);
   if (!args) return status;
   std::string emit = args->get("emit", "so");
-  if (emit != "ir" && emit != "plan" && emit != "llvm" && emit != "ptx" && emit != "obj" && emit != "so")
-    return reportError("--emit=" + emit + ": expected so, ir, plan, llvm, ptx or obj");
+  if (emit != "ir" && emit != "plan" && emit != "kernels" && emit != "llvm" && emit != "ptx" && emit != "obj" && emit != "so")
+    return reportError("--emit=" + emit + ": expected so, ir, plan, kernels, llvm, ptx or obj");
   std::vector<std::string> gpus;
   for (const std::string& t : splitList(args->get("target", "cpu,sm_90"))) {
     if (t == "cpu") continue;
@@ -200,7 +201,8 @@ int compileMain(int argc, char** argv) {
   if (Error e = ir::expandResize(**g)) return reportError(model + ": " + errorText(std::move(e)));
   if (emit == "ir") return emitIR(**g, *args);
   if (emit == "plan") {
-    auto plan = codegen::planMemory(**g, codegen::kernelSchedule(**g));
+    auto schedule = codegen::kernelSchedule(**g);
+    auto plan = codegen::planMemory(**g, schedule, 64, {}, codegen::groupInternals(**g, schedule));
     if (!plan) return reportError(model + ": " + errorText(plan.takeError()));
     if (Error e = codegen::checkPlan(*plan)) return reportError(model + ": the memory plan is unsound: " + errorText(std::move(e)));
     return emitText(codegen::printPlan(**g, *plan), *args);
@@ -220,6 +222,7 @@ int compileMain(int argc, char** argv) {
   if (!program) return reportError(model + ": " + errorText(program.takeError()));
   progress.done();
   if (args->has("stats")) fputs(codegen::programStats(*program).c_str(), stderr);
+  if (emit == "kernels") return emitText(codegen::printSchedule(*program), *args);
   if (emit == "llvm") {
     llvm::LLVMContext ctx;
     auto m = codegen::hostModule(ctx, *program, codegen::TargetSpec::x86());

@@ -128,7 +128,8 @@ struct Stmt {
   int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer; CopyAsync: the shared array
   int buffer = 0;              ///< CopyAsync: the buffer copied from
   int64_t extent = 0;          ///< Loop: iterations [0, extent); AsyncWait: the groups left in flight; CopyAsync: its bytes
-  bool parallel = false;       ///< Loop: iterations are independent
+  bool parallel = false;       ///< Loop: iterations are independent; when its body is stores only, an
+                               ///< iteration computes all their values before it stores any
   ExprRef index, value;        ///< Store: buffer[index] = value; AtomicAdd: += value; Let/Set: local = value;
                                ///< CopyAsync: shared[index...] = buffer[value...];
                                ///< Loop (serial): when set, an i64 bound: iterations [0, min(extent, value))

@@ -51,6 +51,7 @@ struct GroupLowering {
   }
 
   Expected<ExprRef> expression(const ir::Node& n) {
+    if (n.op == Op::Expand) return operand(n, 0); // its input broadcast to the group's shape
     std::vector<ExprRef> a;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (!n.input(i) || (n.op == Op::CastLike && i == 1)) { // CastLike's second operand gives only a dtype
@@ -68,6 +69,7 @@ struct GroupLowering {
 } // namespace
 
 bool isFusibleElementwise(const ir::Node& n) {
+  if (n.op == Op::Expand) return n.input(0) && n.outputs[0]->type.isStatic() && n.input(0)->type.isStatic();
   if (ir::opClass(n.op) != ir::OpClass::Elementwise) return false;
   if (n.op == Op::UnaryGrad) // f'(x) * dy: elementwise when x and dy have the result's shape
     return n.inputs[0]->type == n.outputs[0]->type && n.inputs[1]->type == n.outputs[0]->type;
@@ -75,7 +77,7 @@ bool isFusibleElementwise(const ir::Node& n) {
 }
 
 Expected<ExprRef> chainExpression(Builder& b, const std::vector<const ir::Node*>& chain, const ir::Value* seedValue, ExprRef seed,
-                                  ExprRef flat) {
+                                  ExprRef flat, std::map<const ir::Value*, ExprRef>* all) {
   GroupLowering L{b, {}, {}, std::move(flat)};
   const ir::Value* out = chain.back()->outputs[0];
   if (!out->type.isStatic()) return makeError("%" + out->name + " has no static shape");
@@ -93,17 +95,22 @@ Expected<ExprRef> chainExpression(Builder& b, const std::vector<const ir::Node*>
     if (dt == ir::DType::F16) v = unary(KOp::RoundF16, v);
     L.exprs[n->outputs[0]] = v;
   }
+  if (all) *all = L.exprs;
   return L.exprs.at(out);
 }
 
-Expected<Kernel> lowerElementwise(const std::string& name, const std::vector<const ir::Node*>& group) {
+Expected<Kernel> lowerElementwise(const std::string& name, const std::vector<const ir::Node*>& group,
+                                  const std::set<const ir::Value*>& stored) {
   if (group.empty()) return makeError("an empty elementwise group");
   Builder b(name);
   int i = b.newLoopVar();
-  auto e = chainExpression(b, group, nullptr, nullptr, loopVar(i));
+  std::map<const ir::Value*, ExprRef> all;
+  auto e = chainExpression(b, group, nullptr, nullptr, loopVar(i), &all);
   if (!e) return e.takeError();
-  const ir::Value* out = group.back()->outputs[0];
-  return b.finish(loop(i, out->type.staticNumel().value(), true, {b.st(out, loopVar(i), *e)}));
+  std::vector<StmtRef> stores;
+  for (const ir::Node* n : group)
+    if (n == group.back() || stored.count(n->outputs[0])) stores.push_back(b.st(n->outputs[0], loopVar(i), all.at(n->outputs[0])));
+  return b.finish(loop(i, group.back()->outputs[0]->type.staticNumel().value(), true, std::move(stores)));
 }
 
 Expected<Kernel> lowerReduce(const std::string& name, const ir::Node& n) {

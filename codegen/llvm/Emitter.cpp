@@ -15,9 +15,11 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 #include <mutex>
 
 namespace sgc::codegen {
@@ -195,11 +197,11 @@ private:
     iv->addIncoming(begin, pre);
     b_.CreateCondBr(b_.CreateICmpSLT(iv, end), body, exit);
     b_.SetInsertPoint(body);
-    if (width == 1) {
+    if (s.parallel && onlyStores(s)) {
+      if (Error e = unrolledStores(s, iv, width)) return e;
+    } else {
       loopVars_[s.id] = iv;
       if (Error e = stmts(s.body)) return e;
-    } else if (Error e = unrolledStores(s, iv, width)) {
-      return e;
     }
     llvm::Value* next = b_.CreateAdd(iv, step);
     iv->addIncoming(next, b_.GetInsertBlock());
@@ -208,24 +210,32 @@ private:
     return Error::success();
   }
 
-  /// The stores of loop `s` (its body holds only stores) for iterations iv * width + u, u <
-  /// width: each store's indices and values for every u first, then the stores, so that no store
-  /// separates neighbouring loads (which LLVM then merges into vector loads, as the stores).
+  static bool onlyStores(const Stmt& s) {
+    return std::all_of(s.body.begin(), s.body.end(), [](const kir::StmtRef& st) { return st->kind == StmtKind::Store; });
+  }
+
+  /// The stores of parallel loop `s` (its body holds only stores) for iterations iv * width + u,
+  /// u < width: every index and value of every u first, the stores' values sharing what they
+  /// compute in common, then the stores. So an element's values are all read before any is
+  /// written (Kernel.h), and no store separates neighbouring loads (which LLVM then merges into
+  /// vector loads, as the stores).
   Error unrolledStores(const Stmt& s, llvm::Value* iv, int width) {
-    for (const auto& st : s.body) {
-      if (st->kind != StmtKind::Store) return fail("an unrolled loop holds a statement other than a store");
-      std::vector<std::pair<llvm::Value*, llvm::Value*>> at;
-      for (int u = 0; u < width; ++u) {
-        loopVars_[s.id] = b_.CreateAdd(b_.CreateMul(iv, b_.getInt64(width)), b_.getInt64(u));
-        cache_.clear();
+    std::vector<std::tuple<int, llvm::Value*, llvm::Value*>> at;
+    for (int u = 0; u < width; ++u) {
+      loopVars_[s.id] = width == 1 ? iv : b_.CreateAdd(b_.CreateMul(iv, b_.getInt64(width)), b_.getInt64(u));
+      cache_.clear();
+      for (const auto& st : s.body) {
         auto idx = expr(*st->index);
         auto v = idx ? expr(*st->value) : Expected<llvm::Value*>(idx.takeError());
         if (!v) return v.takeError();
-        at.push_back({*idx, *v});
+        at.emplace_back(st->id, *idx, *v);
       }
-      for (auto [idx, v] : at)
-        if (Error e = storeElement(st->id, idx, v)) return e;
     }
+    for (size_t k = 0; k < s.body.size(); ++k) // store by store, each over u
+      for (int u = 0; u < width; ++u) {
+        auto [id, idx, v] = at[u * s.body.size() + k];
+        if (Error e = storeElement(id, idx, v)) return e;
+      }
     return Error::success();
   }
 

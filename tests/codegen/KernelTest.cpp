@@ -683,3 +683,37 @@ TEST(Kernel, SharedArraysCopiesAndBarriers) {
   ASSERT_FALSE(!!tooBig);
   EXPECT_NE(errorText(tooBig.takeError()).find("more than 48 KiB"), std::string::npos);
 }
+
+TEST(Kernel, AMultiOutputGroupReadsAnElementBeforeItWritesIt) {
+  // b = 2a is stored in a's own bytes (the plan may put it in place of an input that dies in the
+  // kernel) and c = a + b reads a too: each element's values are all computed before any is
+  // stored, so c is 3a, not 2a + 2a.
+  auto g = ir::parse(R"(graph @g {
+    input %a : f32[64]
+    const %two : f32[] = dense<"0x00000040">
+    %b : ?[*] = Mul(%a, %two)
+    %c : ?[*] = Add(%a, %b)
+    output %c, %b })", "inplace");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  std::vector<const ir::Node*> group;
+  for (auto& n : (*g)->nodes()) group.push_back(n.get());
+  auto k = kir::lowerElementwise("k", group, {(*g)->findValue("b")});
+  ASSERT_TRUE(!!k) << errorText(k.takeError());
+  std::vector<float> a(64), c(64);
+  for (int i = 0; i < 64; ++i) a[i] = (float)i - 20;
+  std::vector<float> original = a;
+  float two = 2;
+  std::map<std::string, void*> at{{"a", a.data()}, {"two", &two}, {"b", a.data()}, {"c", c.data()}};
+  std::vector<void*> args;
+  for (const kir::BufferArg& b : k->buffers) args.push_back(at.at(b.name));
+  ASSERT_EQ(args.size(), 4u);
+  Jit jit({*k});
+  auto fn = jit.fn("k");
+  ASSERT_TRUE(fn);
+  fn(args.data(), 0, k->body->extent);
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(a[i], 2 * original[i]) << i;
+    EXPECT_EQ(c[i], 3 * original[i]) << i;
+  }
+}
