@@ -18,7 +18,8 @@ std::vector<OptionSpec> trainingFlagSpecs() {
           {"clip-grad-norm", "X", "clip gradients to this global L2 norm"},
           {"loss", "NAME", "the model output that is the loss (default: its single scalar output)"},
           {"freeze", "REGEX", "parameters whose name matches are not trained"},
-          {"precision", "P", "f32 (default) or bf16: products and convolutions in bf16, the rest and the weights in f32"},
+          {"precision", "P", "f32 (default) or bf16: products and convolutions in bf16, elementwise functions of their bf16 results\n"
+           "                               stored in bf16 (as torch.autocast), the rest and the weights in f32"},
           {"attention", "HOW", "auto (default): fused for a GPU target in bf16, else decomposed; decomposed: as the model\n"
                                "writes it (products through GEMMs); fused: flash attention, no stored scores (on a GPU\n"
                                "in bf16: tensor-core kernels)"},

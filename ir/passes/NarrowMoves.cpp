@@ -17,13 +17,22 @@ bool isMove(Op op) {
   }
 }
 
-/// Elementwise functions whose kernels compute in f32 from their (widened) inputs and round once
-/// where they store: from narrow inputs they store the bits of narrowing their f32 result.
-bool roundsOnce(Op op) { return op == Op::Gelu || op == Op::UnaryGrad; }
+/// Elementwise functions of floats: their kernels compute in f32 from their (widened) inputs and
+/// round once where they store, so from narrow inputs they store the narrow result, as PyTorch's
+/// autocast does for ops on bf16 tensors. (The last of a chain stores the bits of narrowing its f32
+/// result; one before it rounds where the f32 graph did not, as each of PyTorch's ops does.)
+bool roundsOnce(const Node& n) {
+  return opClass(n.op) == OpClass::Elementwise && n.op != Op::Cast && n.op != Op::CastLike && n.outputs.size() == 1 &&
+         isFloat(n.outputs[0]->type.dtype);
+}
 
-/// The inputs that narrow with a move (Concat and the functions above: all; SceLossGrad: the
-/// scores; the others: the first; the rest are shapes, axes, labels).
-size_t dataInputs(const Node& n) { return n.op == Op::Concat || roundsOnce(n.op) ? n.inputs.size() : 1; }
+/// The inputs that narrow with it: a move's data (Concat: all; the others: the first; the rest
+/// are shapes and axes), the loss gradient's scores, a function's floating-point operands (a
+/// Where's condition stays).
+bool narrowsWith(const Node& n, size_t i) {
+  if (roundsOnce(n)) return n.inputs[i] && isFloat(n.inputs[i]->type.dtype);
+  return n.op == Op::Concat || i == 0;
+}
 
 struct Narrower {
   Graph& g;
@@ -39,12 +48,12 @@ struct Narrower {
     // The loss gradient computes in f32 from its scores and rounds once where it stores: from
     // narrow scores it stores the narrow gradient, the same bits as narrowing its f32 one.
     bool lossGrad = p->op == Op::SceLossGrad && v == p->outputs[0];
-    if (!isMove(p->op) && !lossGrad && !roundsOnce(p->op)) return nullptr;
+    if (!isMove(p->op) && !lossGrad && !roundsOnce(*p)) return nullptr;
     Node*& copy = copies[{p, t}];
     if (!copy) {
       std::vector<Value*> ins = p->inputs;
-      for (size_t i = 0; i < dataInputs(*p); ++i)
-        if (!ins[i] || !(ins[i] = narrow(ins[i], t))) return nullptr;
+      for (size_t i = 0; i < ins.size(); ++i)
+        if (narrowsWith(*p, i) && (!ins[i] || !(ins[i] = narrow(ins[i], t)))) return nullptr;
       std::vector<std::string> names;
       for (const Value* o : p->outputs) names.push_back(g.uniqueName(o->name + ".narrow"));
       copy = g.addNode(p->op, ins, (int)p->outputs.size(), p->name + ".narrow", names);

@@ -1,7 +1,8 @@
 // The narrow-moves pass: bf16 data widened to f32 only to be moved (split,
 // reshaped, transposed, concatenated) and cast back to bf16 moves as bf16,
-// with bit-identical results on the interpreter; chains with arithmetic in
-// them stay as they are.
+// with bit-identical results on the interpreter; elementwise functions of bf16
+// values in such chains store bf16, each rounding once, as PyTorch's autocast
+// does; a chain with an f32 operand in it stays as it is.
 #include "ir/Text.h"
 #include "ir/interp/Interpreter.h"
 #include "ir/passes/InferShapes.h"
@@ -35,7 +36,9 @@ TEST(NarrowMoves, MovesBetweenCastsRunNarrowWithTheSameBits) {
        {Case{"transpose", " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %t : ?[*] = Transpose(%w) {perm = [0, 2, 1]}\n"
                           " %y : ?[*] = Cast(%t) {to = \"bf16\"}\n", 1, 0},
         Case{"arithmeticInBetween", " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %m : ?[*] = Mul(%w, %w)\n"
-                                    " %t : ?[*] = Transpose(%m) {perm = [0, 2, 1]}\n %y : ?[*] = Cast(%t) {to = \"bf16\"}\n", 0, 2},
+                                    " %t : ?[*] = Transpose(%m) {perm = [0, 2, 1]}\n %y : ?[*] = Cast(%t) {to = \"bf16\"}\n", 1, 0},
+        Case{"anF32Operand", " const %c : f32[] = dense<\"0xcdcc8c3f\">\n %w : ?[*] = Cast(%x) {to = \"f32\"}\n"
+                             " %m : ?[*] = Mul(%w, %c)\n %y : ?[*] = Cast(%m) {to = \"bf16\"}\n", 0, 2},
         Case{"gelu", " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %g : ?[*] = Gelu(%w) {approximate = \"tanh\"}\n"
                      " %y : ?[*] = Cast(%g) {to = \"bf16\"}\n", 1, 0},
         Case{"geluGradient", " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %n : ?[*] = Neg(%x)\n %d : ?[*] = Cast(%n) {to = \"f32\"}\n"
@@ -63,6 +66,51 @@ TEST(NarrowMoves, MovesBetweenCastsRunNarrowWithTheSameBits) {
     ASSERT_EQ(got.bytes.size(), want.bytes.size());
     EXPECT_EQ(0, std::memcmp(got.bytes.data(), want.bytes.data(), want.bytes.size()));
   }
+}
+
+TEST(NarrowMoves, AChainOfFunctionsRoundsAfterEach) {
+  // silu(x) * u from bf16 x and u, as Llama's MLP between its products: stored bf16 after the
+  // sigmoid and each product, as PyTorch's autocast stores them, not rounded once at the end.
+  const char* chain = R"(graph @g {
+    input %x : bf16[64]
+    input %u : bf16[64]
+    %w : ?[*] = Cast(%x) {to = "f32"}
+    %v : ?[*] = Cast(%u) {to = "f32"}
+    %s : ?[*] = Sigmoid(%w)
+    %a : ?[*] = Mul(%w, %s)
+    %m : ?[*] = Mul(%a, %v)
+    %y : ?[*] = Cast(%m) {to = "bf16"}
+    output %y })";
+  const char* rounded = R"(graph @g {
+    input %x : bf16[64]
+    input %u : bf16[64]
+    %w : ?[*] = Cast(%x) {to = "f32"}
+    %v : ?[*] = Cast(%u) {to = "f32"}
+    %s : ?[*] = Sigmoid(%w)
+    %sb : ?[*] = Cast(%s) {to = "bf16"}
+    %sw : ?[*] = Cast(%sb) {to = "f32"}
+    %a : ?[*] = Mul(%w, %sw)
+    %ab : ?[*] = Cast(%a) {to = "bf16"}
+    %aw : ?[*] = Cast(%ab) {to = "f32"}
+    %m : ?[*] = Mul(%aw, %v)
+    %y : ?[*] = Cast(%m) {to = "bf16"}
+    output %y })";
+  auto g = parse(chain, "chain"), r = parse(rounded, "rounded");
+  ASSERT_TRUE(!!g && !!r);
+  ASSERT_FALSE(inferShapes(**g, false));
+  ASSERT_FALSE(inferShapes(**r, false));
+  Tensor x(DType::BF16, {64}), u(DType::BF16, {64});
+  for (int64_t i = 0; i < 64; ++i) x.setF(i, -4 + 0.1237 * (double)i), u.setF(i, 1.3 - 0.0391 * (double)i);
+  int narrowed = -1;
+  ASSERT_FALSE(narrowMoves(**g, &narrowed));
+  (*g)->removeDeadNodes();
+  EXPECT_EQ(narrowed, 1);
+  EXPECT_EQ(count(**g, Op::Cast), 0);
+  auto got = run(**g, {{"x", x}, {"u", u}}), want = run(**r, {{"x", x}, {"u", u}});
+  ASSERT_TRUE(!!got && !!want);
+  const Tensor &a = got->at((*g)->outputs[0]->name), &b = want->at("y");
+  ASSERT_EQ(a.dtype, DType::BF16);
+  EXPECT_EQ(0, std::memcmp(a.bytes.data(), b.bytes.data(), b.bytes.size()));
 }
 
 TEST(NarrowMoves, SplitReshapeAndConcatNarrowTogether) {
