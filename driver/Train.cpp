@@ -43,8 +43,8 @@ const CommandSpec kSpec{
       o.push_back({"nccl-id-file", "FILE", "--comm nccl: rank 0 writes the NCCL id here, the others wait for it (a new path per run)"});
       o.push_back({"comm-timeout", "SECONDS", "for a compiled .so: a collective not finished by then fails the run (default 300)"});
       o.push_back({"save", "FILE", "write parameters and optimizer state here at the end"});
-      o.push_back({"trace", "FILE", "for a compiled .so on the CPU: write the last step's Chrome trace (every launch with its kernel,\n"
-                                    "bytes and time; Perfetto opens it) to FILE"});
+      o.push_back({"trace", "FILE", "for a compiled .so: write the last step's Chrome trace (every launch with its kernel, bytes,\n"
+                                    "time and stream; Perfetto opens it) to FILE"});
       o.push_back({"metrics", "FILE", "append each step's loss, ms, samples/s (tokens/s) and peak memory to FILE in Prometheus's text format"});
       return o;
     }()};

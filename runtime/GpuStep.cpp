@@ -4,8 +4,26 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#if SGC_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
 
 namespace sgc::rt {
+namespace {
+
+/// An NVTX range around a launch while it is enqueued, named after its ops, so that Nsight Systems
+/// and Nsight Compute show sgc's names (steps replayed as a CUDA graph enqueue nothing: the
+/// ranges are those of the first steps, or of every step with SGC_CUDA_GRAPHS=0).
+struct Range {
+#if SGC_NVTX
+  explicit Range(const std::string& name) { nvtxRangePushA(name.c_str()); }
+  ~Range() { nvtxRangePop(); }
+#else
+  explicit Range(const std::string&) {}
+#endif
+};
+
+} // namespace
 
 GpuStep::GpuStep(const Program& prog, CudaDevice& gpu, std::vector<uint64_t> address)
     : prog_(prog), gpu_(gpu), address_(std::move(address)) {}
@@ -44,10 +62,11 @@ void GpuStep::setCommunicator(Communicator* comm) {
 bool GpuStep::onCommStream(const Collective& c) const { return comm_ && c.op != "shard"; }
 
 bool GpuStep::collective(size_t i, const Collective& c, std::string& error) {
-  bool comm = onCommStream(c), profiling = !profile_.empty();
+  bool comm = onCommStream(c), profiling = !profile_.empty() || traceNext_;
   if (!comm_ && c.op == "allreduce") return true; // one rank: nothing to do
   if (comm && !gpu_.commFork(error)) return false;
   if (profiling && !gpu_.recordEvent(2 * i, error, comm)) return false;
+  timed_[i] = profiling;
   int in = c.tensors[0], out = c.tensors.back(), handle = 0;
   uint64_t bytes = prog_.tensors[out].bytes;
   auto span = [&](int id) { return tensorSpan(prog_, id, address_[id]); };
@@ -67,8 +86,9 @@ bool GpuStep::launch(int kernel, const std::vector<int>& ids, bool serial, int64
 }
 
 bool GpuStep::enqueue(bool train, std::string& error) {
-  bool profiling = !profile_.empty();
+  bool profiling = !profile_.empty() || traceNext_;
   size_t n = prog_.launches.size(); // profile events: 2i and 2i+1 around launch i; 2n and 2n+1 around the step
+  timed_.assign(n, false);
   if (profiling && !gpu_.recordEvent(2 * n, error)) return false;
   std::vector<bool> started(n, false); // collectives enqueued and not yet waited for
   for (size_t i = 0; i < n; ++i) {
@@ -79,6 +99,7 @@ bool GpuStep::enqueue(bool train, std::string& error) {
       if (!gpu_.waitComm(c, error)) return false;
     }
     if (!train && !l.forward) continue;
+    Range range(l.label.empty() ? "launch " + std::to_string(i) : l.label);
     if (l.collective) { // a launch is a collective or kernels, never both
       if (!collective(i, *l.collective, error)) return false;
       started[i] = onCommStream(*l.collective);
@@ -96,12 +117,28 @@ bool GpuStep::enqueue(bool train, std::string& error) {
       if (l.epilogue.kernel >= 0 && !biasInGemm_[i] && !launch(l.epilogue.kernel, l.epilogue.args, l.epilogue.serial, l.epilogue.extent / l.epilogue.vector, error)) return false;
     }
     if (profiling && !gpu_.recordEvent(2 * i + 1, error)) return false;
+    timed_[i] = profiling;
   }
   for (size_t c = 0; c < n; ++c) // the communication stream joins the compute stream (as a graph capture needs)
     if (started[c] && !gpu_.waitComm(c, error)) return false;
   if (train)
     for (auto& [target, source] : prog_.updates)
       if (!gpu_.copy(address_[target], address_[source], prog_.tensors[target].bytes, error)) return false;
+  if (traceNext_) {
+    traceNext_ = false;
+    if (!gpu_.recordEvent(2 * n + 1, error) || !gpu_.synchronize(error)) return false;
+    trace_.clear();
+    for (size_t i = 0; i < n; ++i)
+      if (timed_[i]) {
+        const Launch& l = prog_.launches[i];
+        bool comm = l.collective && onCommStream(*l.collective);
+        int k = l.gpu && !l.gpu->empty() ? (*l.gpu)[0].kernel : l.kernel;
+        std::string kernel = l.collective ? l.collective->op : gemmPlans_[i] >= 0 ? "cublasLt"
+                             : k >= 0 && k < (int)prog_.kernelNames.size() ? prog_.kernelNames[k] : "";
+        trace_.push_back({i, comm, 1e3 * gpu_.elapsedMs(2 * n, 2 * i), 1e3 * gpu_.elapsedMs(2 * n, 2 * i + 1), kernel});
+      }
+    if (profile_.empty()) return true;
+  }
   if (profiling && train && stepsSeen_++ < profileFrom_) return gpu_.synchronize(error); // not profiled yet
   if (profiling && train) {
     if (!gpu_.recordEvent(2 * n + 1, error) || !gpu_.synchronize(error)) return false;
@@ -118,7 +155,7 @@ bool GpuStep::enqueue(bool train, std::string& error) {
 }
 
 bool GpuStep::run(bool train, std::string& error) {
-  if (!train) return enqueue(false, error) && (!comm_ || comm_->idle(error));
+  if (!train || traceNext_) return enqueue(train, error) && (!comm_ || comm_->idle(error)); // launch by launch
   bool capture = useGraphs_ && !gpu_.captured() && trainSteps_++ >= 1;
   if (capture) {
     if (!gpu_.beginCapture(error)) return false;

@@ -32,6 +32,18 @@ public:
   /// The device, its GEMM library, and whether the step is replayed as a graph.
   std::string description() const;
 
+  /// One launch of a traced step: when it ran on its stream, in microseconds from the step's start.
+  struct Timed {
+    size_t launch;
+    bool commStream;
+    double start, end;
+    std::string kernel; ///< the (first) kernel it ran: ours, "cublasLt" or the collective's op
+  };
+  /// Times the launches of the next step (run launch by launch, not as a graph) for traceOfLast.
+  void traceNextStep() { traceNext_ = true; }
+  /// The launches of the last traced step, in launch order.
+  const std::vector<Timed>& traceOfLast() const { return trace_; }
+
 private:
   bool enqueue(bool train, std::string& error);
   /// Launch i's collective: on the communication stream through the communicator, else (one rank,
@@ -54,6 +66,9 @@ private:
   int profileSteps_ = 0;
   int profileFrom_ = 0;  ///< SGC_PROFILE_FROM: the steps before this one are not profiled
   int stepsSeen_ = 0;
+  bool traceNext_ = false;     ///< the next step is traced (sgc_trace_next_step)
+  std::vector<bool> timed_;    ///< per launch: events were recorded around it in this step
+  std::vector<Timed> trace_;
   std::vector<uint64_t> args_;
   Communicator* comm_ = nullptr;
   std::vector<std::vector<Span>> spans_; ///< per launch: what its collective reduces

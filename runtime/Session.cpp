@@ -66,10 +66,15 @@ std::string shapeText(const std::string& dtype, const int64_t* shape, int ndim) 
 
 namespace {
 
+/// Checks `t` against tensor `id`: dtype, shape, contiguity, and where it lies: host memory, or
+/// (a GPU session) its own GPU.
 sgc_status checkTensor(const sgc_session* s, int id, const DLTensor* t, const char* what) {
   const TensorDesc& d = s->prog.tensors[id];
   if (!t || !t->data) return fail(SGC_ERROR_INVALID_ARGUMENT, std::string(what) + " '" + d.name + "': the DLTensor or its data is NULL");
-  if (t->device.device_type != kDLCPU) return fail(SGC_ERROR_DEVICE, std::string(what) + " '" + d.name + "': the tensor must be in host memory");
+  bool onOurGpu = s->gpu && t->device.device_type == kDLCUDA && t->device.device_id == s->ordinal;
+  if (t->device.device_type != kDLCPU && !onOurGpu)
+    return fail(SGC_ERROR_DEVICE, std::string(what) + " '" + d.name + "': the tensor must be in host memory" +
+                                      (s->gpu ? " or on the session's device, cuda:" + std::to_string(s->ordinal) : ""));
   DLDataType want = dlType(d.dtype);
   if (t->dtype.code != want.code || t->dtype.bits != want.bits || t->dtype.lanes != 1)
     return fail(SGC_ERROR_DTYPE_MISMATCH, std::string(what) + " '" + d.name + "' expects dtype " + d.dtype);
@@ -150,30 +155,40 @@ bool startCollective(sgc_session* s, const Collective& c, size_t i, std::map<int
                                   : s->comm->startAllGather(from, to, pending[(int)i], error);
 }
 
-/// One event of a traced step: launch `launch` (or, on thread 1, the wait for its collective)
-/// from `start` to `end` microseconds after the step began.
+/// One event of a traced step: launch `launch` from `start` to `end` microseconds after the step
+/// began, on thread 0 (the CPU's kernels, the GPU's compute stream) or 1 (the wait for a
+/// collective on the CPU, the GPU's communication stream). `kernel`: what it ran.
 struct TraceEvent {
   size_t launch;
   int thread;
   double start, end;
+  std::string kernel;
 };
 
 /// The Chrome trace event file of a step's events (sgc_trace_next_step).
 std::string traceJson(const sgc_session* s, const std::vector<TraceEvent>& events) {
   nlohmann::json list = nlohmann::json::array();
-  list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-  list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 1}, {"args", {{"name", "communication"}}}});
+  bool gpu = s->gpu != nullptr;
+  list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0}, {"args", {{"name", gpu ? "compute stream" : "compute"}}}});
+  list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 1}, {"args", {{"name", gpu ? "communication stream" : "communication"}}}});
   for (const TraceEvent& e : events) {
     const Launch& l = s->prog.launches[e.launch];
     uint64_t bytes = 0;
     for (int a : l.args) bytes += s->prog.tensors[a].bytes;
     nlohmann::json args = {{"launch", e.launch}, {"bytes", bytes}};
-    if (l.kernel >= 0 && l.kernel < (int)s->prog.kernelNames.size()) args["kernel"] = s->prog.kernelNames[l.kernel];
-    std::string name = e.thread == 1 ? "wait: " + l.collective->op : l.label.empty() ? "launch " + std::to_string(e.launch) : l.label;
+    if (!e.kernel.empty()) args["kernel"] = e.kernel;
+    std::string name = e.thread == 1 && !gpu ? "wait: " + l.collective->op : l.label.empty() ? "launch " + std::to_string(e.launch) : l.label;
     list.push_back({{"name", name}, {"cat", e.thread == 1 ? "collective" : "kernel"}, {"ph", "X"}, {"pid", 0}, {"tid", e.thread},
                     {"ts", e.start}, {"dur", e.end - e.start}, {"args", args}});
   }
   return nlohmann::json({{"traceEvents", list}, {"displayTimeUnit", "ms"}}).dump(1) + "\n";
+}
+
+/// Writes the trace the session asked for (and asks for none after it).
+bool writeTrace(sgc_session* s, const std::vector<TraceEvent>& events, std::string& error) {
+  std::string path = std::move(s->tracePath), json = traceJson(s, events);
+  s->tracePath.clear();
+  return writeOutput(path, json.data(), json.size(), error);
 }
 
 bool runCpuStep(sgc_session* s, bool train, std::string& error) {
@@ -190,7 +205,7 @@ bool runCpuStep(sgc_session* s, bool train, std::string& error) {
     pending.erase(it);
     double from = tracing ? now() : 0;
     bool ok = s->comm->wait(handle, error);
-    if (tracing) events.push_back({(size_t)c, 1, from, now()});
+    if (tracing) events.push_back({(size_t)c, 1, from, now(), ""});
     return ok;
   };
   for (size_t i = 0; i < s->prog.launches.size(); ++i) {
@@ -205,7 +220,7 @@ bool runCpuStep(sgc_session* s, bool train, std::string& error) {
       double from = tracing ? now() : 0;
       if (l.serial) fn(args.data(), 0, 1);
       else s->pool->parallelFor(l.extent, [&](int64_t b, int64_t e) { fn(args.data(), b, e); });
-      if (tracing) events.push_back({i, 0, from, now()});
+      if (tracing) events.push_back({i, 0, from, now(), s->prog.kernelNames[l.kernel]});
     }
     if (l.collective && !startCollective(s, *l.collective, i, pending, error)) return false;
   }
@@ -213,12 +228,18 @@ bool runCpuStep(sgc_session* s, bool train, std::string& error) {
     if (!finish(pending.begin()->first)) return false;
   if (train)
     for (auto& [target, source] : s->prog.updates) std::memcpy(s->data(target), s->data(source), s->prog.tensors[target].bytes);
-  if (tracing) {
-    std::string path = std::move(s->tracePath), json = traceJson(s, events);
-    s->tracePath.clear();
-    if (!writeOutput(path, json.data(), json.size(), error)) return false;
-  }
-  return true;
+  return !tracing || writeTrace(s, events, error);
+}
+
+/// The GPU's step, traced when sgc_trace_next_step asked for it (GpuStep times each launch).
+bool runGpuStep(sgc_session* s, bool train, std::string& error) {
+  bool tracing = !s->tracePath.empty();
+  if (tracing) s->gpuStep->traceNextStep();
+  if (!s->gpuStep->run(train, error)) return false;
+  if (!tracing) return true;
+  std::vector<TraceEvent> events;
+  for (const GpuStep::Timed& t : s->gpuStep->traceOfLast()) events.push_back({t.launch, t.commStream ? 1 : 0, t.start, t.end, t.kernel});
+  return writeTrace(s, events, error);
 }
 
 bool readScalar(const sgc_session* s, int id, double& out, std::string& error) {
@@ -247,7 +268,7 @@ sgc_status step(sgc_session* s, double* loss, bool train) {
   std::string error;
   double l = 0;
   if (!s->write(s->prog.lr, &lr, error)) return fail(SGC_ERROR_DEVICE, error);
-  if (!(s->gpu ? s->gpuStep->run(train, error) : runCpuStep(s, train, error))) {
+  if (!runStep(s, train, error)) {
     if (!s->comm || !s->comm->failed()) return fail(SGC_ERROR_DEVICE, error);
     s->broken = error;
     return fail(SGC_ERROR_COMMUNICATION, error);
@@ -330,7 +351,7 @@ sgc_status sgc::rt::fail(sgc_status s, const std::string& msg) {
 }
 
 bool sgc::rt::runStep(sgc_session* s, bool train, std::string& error) {
-  return s->gpu ? s->gpuStep->run(train, error) : runCpuStep(s, train, error);
+  return s->gpu ? runGpuStep(s, train, error) : runCpuStep(s, train, error);
 }
 
 extern "C" {
@@ -501,9 +522,11 @@ sgc_status sgc_set_input(sgc_session* s, const char* name, const DLTensor* t) {
   int id = findTensor(s, name, {TensorKind::Input});
   if (id < 0 || id == s->prog.lr) return fail(SGC_ERROR_NOT_FOUND, std::string("no input named '") + (name ? name : "(null)") + "'");
   if (sgc_status st = checkTensor(s, id, t, "input")) return st;
-  if (sgc_status st = checkRange(s->prog.tensors[id], (const uint8_t*)t->data + t->byte_offset)) return st;
+  // Indices are checked where the host can read them; kernels clamp those on the GPU.
+  if (t->device.device_type == kDLCPU)
+    if (sgc_status st = checkRange(s->prog.tensors[id], (const uint8_t*)t->data + t->byte_offset)) return st;
   std::string error;
-  if (!s->write(id, (const uint8_t*)t->data + t->byte_offset, error)) return fail(SGC_ERROR_DEVICE, error);
+  if (!s->write(id, *t, error)) return fail(SGC_ERROR_DEVICE, error);
   auto& inputs = s->lists[SGC_TENSOR_INPUT];
   s->inputSet[std::find(inputs.begin(), inputs.end(), id) - inputs.begin()] = true;
   return SGC_OK;
@@ -537,7 +560,6 @@ sgc_status sgc_tensor_view(const sgc_session* s, const char* name, DLTensor* out
 
 sgc_status sgc_trace_next_step(sgc_session* s, const char* path) {
   if (!s) return fail(SGC_ERROR_INVALID_ARGUMENT, "session must not be NULL");
-  if (s->gpu && path) return fail(SGC_ERROR_DEVICE, "tracing a GPU session's step is not supported yet (SGC_PROFILE times its launches)");
   if (path) { // checked before the step, which a late failure would not undo
     std::string folder = folderOf(outputTarget(path));
     struct stat st {};
@@ -554,7 +576,7 @@ sgc_status sgc_get_tensor(const sgc_session* s, const char* name, DLTensor* out)
   if (id < 0) return fail(SGC_ERROR_NOT_FOUND, std::string("no parameter or state named '") + (name ? name : "(null)") + "'");
   if (sgc_status st = checkTensor(s, id, out, "tensor")) return st;
   std::string error;
-  if (!s->read(id, (uint8_t*)out->data + out->byte_offset, error)) return fail(SGC_ERROR_DEVICE, error);
+  if (!s->read(id, *out, error)) return fail(SGC_ERROR_DEVICE, error);
   return SGC_OK;
 }
 
@@ -564,10 +586,12 @@ sgc_status sgc_set_tensor(sgc_session* s, const char* name, const DLTensor* t) {
   if (id < 0) return fail(SGC_ERROR_NOT_FOUND, std::string("no parameter or state named '") + (name ? name : "(null)") + "'");
   if (sgc_status st = checkTensor(s, id, t, "tensor")) return st;
   const uint8_t* data = (const uint8_t*)t->data + t->byte_offset;
-  if (s->prog.tensors[id].name == "sgc.step")
+  if (s->prog.tensors[id].name == "sgc.step") {
+    if (t->device.device_type != kDLCPU) return fail(SGC_ERROR_DEVICE, "tensor 'sgc.step': set the step counter from host memory");
     if (sgc_status st = checkStep("", data)) return st;
+  }
   std::string error;
-  if (!s->write(id, data, error)) return fail(SGC_ERROR_DEVICE, error);
+  if (!s->write(id, *t, error)) return fail(SGC_ERROR_DEVICE, error);
   return SGC_OK;
 }
 

@@ -97,6 +97,19 @@ struct sgc_session {
     std::memcpy(data(id), src, prog.tensors[id].bytes);
     return true;
   }
+  /// The same, from or to where `t` lies: host memory, or the session's GPU (copied on the
+  /// session's stream; a read waits for its copy, a write is ordered before the next step).
+  bool write(int id, const DLTensor& t, std::string& error) {
+    const uint8_t* src = (const uint8_t*)t.data + t.byte_offset;
+    if (t.device.device_type == kDLCUDA) return gpu->copy(devData(id), (uint64_t)(uintptr_t)src, prog.tensors[id].bytes, error);
+    return write(id, src, error);
+  }
+  bool read(int id, const DLTensor& t, std::string& error) const {
+    uint8_t* dst = (uint8_t*)t.data + t.byte_offset;
+    if (t.device.device_type == kDLCUDA)
+      return gpu->copy((uint64_t)(uintptr_t)dst, devData(id), prog.tensors[id].bytes, error) && gpu->synchronize(error);
+    return read(id, dst, error);
+  }
 };
 
 namespace sgc::rt {

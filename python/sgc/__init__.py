@@ -19,7 +19,7 @@ import shutil
 import subprocess
 
 from . import _abi
-from ._tensors import describe, host_array
+from ._tensors import capsule, describe, dl_tensor
 
 __all__ = ["SgcError", "compile", "load", "Library", "Session"]
 
@@ -93,10 +93,12 @@ class Library:
         if version != _abi.ABI_VERSION:
             raise SgcError(f"{self.path}: C ABI version {version}, this package speaks {_abi.ABI_VERSION}")
 
-    def session(self, device="cpu", threads=0):
+    def session(self, device="cpu", threads=0, stream=None):
         """A training session on `device` ("cpu" or "cuda:N"); `threads`: the CPU's worker threads
-        (0: one a core). Close it (or use it in a with block) to free its memory."""
-        return Session(self, device, threads)
+        (0: one a core); `stream`: on a GPU, the host's stream the session works on (a
+        torch.cuda.Stream, such as torch.cuda.current_stream() inside `with torch.cuda.stream(...)`,
+        or a CUstream handle; default, or the legacy default stream: a stream of its own). Close it (or use it in a with block) to free its memory."""
+        return Session(self, device, threads, stream)
 
     def __repr__(self):
         return f"sgc.Library({self.path!r})"
@@ -105,13 +107,19 @@ class Library:
 class Session:
     """A session of a library: its inputs, parameters and optimizer state, and the step.
 
-    Tensors given to it may be numpy arrays, torch tensors on the CPU, or anything else with
-    __dlpack__, in the dtype and shape the library takes (inputs() lists them); they are read
-    where they lie, never copied on the host side."""
+    Tensors given to it may be numpy arrays, torch tensors on the CPU or the session's GPU, or
+    anything else with __dlpack__, in the dtype and shape the library takes (inputs() lists them);
+    they are read where they lie, never copied on the host side (a GPU's are copied into the
+    session's memory on its stream)."""
 
-    def __init__(self, library, device="cpu", threads=0):
+    def __init__(self, library, device="cpu", threads=0, stream=None):
         self._library, self._lib, self._s = library, library._lib, ctypes.c_void_p()
+        handle = getattr(stream, "cuda_stream", stream)  # a torch.cuda.Stream, or a handle
+        # 0, the legacy default stream, is not one a session can share (sgc.h): the session's own
+        # stream then, and CUDA inputs must be complete (torch.cuda.synchronize()) when given.
+        self._stream = int(handle) if handle else None
         opts = _abi.Options(ctypes.sizeof(_abi.Options), _abi.ABI_VERSION, device.encode(), threads, None, 0, 0, 1)
+        opts.cuda_stream = self._stream
         self._check(self._lib.sgc_session_create(ctypes.byref(opts), ctypes.byref(self._s)), "sgc_session_create")
         self.device = device
 
@@ -154,7 +162,7 @@ class Session:
     # ---- steps ----
     def _feed(self, inputs):
         for name, value in inputs.items():
-            with host_array(value, name) as tensor:
+            with dl_tensor(value, name, self._stream) as tensor:
                 self._check(self._lib.sgc_set_input(self._open(), name.encode(), ctypes.byref(tensor)), f"input '{name}'")
 
     def step(self, **inputs):
@@ -173,8 +181,8 @@ class Session:
         return loss.value
 
     def trace_next_step(self, path):
-        """Writes the next step's Chrome trace (every launch with its kernel, bytes and time; Perfetto
-        opens it) to `path` when that step ends. CPU sessions only for now."""
+        """Writes the next step's Chrome trace (every launch with its kernel, bytes, time and, on a
+        GPU, stream; Perfetto opens it) to `path` when that step ends."""
         self._check(self._lib.sgc_trace_next_step(self._open(), os.fspath(path).encode()), "sgc_trace_next_step")
 
     def set_lr(self, lr):
@@ -191,24 +199,34 @@ class Session:
         for kind in kinds:
             for name, (dtype, shape) in self._tensors(kind).items():
                 array = np.empty(shape, dtype=np.dtype(dtype) if dtype != "bfloat16" else np.uint16)
-                with host_array(array, name) as tensor:
+                with dl_tensor(array, name) as tensor:
                     if dtype == "bfloat16":
                         tensor.dtype = _abi.DLDataType(_abi.KDL_BFLOAT, 16, 1)
                     self._check(self._lib.sgc_get_tensor(self._s, name.encode(), ctypes.byref(tensor)), f"parameter '{name}'")
                 out[name] = array
         return out
 
+    def dlpack(self, name):
+        """A DLPack capsule over parameter or state tensor `name` where the session holds it (host
+        memory, or its GPU), without a copy: torch.from_dlpack(s.dlpack(name)) shares it, and a
+        write into it is what the next step reads. It keeps the session alive."""
+        t = _abi.DLTensor()
+        self._check(self._lib.sgc_tensor_view(self._open(), name.encode(), ctypes.byref(t)), f"tensor '{name}'")
+        return capsule(t, self)
+
     def parameters(self):
-        """{name: numpy array} viewing each parameter where the session holds it, without copies
-        (CPU sessions): torch.from_numpy(view) shares it too, and a write into it is what the next
-        step reads; each step's update shows in it. A view keeps the session alive. Needs numpy."""
-        import numpy as np
+        """{name: array} viewing each parameter where the session holds it, without copies: numpy
+        arrays on the CPU (torch.from_numpy(view) shares one too), torch tensors on a GPU (through
+        dlpack()). A write into one is what the next step reads; each step's update shows in it.
+        A view keeps the session alive. Needs numpy (CPU) or torch (GPU)."""
         out = {}
+        if self.device != "cpu":
+            import torch
+            return {name: torch.from_dlpack(self.dlpack(name)) for name in self._tensors(_abi.TENSOR_PARAMETER)}
+        import numpy as np
         for name, (dtype, shape) in self._tensors(_abi.TENSOR_PARAMETER).items():
             t = _abi.DLTensor()
             self._check(self._lib.sgc_tensor_view(self._open(), name.encode(), ctypes.byref(t)), f"parameter '{name}'")
-            if t.device.device_type != _abi.KDL_CPU:
-                raise SgcError(f"parameter '{name}' lives on the GPU: views of GPU memory are not made yet (state_dict() copies)")
             np_dtype = np.dtype(np.uint16 if dtype == "bfloat16" else dtype)
             count = 1
             for d in shape:
@@ -222,7 +240,7 @@ class Session:
         """Overwrites parameters (or state) by name from {name: tensor}; every name must be one of
         the session's, dtype and shape as the session holds it."""
         for name, value in tensors.items():
-            with host_array(value, name) as tensor:
+            with dl_tensor(value, name) as tensor:
                 self._check(self._lib.sgc_set_tensor(self._open(), name.encode(), ctypes.byref(tensor)), f"parameter '{name}'")
 
     def save(self, path):

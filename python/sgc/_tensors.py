@@ -1,4 +1,5 @@
-"""Host tensors as DLTensor structs for the C ABI, read where they lie (no copies)."""
+"""Tensors as DLTensor structs for the C ABI, read where they lie (no copies), and the session's own
+tensors handed out as DLPack capsules."""
 import contextlib
 import ctypes
 
@@ -38,10 +39,12 @@ def _from_array_interface(value, name):
 
 
 @contextlib.contextmanager
-def host_array(value, name):
+def dl_tensor(value, name, stream=None):
     """A DLTensor describing `value` in place: a numpy array (or anything with
-    __array_interface__), else anything with __dlpack__ (a torch tensor, say), kept alive while
-    the struct is in use. The ABI checks device, dtype, shape and layout against what it expects."""
+    __array_interface__), else anything with __dlpack__ (a torch tensor on the CPU or a GPU, say),
+    kept alive while the struct is in use; `stream` (a CUDA stream handle) is the one that will read
+    it, as the DLPack protocol asks the producer. The ABI checks device, dtype, shape and layout
+    against what it expects."""
     if hasattr(value, "__array_interface__"):
         data, shape, dtype = _from_array_interface(value, name)
         dims = (ctypes.c_int64 * len(shape))(*shape)
@@ -49,9 +52,30 @@ def host_array(value, name):
         del value, dims
         return
     if hasattr(value, "__dlpack__"):
-        capsule = value.__dlpack__()
+        on_gpu = hasattr(value, "__dlpack_device__") and value.__dlpack_device__()[0] != _abi.KDL_CPU
+        capsule = value.__dlpack__(stream=stream) if on_gpu and stream is not None else value.__dlpack__()
         managed = _abi.DLManagedTensor.from_address(_get_pointer(capsule, b"dltensor"))
         yield managed.dl_tensor  # the capsule, unconsumed, frees the tensor when it goes
         del managed, capsule
         return
     raise TypeError(f"input '{name}': a {type(value).__name__} is neither an array (numpy) nor a DLPack tensor (torch)")
+
+
+_new_capsule = ctypes.pythonapi.PyCapsule_New
+_new_capsule.restype, _new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_abi.DLManagedTensor))
+_lent = {}  # address of a DLManagedTensor handed out -> what it keeps alive, until its deleter runs
+
+
+@_DELETER
+def _release(managed):
+    _lent.pop(ctypes.addressof(managed.contents), None)
+
+
+def capsule(tensor, keep):
+    """A DLPack capsule ("dltensor") over `tensor` (a DLTensor the ABI filled, its shape array owned
+    by the session), which keeps `keep` (the session) alive until the consumer (torch.from_dlpack)
+    lets it go."""
+    managed = _abi.DLManagedTensor(tensor, None, ctypes.cast(_release, ctypes.c_void_p))
+    _lent[ctypes.addressof(managed)] = (managed, keep)
+    return _new_capsule(ctypes.addressof(managed), b"dltensor", None)

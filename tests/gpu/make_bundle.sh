@@ -44,6 +44,6 @@ cp "$out/gptw_data.safetensors" "$out/gptw_dp_bf16_data.safetensors"
 rm -f "$out/decode/"*.onnx
 xz -f "$out/decode/"*.so # check_gpu.sh unpacks them
 cp "$src/tests/decode/decode_test.py" "$out/decode/"
-cp "$src/tests/gpu/check_gpu.sh" "$src/samples/train_ctypes.py" "$out/"
+cp "$src/tests/gpu/check_gpu.sh" "$src/tests/gpu/package_gpu.py" "$src/samples/train_ctypes.py" "$out/"
 cp -r "$src/python/sgc" "$out/" # train_ctypes.py takes the ABI's structs from the package
 xz -f "$out/"*.so # a device call carries 64 MiB: check_gpu.sh unpacks them

@@ -124,7 +124,10 @@ SGC_API sgc_status sgc_tensor_info(const sgc_session* session, sgc_tensor_kind k
 
 /* ---- Steps ---- */
 
-/** Copies `tensor` into the input of that name (dtype and shape must match exactly). */
+/** Copies `tensor` into the input of that name (dtype and shape must match exactly). It lies in
+ * host memory or, for a cuda:N session, on that GPU (copied on the session's stream, so ordered
+ * after the host's writes when the host's stream is the session's; integer indices on a GPU are
+ * not checked against their range, the kernels clamp them). */
 SGC_API sgc_status sgc_set_input(sgc_session* session, const char* name, const DLTensor* tensor);
 /** Sets the learning rate used from the next step on. */
 SGC_API sgc_status sgc_set_learning_rate(sgc_session* session, double lr);
@@ -137,20 +140,23 @@ SGC_API sgc_status sgc_eval_step(sgc_session* session, double* loss);
 /** Traces the next step (sgc_train_step or sgc_eval_step): when it ends, a Chrome trace event
  * file (Perfetto and chrome://tracing open it) is written to `path` (atomically): every launch
  * with its kernel, its ops, the bytes of its tensors and its time, on the compute thread, and
- * the collectives' waits on a communication thread. NULL cancels. CPU sessions only for now
- * (SGC_ERROR_DEVICE on a GPU); SGC_ERROR_IO when the file's folder does not exist. */
+ * the collectives' waits on a communication thread; on a GPU, each launch timed by CUDA events
+ * on its stream (compute, communication), the step run launch by launch rather than as its CUDA
+ * graph. NULL cancels. SGC_ERROR_IO when the file's folder does not exist. */
 SGC_API sgc_status sgc_trace_next_step(sgc_session* session, const char* path);
 
 /* ---- Parameters and checkpoints ---- */
 
-/** Copies a parameter or state tensor into `out` (dtype and shape must match). */
+/** Copies a parameter or state tensor into `out` (dtype and shape must match; host memory or the
+ * session's GPU, and the copy is done when the call returns). */
 SGC_API sgc_status sgc_get_tensor(const sgc_session* session, const char* name, DLTensor* out);
 /** Describes a parameter or state tensor where the session holds it, without copying: `out`
  * gets its address (host memory, or the GPU's for a cuda:N session), device, dtype and shape
  * (arrays the session owns; strides NULL). Valid until the session is destroyed; a write there is
  * what the next step reads. Under a running step the bytes change. */
 SGC_API sgc_status sgc_tensor_view(const sgc_session* session, const char* name, DLTensor* out);
-/** Overwrites a parameter or state tensor. */
+/** Overwrites a parameter or state tensor (from host memory or the session's GPU; the step
+ * counter from host memory). */
 SGC_API sgc_status sgc_set_tensor(sgc_session* session, const char* name, const DLTensor* tensor);
 /** Writes parameters and optimizer state as safetensors (temporary file, then rename). With a
  * communicator every rank calls it and rank 0 writes; optimizer state sharded by
