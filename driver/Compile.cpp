@@ -33,9 +33,10 @@ const CommandSpec kCompile{
     "dims with --dim. --emit stops at a stage: ir (the imported graph, or with --train the training\n"
     "step), plan (the static memory plan), kernels (the kernel schedule: each kernel's nodes), llvm\n"
     "(the host module), ptx (the GPU kernels), obj (the host module's object file, to -o).\n"
-    "With --mode decode, DECODER is a decoder exported with its key/value cache (past_key_values\n"
-    "inputs, present outputs) and the library runs its decoding step over a paged cache whose pages\n"
-    "are planned at compile time (see sgc generate).",
+    "With --mode decode, DECODER is a plain causal LM (input ids in, logits out, as Hugging Face\n"
+    "models export) or a decoder exported with its key/value cache (past_key_values inputs, present\n"
+    "outputs), and the library runs its decoding step over a paged cache whose pages are planned at\n"
+    "compile time (see sgc generate).",
     [] {
       std::vector<OptionSpec> o{{"emit", "KIND", "so (default), ir, plan, kernels, llvm, ptx or obj"},
                                 {"target", "LIST", "what the .so carries: cpu (always) and GPU architectures, default cpu,sm_90"},

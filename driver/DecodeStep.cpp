@@ -8,6 +8,7 @@
 #include "ir/passes/NarrowParams.h"
 #include "ir/passes/PagedKv.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace sgc::driver {
@@ -25,27 +26,29 @@ Expected<int64_t> countFlag(const Args& a, const std::string& name, int64_t def)
   return (int64_t)*v;
 }
 
-/// Binds the symbolic dims of the token input [batch, sequence] to [tokens, 1].
-Error bindTokens(ir::Graph& g, const ir::Value* ids, int64_t tokens, const std::string& model) {
+/// The symbolic dims of the token input [batch, sequence] bound to [tokens, 1], or for a plain
+/// model (no cache: its tokens along its sequence) to [1, tokens].
+Expected<std::map<std::string, int64_t>> tokenDims(const ir::Value* ids, int64_t tokens, bool plain, const std::string& model) {
   const ir::Type& t = ids->type;
   if (!t.ranked || t.rank() != 2 || !ir::isInteger(t.dtype))
     return makeError(model + ": input %" + ids->name + " must be integer token ids [batch, sequence], is " + ir::toString(t));
   std::map<std::string, int64_t> dims;
-  int64_t want[2] = {tokens, 1};
+  int64_t want[2] = {plain ? 1 : tokens, plain ? tokens : 1};
+  std::string layout = "[" + std::to_string(want[0]) + ", " + std::to_string(want[1]) + "]";
   for (int d = 0; d < 2; ++d) {
     const ir::Dim& dim = t.dims[d];
     if (dim.isSymbolic()) dims[dim.symbol] = want[d];
     else if (dim.value != want[d])
       return makeError(model + ": input %" + ids->name + " has a static dim " + std::to_string(d) + " of " + std::to_string(dim.value) +
-                       "; a decode step needs [tokens, 1] = [" + std::to_string(tokens) + ", 1] (export it with dynamic axes)");
+                       "; a decode step needs " + (plain ? "[1, tokens] = " : "[tokens, 1] = ") + layout + " (export it with dynamic axes)");
   }
-  return ir::bindDims(g, dims);
+  return dims;
 }
 
 } // namespace
 
 std::vector<OptionSpec> decodeFlagSpecs() {
-  return {{"mode", "MODE", "train (default) or decode: the decoding step of a decoder exported with past_key_values"},
+  return {{"mode", "MODE", "train (default) or decode: the decoding step of a causal LM (plain, or exported with past_key_values)"},
           {"kv-block-size", "N", "decode: tokens per page of the key/value cache (default 16)"},
           {"max-seqs", "S", "decode: sequences decoded together (default 8)"},
           {"max-context", "C", "decode: the longest sequence, prompt and generated tokens (required)"},
@@ -98,12 +101,19 @@ Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const
     if (a.has("position-ids")) return makeError(model + ": no input named '" + spec.positions + "' (see --position-ids)");
     spec.positions.clear();
   }
+  // A model whose only inputs are its tokens (and positions) has no cache to page: a plain causal
+  // LM, which runs the step's tokens along its sequence axis (ir/passes/PagedKv.h).
+  o.plain = std::all_of(g.inputs.begin(), g.inputs.end(), [&](const ir::Value* in) { return in == ids || in->name == spec.positions; });
+  auto dims = tokenDims(ids, o.tokens, o.plain, model);
+  if (!dims) return dims.takeError();
+  if (o.plain) o.bind = *dims; // bound by the pass
   std::vector<ir::Value*> pools;
   if (Error e = ir::pagedKv(g, o, &pools)) return makeError(model + ": " + errorText(std::move(e)));
   for (const ir::Value* in : g.inputs)
     if (in->name != spec.ids && in->name != spec.positions && in->name.rfind("sgc.kv.", 0) != 0)
       return makeError(model + ": input %" + in->name + ": a decode step feeds only the token ids, their positions and the cache");
-  if (Error e = bindTokens(g, ids, o.tokens, model)) return makeError(model + ": " + errorText(std::move(e)));
+  if (!o.plain)
+    if (Error e = ir::bindDims(g, *dims)) return makeError(model + ": " + errorText(std::move(e)));
   if (Error e = ir::fuseGelu(g)) return makeError(model + ": " + errorText(std::move(e)));
   if (precision == "bf16") { // the products in bf16, as torch.autocast runs them, from weights kept in bf16
     if (Error e = ir::autocastBf16(g)) return makeError(model + ": " + errorText(std::move(e)));
@@ -114,7 +124,9 @@ Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const
   const ir::Value* logits = g.outputs.size() == 1 ? g.outputs[0] : nullptr;
   if (!logits) return makeError(model + ": a decoder's outputs must be its logits and the present keys and values");
   auto shape = logits->type.shape();
-  if (!ir::isFloat(logits->type.dtype) || shape.empty() || shape[0] != o.tokens || (shape.size() == 3 && shape[1] != 1) || shape.size() > 3)
+  bool rows = o.plain ? shape.size() == 3 && shape[0] == 1 && shape[1] == o.tokens // one row of logits per token
+                      : !shape.empty() && shape[0] == o.tokens && (shape.size() != 3 || shape[1] == 1) && shape.size() <= 3;
+  if (!ir::isFloat(logits->type.dtype) || !rows)
     return makeError(model + ": output %" + logits->name + " must be logits [batch, sequence, vocabulary], is " + ir::toString(logits->type));
   spec.tokens = o.tokens, spec.seqs = o.seqs, spec.blockSize = o.blockSize, spec.maxBlocks = o.maxBlocks, spec.maxContext = *context;
   spec.blocks = pools[0]->type.shape()[0];

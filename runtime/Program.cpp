@@ -131,12 +131,16 @@ bool parseDecode(const nlohmann::json& j, const Program& p, Decode& d, std::stri
   for (int64_t v : {d.tokens, d.seqs, d.blockSize, d.blocks, d.maxBlocks})
     if (v < 1 || v > limit) return fail(error, "decode: sizes out of range");
   if (d.maxBlocks * d.blockSize > limit || d.maxContext < 1 || d.maxContext > d.maxBlocks * d.blockSize) return fail(error, "decode: a bad context length");
-  if (!isTensor(p, d.ids, {"I64", "I32"}, {d.tokens, 1}) || (d.positions >= 0 && !isTensor(p, d.positions, {"I64", "I32"}, {d.tokens, 1})) ||
+  // One token a row: [tokens, 1], or a plain model's [1, tokens] (its tokens along its sequence).
+  auto perToken = [&](int id) { return isTensor(p, id, {"I64", "I32"}, {d.tokens, 1}) || isTensor(p, id, {"I64", "I32"}, {1, d.tokens}); };
+  if (!perToken(d.ids) || (d.positions >= 0 && !perToken(d.positions)) ||
       !isTensor(p, d.tables, {"I32"}, {d.seqs, d.maxBlocks}) || !isTensor(p, d.seq, {"I32"}, {d.tokens}) || !isTensor(p, d.pos, {"I32"}, {d.tokens}))
     return fail(error, "decode: bad token, position or table tensors");
   const TensorDesc* logits = validTensor(p, d.logits) ? &p.tensors[d.logits] : nullptr;
-  if (!logits || (logits->dtype != "F32" && logits->dtype != "BF16" && logits->dtype != "F16") || logits->shape.size() < 2 ||
-      logits->shape.size() > 3 || logits->shape[0] != d.tokens || (logits->shape.size() == 3 && logits->shape[1] != 1))
+  auto rows = [&](const std::vector<int64_t>& s) { // [tokens, vocab], [tokens, 1, vocab] or [1, tokens, vocab]
+    return (s.size() == 2 && s[0] == d.tokens) || (s.size() == 3 && ((s[0] == d.tokens && s[1] == 1) || (s[0] == 1 && s[1] == d.tokens)));
+  };
+  if (!logits || (logits->dtype != "F32" && logits->dtype != "BF16" && logits->dtype != "F16") || !rows(logits->shape))
     return fail(error, "decode: bad logits");
   d.vocab = logits->shape.back();
   if (d.pools.empty()) return fail(error, "decode: no cache");

@@ -1,6 +1,7 @@
 // The paged-kv pass (see PagedKv.h).
 #include "ir/passes/PagedKv.h"
 
+#include "ir/passes/BindDims.h"
 #include "ir/passes/InferShapes.h"
 #include "ir/passes/Rewrite.h"
 
@@ -44,10 +45,11 @@ struct Matcher {
            concatAxis(*c) == 2;
   }
 
-  /// Whether v is computed from graph inputs other than through their shapes.
+  /// Whether v is computed from graph inputs other than through their shapes (a plain model's
+  /// positions, now the cache's, are part of its causal mask).
   bool readsInputs(const Value* v, std::set<const Value*>& seen) const {
     if (!v || !seen.insert(v).second) return false;
-    if (v->kind == ValueKind::Input) return true;
+    if (v->kind == ValueKind::Input) return v->name != "sgc.kv.pos";
     if (!v->producer || v->producer->op == Op::Shape) return false;
     return std::any_of(v->producer->inputs.begin(), v->producer->inputs.end(), [&](const Value* in) { return readsInputs(in, seen); });
   }
@@ -89,8 +91,95 @@ struct Matcher {
     }
   }
 
+  /// x without a multiplication by a constant, which goes into `scale`.
+  Value* unscaled(Value* x) {
+    Node* p = x->producer;
+    if (p && p->op == Op::Mul && p->inputs.size() == 2)
+      for (int i = 0; i < 2; ++i)
+        if (auto c = scalar(p->inputs[i])) {
+          scale *= *c;
+          return p->inputs[1 - i];
+        }
+    return x;
+  }
+
+  /// k where kT is k [b, h, n, d] with its last two axes swapped: a Transpose {0, 1, 3, 2}, or as
+  /// the dynamo exporter writes it, Reshape(Transpose(Reshape(k) [b h, n, d], {0, 2, 1})). Null if not.
+  static Value* untransposed(Value* kT) {
+    Node* t = kT->producer;
+    if (!t) return nullptr;
+    if (t->op == Op::Transpose) return t->getInts("perm") == std::vector<int64_t>{0, 1, 3, 2} ? t->inputs[0] : nullptr;
+    Node* mid = t->op == Op::Reshape ? t->inputs[0]->producer : nullptr;
+    Node* in = mid && mid->op == Op::Transpose && mid->getInts("perm") == std::vector<int64_t>{0, 2, 1} ? mid->inputs[0]->producer : nullptr;
+    if (!in || in->op != Op::Reshape || !kT->type.isStatic() || !in->inputs[0]->type.isStatic() || !in->outputs[0]->type.isStatic()) return nullptr;
+    auto k = in->inputs[0]->type.shape(), flat = in->outputs[0]->type.shape(), out = kT->type.shape();
+    bool swapped = k.size() == 4 && flat == std::vector<int64_t>{k[0] * k[1], k[2], k[3]} && out == std::vector<int64_t>{k[0], k[1], k[3], k[2]};
+    return swapped ? in->inputs[0] : nullptr;
+  }
+
+  /// A plain model's block whose value product is `pv` (see PagedKv.h), rewritten; none when pv
+  /// does not multiply a softmax's probabilities.
+  Expected<std::optional<std::vector<Node*>>> matchPlain(Node& pv, PagedKvOptions o, std::vector<Value*>& pools) {
+    using None = std::optional<std::vector<Node*>>;
+    if (pv.op != Op::MatMul || pv.inputs[0]->type.rank() != 4) return None();
+    Node* soft = pv.inputs[0]->producer;
+    if (soft && soft->op == Op::Where && soft->inputs.size() == 3) { // the guard: Where(IsNaN(p), 0, p)
+      Node* isnan = soft->inputs[0]->producer;
+      Node* p = soft->inputs[2]->producer;
+      if (isnan && isnan->op == Op::IsNaN && isnan->inputs[0] == soft->inputs[2] && scalar(soft->inputs[1]) == 0.0 && p) soft = p;
+    }
+    if (!soft || soft->op != Op::Softmax) return None();
+    Node* qk = soft;
+    while (qk && qk->op != Op::MatMul) {
+      Value* chain = nullptr;
+      for (Value* in : qk->inputs)
+        if (in && in->producer && in->type.rank() == 4 && !scalar(in) && (!chain || qk->op == Op::Where)) chain = in;
+      qk = chain ? chain->producer : nullptr;
+    }
+    if (!qk) return stopped(*soft, "scores from a product of queries and keys");
+    scale = 1;
+    Value *q = unscaled(qk->inputs[0]), *k = untransposed(unscaled(qk->inputs[1])), *v = pv.inputs[1];
+    if (!k) return stopped(*qk, "queries times the keys transposed (their last two axes swapped)");
+    auto end = scoresToSoftmax(qk);
+    if (!end) return end.takeError();
+    if (*end != soft) return stopped(*soft, "one chain from the scores to the softmax");
+    const Type& kt = k->type;
+    if (!kt.isStatic() || kt.rank() != 4 || kt.dims[0].value != 1 || kt.dims[2].value != o.tokens || q->type != kt || v->type != kt)
+      return stopped(pv, "queries, keys and values of one static shape [1, heads, " + std::to_string(o.tokens) + " tokens, head dim], got " +
+                             toString(q->type) + ", " + toString(kt) + " and " + toString(v->type));
+    int64_t heads = kt.dims[1].value, dim = kt.dims[3].value;
+    DType type = o.bf16 ? DType::BF16 : kt.dtype;
+    Value* pool = g.addState(g.uniqueName("kv_cache." + std::to_string(pools.size())), Tensor(type, {o.blocks, 2, o.blockSize, heads, dim}));
+    pools.push_back(pool);
+    std::vector<Node*> added;
+    auto add = [&](Node* n) {
+      added.push_back(n);
+      return n->outputs[0];
+    };
+    auto cast = [&](Value* x, DType t) {
+      if (x->type.dtype == t) return x;
+      Node* c = g.addNode(Op::Cast, {x}, 1, pv.name + ".to_" + std::string(dtypeName(t)));
+      c->attrs["to"] = std::string(dtypeName(t));
+      return add(c);
+    };
+    auto swap = [&](Value* x) { // [1, H, N, D] <-> [N, H, 1, D]
+      Node* t = g.addNode(Op::Transpose, {x}, 1, pv.name + ".tokens", {g.uniqueName(x->name + ".tokens")});
+      t->attrs["perm"] = std::vector<int64_t>{2, 1, 0, 3};
+      return add(t);
+    };
+    Value *tables = g.findValue("sgc.kv.tables"), *seq = g.findValue("sgc.kv.seq"), *pos = g.findValue("sgc.kv.pos");
+    Value *kn = cast(swap(k), type), *vn = cast(swap(v), type), *qn = cast(swap(q), type);
+    Node* w = g.addNode(Op::KvCacheWrite, {pool, kn, vn, tables, seq, pos}, 1, pv.name + ".kv_write");
+    Node* a = g.addNode(Op::PagedAttention, {qn, add(w), tables, seq, pos}, 1, pv.name + ".paged");
+    a->attrs["scale"] = scale;
+    g.updates.push_back({pool, w->outputs[0]});
+    g.replaceAllUses(pv.outputs[0], swap(cast(add(a), kt.dtype)));
+    return None(added);
+  }
+
   /// The attention block whose value product is `pv`, rewritten; none when pv is no such product.
   Expected<std::optional<std::vector<Node*>>> match(Node& pv, PagedKvOptions o, std::vector<Value*>& pools) {
+    if (o.plain) return matchPlain(pv, o, pools);
     if (pv.op != Op::MatMul || !isCacheConcat(pv.inputs[1])) return std::optional<std::vector<Node*>>();
     Node *vcat = pv.inputs[1]->producer, *soft = pv.inputs[0]->producer;
     if (!soft || soft->op != Op::Softmax) return stopped(pv, "the softmax of the scores times the cached values");
@@ -148,6 +237,42 @@ struct Matcher {
   }
 };
 
+/// Whether v is computed from the shape of a graph input alone (a sequence length, say).
+bool fromInputShape(const Value* v) {
+  for (int depth = 0; v && v->producer && depth < 8; ++depth) {
+    const Node* p = v->producer;
+    if (p->op == Op::Shape) return p->inputs[0]->kind == ValueKind::Input;
+    if (p->op != Op::Squeeze && p->op != Op::Unsqueeze && p->op != Op::Gather && p->op != Op::Slice && p->op != Op::Reshape &&
+        p->op != Op::Cast && p->op != Op::Identity)
+      return false;
+    v = p->inputs[0];
+  }
+  return false;
+}
+
+/// A plain model's positions, Range(0, a length from the input's shape, 1), become each token's
+/// position in its sequence (see PagedKv.h).
+Error positionsFromCache(Graph& g) {
+  Value* pos = g.findValue("sgc.kv.pos");
+  auto isConst = [](const Value* v, double x) { return v->kind == ValueKind::Const && v->data->numel() == 1 && v->data->getF(0) == x; };
+  Error failed = Error::success();
+  auto rewrite = [&](Node& r) -> std::optional<std::vector<Node*>> {
+    if (failed || r.op != Op::Range || r.inputs.size() != 3 || !isConst(r.inputs[0], 0) || !isConst(r.inputs[2], 1) || !fromInputShape(r.inputs[1]))
+      return std::nullopt;
+    if (r.outputs[0]->type.rank() != 1 || (r.outputs[0]->type.dims[0].isStatic() && pos->type.dims[0] != r.outputs[0]->type.dims[0])) {
+      failed = makeError(describe(r) + ": positions of the sequence, expected one per token (" + toString(pos->type) + "), are " +
+                         toString(r.outputs[0]->type));
+      return std::nullopt;
+    }
+    Node* c = g.addNode(Op::Cast, {pos}, 1, r.name + ".from_cache");
+    c->attrs["to"] = std::string(dtypeName(r.outputs[0]->type.dtype));
+    g.replaceAllUses(r.outputs[0], c->outputs[0]);
+    return std::vector<Node*>{c};
+  };
+  if (Error e = rewriteInOrder(g, rewrite, /*removeDead=*/true)) return e;
+  return failed;
+}
+
 } // namespace
 
 Error pagedKv(Graph& g, PagedKvOptions o, std::vector<Value*>* poolsOut) {
@@ -160,6 +285,10 @@ Error pagedKv(Graph& g, PagedKvOptions o, std::vector<Value*>* poolsOut) {
   g.addInput("sgc.kv.tables", Type::of(DType::I32, {o.seqs, o.maxBlocks}));
   g.addInput("sgc.kv.seq", Type::of(DType::I32, {o.tokens}));
   g.addInput("sgc.kv.pos", Type::of(DType::I32, {o.tokens}));
+  if (o.plain) { // the positions while the sequence length is still the input's, then the shapes static
+    if (Error e = positionsFromCache(g)) return e;
+    if (Error e = bindDims(g, o.bind)) return e;
+  }
   Matcher m(g);
   std::vector<Value*> pools;
   Error failed = Error::success();
@@ -174,7 +303,10 @@ Error pagedKv(Graph& g, PagedKvOptions o, std::vector<Value*>* poolsOut) {
   };
   if (Error e = rewriteInOrder(g, rewrite, /*removeDead=*/false)) return e;
   if (failed) return failed;
-  if (pools.empty()) return makeError("paged-kv: no attention reads a key/value cache (a Concat of a past input and new keys or values, as torch.onnx.export writes past_key_values)");
+  if (pools.empty())
+    return makeError(o.plain ? "paged-kv: no causal self-attention found (a softmax of scaled, masked scores of queries and keys, times the values)"
+                             : "paged-kv: no attention reads a key/value cache (a Concat of a past input and new keys or values, as torch.onnx.export writes past_key_values)");
+
   // The present outputs and past inputs go; whatever still reads a past input was not recognized.
   std::erase_if(g.outputs, [&](const Value* v) { return m.isCacheConcat(v) && m.caches.count(v->producer->inputs[0]); });
   g.removeDeadNodes();

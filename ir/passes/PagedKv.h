@@ -24,6 +24,18 @@
 // A past input not consumed by a recognized block is an error naming the
 // node where matching stopped.
 //
+// A plain causal LM (`plain`: input ids [1, sequence] -> logits, no cache, as
+// Hugging Face models export by default) runs its tokens along its sequence
+// axis (bind it to N): each block's own keys and values, [1, heads, N, dim],
+// go to the cache, queries, keys and values moved to [N, heads, 1, dim] and
+// the result back. Its scores may be scaled before the product (q and k^T
+// each by a constant, as scaled_dot_product_attention's decomposition does),
+// k^T a Transpose or the exporter's Reshape/Transpose/Reshape, the softmax
+// guarded against NaN (Where(IsNaN(p), 0, p)), and grouped-query heads
+// repeated before it (the cache holds them repeated). The model's positions,
+// Range(0, sequence length, 1), become each token's position in its sequence
+// (sgc.kv.pos), for learned position embeddings and rotary tables alike.
+//
 // Requires: inferred shapes, static heads and head dim. Ensures: for each
 // token, the attention of the original graph over its sequence's cached
 // keys and values.
@@ -31,6 +43,7 @@
 #include "ir/Error.h"
 #include "ir/Graph.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,6 +57,9 @@ struct PagedKvOptions {
   int64_t budgetBytes = 0; ///< the pools' bytes (all layers), when `blocks` is 0
   bool bf16 = false;       ///< keep the cache in bf16 (the tokens' keys, values and queries cast to it)
   int64_t maxBlocks = 0; ///< pages of one sequence (max context / block size)
+  bool plain = false;    ///< a model without a cache, its sequence axis bound to the N tokens (above)
+  std::map<std::string, int64_t> bind; ///< plain: the dims that bind its token input to [1, N], bound once its
+                                       ///< positions are found (binding folds their Range into a constant)
 };
 
 /// The pools it added, one per layer in graph order, through `pools`.

@@ -40,9 +40,10 @@ def prepare(sgc, work):
     subprocess.run(base + ["--max-seqs", "4", "--max-context", "64", "--max-tokens", "8", "-o", os.path.join(work, "gen.so")], check=True)
     subprocess.run(base + ["--max-seqs", str(SMALL["seqs"]), "--max-context", str(SMALL["context"]), "--kv-blocks", str(SMALL["blocks"]),
                            "--max-tokens", "4", "-o", os.path.join(work, "small.so")], check=True)
-    # A model without a cache, and missing flags: errors that say what is wrong.
+    # A model that is no language model (without a cache, it is taken for a plain one), and missing
+    # flags: errors that say what is wrong.
     mlp = os.path.join(HERE, "..", "..", "samples", "mlp.onnx")
-    for args, words in [([mlp, "--max-context", "8", "--input-ids", "x"], "no attention reads a key/value cache"),
+    for args, words in [([mlp, "--max-context", "8", "--input-ids", "x"], "must be integer token ids"),
                         ([onnx_path], "--mode decode needs --max-context"),
                         ([onnx_path, "--max-context", "64", "--kv-blocks", "3", "--kv-block-size", "16"], "cannot hold one sequence")]:
         r = subprocess.run([sgc, "compile", "--mode", "decode", "-o", os.path.join(work, "bad.so")] + args, capture_output=True, text=True)

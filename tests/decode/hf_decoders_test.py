@@ -1,0 +1,56 @@
+"""Hugging Face causal LMs as users export them (input_ids -> logits, no cache; torch 2.11's
+dynamo exporter; fixtures/hf_decoders.tar.xz, made by export_hf_decoders.py on the GPU machine)
+compiled with --mode decode onto the paged cache: sgc generate's greedy tokens for each prompt
+must be transformers' own (model.generate, do_sample=False), token for token. The step runs
+fewer tokens than the longest prompt (--max-tokens), so prompts prefill in chunks beside other
+sequences' decoding. Exports sgc cannot decode yet are refused with a clear error.
+
+    hf_decoders_test.py SGC WORKDIR
+"""
+import json, os, subprocess, sys, tarfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DECODED = ["gpt2.dynamo18", "llama.dynamo18"]  # learned positions, multi-head; rotary, grouped-query heads
+REFUSED = {"gpt2.dynamo23": "not static", "llama.dynamo23": "not static"}  # opset 23's Attention, RMSNormalization
+
+
+def main():
+    sgc, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    with tarfile.open(os.path.join(HERE, "fixtures", "hf_decoders.tar.xz")) as t:
+        for m in t.getmembers():  # plain files by their own names only
+            if m.isfile() and os.path.basename(m.name) == m.name.removeprefix("./"):
+                with open(os.path.join(work, os.path.basename(m.name)), "wb") as f:
+                    f.write(t.extractfile(m).read())
+    failures = 0
+    for name in DECODED + list(REFUSED):
+        ref = json.load(open(os.path.join(work, name.split(".")[0] + ".json")))
+        so = os.path.join(work, name + ".so")
+        proc = subprocess.run([sgc, "compile", os.path.join(work, name + ".onnx"), "--mode", "decode", "--max-context", "64",
+                               "--max-seqs", "3", "--kv-block-size", "4", "--max-tokens", "5", "--target", "cpu", "-o", so],
+                              capture_output=True, text=True)
+        if name in REFUSED:
+            ok = proc.returncode == 1 and REFUSED[name] in proc.stderr and "sgc: error:" in proc.stderr
+            print(f"{name}: refused ({proc.stderr.strip()[:160]})" if ok else f"{name}: FAILED: expected a clear refusal, got {proc.returncode}: {proc.stderr[-300:]}")
+            failures += not ok
+            continue
+        if proc.returncode != 0:
+            print(f"{name}: FAILED to compile: {proc.stderr[-500:]}")
+            failures += 1
+            continue
+        cmd = [sgc, "generate", so, "--max-new-tokens", str(ref["new_tokens"])]
+        for p in ref["prompts"]:
+            cmd += ["--prompt-ids", ",".join(map(str, p))]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        got = [json.loads(line)["ids"] for line in out.stdout.splitlines()] if out.returncode == 0 else []
+        same = sum(a == b for a, b in zip(got, ref["greedy"]))
+        print(f"{name}: {same} of {len(ref['greedy'])} prompts decode transformers' greedy tokens ({ref['new_tokens']} each)")
+        if same != len(ref["greedy"]) or len(got) != len(ref["greedy"]):
+            print("  sgc:         ", got, out.stderr[-300:], "\n  transformers:", ref["greedy"])
+            failures += 1
+    print("hf decoders:", "FAILED" if failures else "ok")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
