@@ -250,6 +250,55 @@ bool fromInputShape(const Value* v) {
   return false;
 }
 
+/// Whether v is arithmetic on the shapes of graph inputs and constants alone; with `past`, the
+/// shape of one of those inputs among them.
+bool fromShapes(const Value* v, const std::set<const Value*>* past, bool& readsPast, int depth = 0) {
+  if (!v || depth > 12) return false;
+  if (v->kind == ValueKind::Const) return true;
+  const Node* p = v->producer;
+  if (!p) return false;
+  if (p->op == Op::Shape) {
+    if (past && past->count(p->inputs[0])) readsPast = true;
+    return p->inputs[0]->kind == ValueKind::Input;
+  }
+  switch (p->op) {
+  case Op::Gather: case Op::Squeeze: case Op::Unsqueeze: case Op::Slice: case Op::Reshape: case Op::Cast: case Op::Identity:
+  case Op::Add: case Op::Sub: case Op::Concat:
+    return std::all_of(p->inputs.begin(), p->inputs.end(), [&](const Value* in) { return !in || fromShapes(in, past, readsPast, depth + 1); });
+  default: return false;
+  }
+}
+
+/// A cached model's positions counted from its cache's length, Range(past length, past length +
+/// sequence length, 1) made a row [1, sequence] (Unsqueeze at 0, perhaps expanded to the batch):
+/// that row becomes each token's position, sgc.kv.pos as [tokens, 1] (the step's layout).
+Error positionsFromCacheLength(Graph& g, const std::set<const Value*>& past, int64_t tokens) {
+  Value* pos = g.findValue("sgc.kv.pos");
+  auto isOne = [](const Value* v) { return v->kind == ValueKind::Const && v->data->numel() == 1 && v->data->getF(0) == 1; };
+  auto rewrite = [&](Node& r) -> std::optional<std::vector<Node*>> {
+    bool readsPast = false, unused = false;
+    if (r.op != Op::Range || r.inputs.size() != 3 || !isOne(r.inputs[2]) || !fromShapes(r.inputs[0], &past, readsPast) ||
+        !readsPast || !fromShapes(r.inputs[1], nullptr, unused))
+      return std::nullopt;
+    Value* row = r.outputs[0];
+    for (Node* next = nullptr;; row = next->outputs[0]) { // to the [1, sequence] (or [batch, sequence]) row
+      next = nullptr;
+      for (const auto& n : g.nodes())
+        if (std::count(n->inputs.begin(), n->inputs.end(), row)) next = next ? nullptr : n.get(); // its one reader
+      bool moves = next && ((next->op == Op::Unsqueeze && row->type.rank() == 1) || next->op == Op::Expand);
+      if (row->type.rank() == 2 || !moves) break;
+    }
+    if (row->type.rank() != 2) return std::nullopt; // not positions the model embeds: left for the cache-input check
+    Node* c = g.addNode(Op::Cast, {pos}, 1, r.name + ".from_cache");
+    c->attrs["to"] = std::string(dtypeName(row->type.dtype));
+    Value* shape = g.addConst(g.uniqueName(r.name + ".rows"), Tensor::fromI64(DType::I64, {2}, {tokens, 1}));
+    Node* rows = g.addNode(Op::Reshape, {c->outputs[0], shape}, 1, r.name + ".rows");
+    g.replaceAllUses(row, rows->outputs[0]);
+    return std::vector<Node*>{c, rows};
+  };
+  return rewriteInOrder(g, rewrite, /*removeDead=*/false);
+}
+
 /// A plain model's positions, Range(0, a length from the input's shape, 1), become each token's
 /// position in its sequence (see PagedKv.h).
 Error positionsFromCache(Graph& g) {
@@ -307,6 +356,8 @@ Error pagedKv(Graph& g, PagedKvOptions o, std::vector<Value*>* poolsOut) {
     return makeError(o.plain ? "paged-kv: no causal self-attention found (a softmax of scaled, masked scores of queries and keys, times the values)"
                              : "paged-kv: no attention reads a key/value cache (a Concat of a past input and new keys or values, as torch.onnx.export writes past_key_values)");
 
+  if (!o.plain)
+    if (Error e = positionsFromCacheLength(g, m.caches, o.tokens)) return e;
   // The present outputs and past inputs go; whatever still reads a past input was not recognized.
   std::erase_if(g.outputs, [&](const Value* v) { return m.isCacheConcat(v) && m.caches.count(v->producer->inputs[0]); });
   g.removeDeadNodes();

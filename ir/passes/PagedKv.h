@@ -36,6 +36,11 @@
 // Range(0, sequence length, 1), become each token's position in its sequence
 // (sgc.kv.pos), for learned position embeddings and rotary tables alike.
 //
+// A cached model whose positions count from its cache's length (Range(past
+// length, past length + sequence length, 1) made a [1, sequence] row, as
+// Hugging Face computes them without position ids) takes each token's from
+// sgc.kv.pos too, as [tokens, 1].
+//
 // Requires: inferred shapes, static heads and head dim. Ensures: for each
 // token, the attention of the original graph over its sequence's cached
 // keys and values.

@@ -49,6 +49,13 @@ def prepare(sgc, work):
         r = subprocess.run([sgc, "compile", "--mode", "decode", "-o", os.path.join(work, "bad.so")] + args, capture_output=True, text=True)
         if r.returncode == 0 or words not in r.stderr:
             raise AssertionError("sgc compile %s: expected an error saying '%s', got status %d: %s" % (args, words, r.returncode, r.stderr))
+    # The same decoder (same weights) counting its positions from the cache's length, as Hugging
+    # Face's models do when given no position ids.
+    m.cache_positions = True
+    g.export(m, os.path.join(work, "gpt_cachepos.onnx"))
+    m.cache_positions = False
+    subprocess.run(base[:2] + [os.path.join(work, "gpt_cachepos.onnx")] + base[3:] +
+                   ["--max-seqs", "4", "--max-context", "64", "--max-tokens", "8", "-o", os.path.join(work, "cachepos.so")], check=True)
     runs = [g.greedy(m, p, NEW, with_logits=True) for p in PROMPTS]
     ref = {"greedy": [r[0] for r in runs], "logits": [r[1] for r in runs]}
     # The fork: prompt 3 and k generated tokens are cached; the parent appends its next greedy token,
@@ -405,6 +412,10 @@ def check(work, device, sgc=None):
         got = [json.loads(line)["ids"] for line in lines]
         expect("sgc generate (4 prompts on a 10-page cache: some wait, some are preempted)", got, ref["greedy"])
         print("sgc generate: ok")
+        cmd[2] = os.path.join(work, "cachepos.so")
+        got = [json.loads(line)["ids"] for line in subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()]
+        expect("sgc generate, positions from the cache's length", got, ref["greedy"])
+        print("positions from the cache's length: ok")
 
 
 def main():

@@ -3,7 +3,9 @@ PyTorch's own greedy decoding of it: the model and the reference the decode
 tests compare sgc against.
 
     gpt_decoder.py export OUT.onnx [SEED [SIZE]]   the decoder (SIZES), exported with its cache
-                                                   (past_key_values in, present out)
+                                                   (past_key_values in, present out); a Decoder
+                                                   with cache_positions = True takes no position
+                                                   ids and counts from the cache's length
 """
 import math
 
@@ -75,7 +77,14 @@ class Decoder(nn.Module):
         self.ln = nn.LayerNorm(dim)
         self.head = Linear(dim, vocab, bias=False)
 
-    def forward(self, input_ids, position_ids, *past):
+    cache_positions = False  # True: no position input; positions follow the cache's length (as Hugging Face's)
+
+    def forward(self, input_ids, *inputs):
+        if self.cache_positions:
+            past, start = inputs, inputs[0].shape[2]
+            position_ids = torch.arange(start, start + input_ids.shape[1]).unsqueeze(0)
+        else:
+            position_ids, *past = inputs
         x = self.wte(input_ids) + self.wpe(position_ids)
         present = []
         for i, blk in enumerate(self.blocks):
@@ -108,7 +117,10 @@ def export(m, path):
     dyn = {"input_ids": {0: "batch", 1: "seq"}, "position_ids": {0: "batch", 1: "seq"}}
     for n in names:
         dyn[n] = {0: "batch", 2: "past"}
-    torch.onnx.export(m, (ids, pos, *past), path, input_names=["input_ids", "position_ids"] + names, output_names=outs,
+    front = ["input_ids"] if m.cache_positions else ["input_ids", "position_ids"]
+    if m.cache_positions:
+        del dyn["position_ids"]
+    torch.onnx.export(m, (ids, *([] if m.cache_positions else [pos]), *past), path, input_names=front + names, output_names=outs,
                       dynamic_axes=dyn, opset_version=17)
 
 
