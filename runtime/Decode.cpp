@@ -182,16 +182,17 @@ sgc_status sgc_seq_add(sgc_session* s, const int64_t* prompt, int32_t length, in
     DecodeState& st = *s->decode;
     int32_t slot = st.pages.addSequence();
     if (slot < 0) return fail(SGC_ERROR_OUT_OF_PAGES, "all " + std::to_string(d.seqs) + " sequence slots are live");
-    int32_t need = st.pages.pagesNeeded(slot, length);
+    int32_t shared = st.pages.sharePrefix(slot, prompt, length); // pages of a live sequence's identical prefix
+    int32_t need = st.pages.pagesNeeded(slot, length - shared);
     if (need > st.pages.freePages()) {
       st.pages.release(slot);
       return fail(SGC_ERROR_OUT_OF_PAGES, "a prompt of " + std::to_string(length) + " tokens needs " + std::to_string(need) + " pages; " +
                                               std::to_string(st.pages.freePages()) + " are free");
     }
-    st.pages.append(slot, length, st.copies);
+    st.pages.append(slot, length - shared, st.copies);
     std::string error;
     size_t n = 0;
-    for (int32_t start = 0; start < length; start += (int32_t)d.tokens) { // the prompt in steps of `tokens`
+    for (int32_t start = shared; start < length; start += (int32_t)d.tokens) { // the rest of the prompt in steps of `tokens`
       n = std::min<size_t>(d.tokens, length - start);
       for (size_t i = 0; i < n; ++i) st.ids[i] = prompt[start + i], st.positions[i] = start + (int64_t)i, st.seq[i] = slot, st.pos[i] = start + (int32_t)i;
       if (!runTokens(s, n, error)) {
@@ -199,6 +200,7 @@ sgc_status sgc_seq_add(sgc_session* s, const int64_t* prompt, int32_t length, in
         return fail(SGC_ERROR_DEVICE, error);
       }
     }
+    st.pages.remember(slot, prompt, length);
     if (logits) logitsRow(s, n - 1, logits);
     *seq = slot;
     return SGC_OK;

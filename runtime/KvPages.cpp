@@ -7,7 +7,8 @@ namespace sgc::rt {
 
 KvPages::KvPages(int32_t blocks, int32_t blockSize, int32_t seqs, int32_t maxBlocks)
     : blocks_(blocks), blockSize_(blockSize), maxBlocks_(maxBlocks), tables_((size_t)seqs * maxBlocks, -1), refs_(blocks, 0),
-      length_(seqs, -1) {
+      length_(seqs, -1), key_(blocks, 0), before_(blocks, -1), bucket_(blocks, -1), next_(blocks, -1),
+      tokens_((size_t)blocks * blockSize, 0) {
   freeList_.reserve(blocks);
   for (int32_t p = blocks - 1; p >= 0; --p) freeList_.push_back(p); // page 0 is taken first
 }
@@ -20,7 +21,63 @@ int32_t KvPages::take() {
 }
 
 void KvPages::drop(int32_t page) {
-  if (--refs_[page] == 0) freeList_.push_back(page);
+  if (--refs_[page] > 0) return;
+  forget(page); // its bytes are free to be overwritten
+  freeList_.push_back(page);
+}
+
+uint64_t KvPages::keyOf(uint64_t before, const int64_t* tokens, int32_t n) {
+  uint64_t h = before ^ 0x9e3779b97f4a7c15ull; // FNV-1a over the tokens' bytes, seeded by the page before
+  for (int32_t i = 0; i < n; ++i)
+    for (int b = 0; b < 8; ++b) h = (h ^ ((uint64_t)tokens[i] >> (8 * b) & 0xff)) * 0x100000001b3ull;
+  return h ? h : 1; // 0 means none
+}
+
+int32_t KvPages::find(uint64_t key, int32_t before, const int64_t* tokens) const {
+  for (int32_t p = bucket_[key % blocks_]; p >= 0; p = next_[p])
+    if (key_[p] == key && before_[p] == before && std::equal(tokens, tokens + blockSize_, tokens_.begin() + (size_t)p * blockSize_)) return p;
+  return -1;
+}
+
+void KvPages::forget(int32_t page) {
+  if (!key_[page]) return;
+  for (int32_t* at = &bucket_[key_[page] % blocks_]; *at >= 0; at = &next_[*at])
+    if (*at == page) {
+      *at = next_[page];
+      break;
+    }
+  key_[page] = 0, before_[page] = -1, next_[page] = -1;
+}
+
+int32_t KvPages::sharePrefix(int32_t seq, const int64_t* prompt, int32_t length) {
+  int32_t* r = row(seq);
+  uint64_t key = 0;
+  int32_t i = 0;
+  for (; (i + 1) * blockSize_ < length; ++i) { // full pages, and a token after them to compute
+    const int64_t* t = prompt + (size_t)i * blockSize_;
+    key = keyOf(key, t, blockSize_);
+    int32_t p = find(key, i ? r[i - 1] : -1, t);
+    if (p < 0) break;
+    r[i] = p;
+    ++refs_[p];
+  }
+  length_[seq] = i * blockSize_;
+  return length_[seq];
+}
+
+void KvPages::remember(int32_t seq, const int64_t* prompt, int32_t length) {
+  int32_t* r = row(seq);
+  uint64_t key = 0;
+  for (int32_t i = 0; (i + 1) * blockSize_ <= std::min(length, length_[seq]); ++i) {
+    const int64_t* t = prompt + (size_t)i * blockSize_;
+    key = keyOf(key, t, blockSize_);
+    int32_t p = r[i];
+    if (key_[p] || find(key, i ? r[i - 1] : -1, t) >= 0) continue; // remembered already (this page, or another like it)
+    key_[p] = key, before_[p] = i ? r[i - 1] : -1;
+    std::copy(t, t + blockSize_, tokens_.begin() + (size_t)p * blockSize_);
+    next_[p] = bucket_[key % blocks_];
+    bucket_[key % blocks_] = p;
+  }
 }
 
 int32_t KvPages::addSequence() {
@@ -89,6 +146,8 @@ std::string KvPages::check() const {
   for (int32_t p = 0; p < blocks_; ++p) {
     if (refs_[p] != held[p]) return "page " + std::to_string(p) + " counts " + std::to_string(refs_[p]) + " references, the tables hold " + std::to_string(held[p]);
     if ((refs_[p] == 0) != (listed[p] == 1)) return "page " + std::to_string(p) + (refs_[p] ? " is held and free" : " is neither held nor free (leaked)");
+    if (key_[p] && (refs_[p] == 0 || find(key_[p], before_[p], tokens_.data() + (size_t)p * blockSize_) < 0))
+      return "page " + std::to_string(p) + " is remembered for a prefix but " + (refs_[p] ? "cannot be found" : "free");
   }
   return "";
 }

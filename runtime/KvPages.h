@@ -9,6 +9,11 @@
 // rest -1. A page a sequence will write is never shared: appending to a
 // sequence whose partly filled last page is shared first gives it a copy of
 // that page (copy on write); the caller copies the bytes.
+//
+// Prefix caching: a full page of a prompt is remembered by its tokens and the
+// page before it (a chained hash, checked token by token), while some sequence
+// holds it; a later prompt that starts with the same pages shares them (their
+// reference counts, as a fork's) and computes only the tokens after them.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,6 +45,11 @@ public:
   void append(int32_t seq, int32_t count, std::vector<std::pair<int32_t, int32_t>>& copies);
   /// A new live slot sharing every page of live `seq`; -1 when every slot is taken.
   int32_t fork(int32_t seq);
+  /// Gives live, empty `seq` the remembered pages that hold the first full pages of `prompt`
+  /// (`length` tokens), leaving at least its last token to compute; returns the tokens shared.
+  int32_t sharePrefix(int32_t seq, const int64_t* prompt, int32_t length);
+  /// Remembers the full pages of live `seq` that hold `prompt`'s tokens (its first `length`).
+  void remember(int32_t seq, const int64_t* prompt, int32_t length);
   /// Gives back live `seq`'s pages (each freed when no other sequence holds it) and its slot.
   void release(int32_t seq);
 
@@ -51,8 +61,17 @@ public:
 private:
   int32_t blocks_, blockSize_, maxBlocks_;
   std::vector<int32_t> tables_, refs_, freeList_, length_; ///< length -1: a free slot
+  // The remembered pages: each page's key (0: none), the page before it, its tokens, and a chain
+  // of pages per bucket of keys (bucket_[key % blocks] starts it, next_ follows it).
+  std::vector<uint64_t> key_;
+  std::vector<int32_t> before_, bucket_, next_;
+  std::vector<int64_t> tokens_;
   int32_t take();
   void drop(int32_t page);
+  static uint64_t keyOf(uint64_t before, const int64_t* tokens, int32_t n);
+  /// The remembered page with this key, page before it and tokens; -1 if none.
+  int32_t find(uint64_t key, int32_t before, const int64_t* tokens) const;
+  void forget(int32_t page);
   int32_t* row(int32_t seq) { return tables_.data() + (size_t)seq * maxBlocks_; }
 };
 

@@ -24,6 +24,8 @@ PROMPTS = [[1, 2, 3], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [40], [30, 31, 32, 33
 NEW = 12
 BLOCK = 4
 SMALL = dict(blocks=10, context=24, seqs=4)  # small.so
+SYSTEM = [20, 21, 22, 23, 24, 25, 26, 27]  # two pages of BLOCK tokens
+PREFIXED = [SYSTEM + [50, 51], SYSTEM + [60, 61, 62], SYSTEM]  # the last: its second page is computed (its last token's logits)
 OK, INVALID, NOT_FOUND, OUT_OF_PAGES = 0, 1, 2, 10
 
 
@@ -68,6 +70,8 @@ def prepare(sgc, work):
     child, child_logits = g.greedy(m, seq + [alt], 6, with_logits=True)
     ref["fork"] = {"k": k, "alt": alt, "child": child, "logits": child_logits}
     ref["context"] = SMALL["context"]
+    # Prefix caching: prompts that start with the same two pages (8 tokens) as a live one.
+    ref["prefix"] = {"prompts": [p for p in PREFIXED], "greedy": [g.greedy(m, p, NEW) for p in PREFIXED]}
     # A bf16 cache with heads of 64 (the GPU's warp-per-head paged attention; the products stay
     # float32): PyTorch's float32 logits along its greedy path, which the library is fed.
     m64 = g.make(1, "test64")
@@ -229,6 +233,39 @@ def fork(d, ref):
     d.check()
 
 
+def prefix_sharing(d, ref):
+    """A prompt starting with a live sequence's full pages shares them (only its own tokens are
+    computed and take pages) and decodes as PyTorch does, also once the first sequence is gone."""
+    prompts, want = ref["prefix"]["prompts"], ref["prefix"]["greedy"]
+    free0 = d.info().free_pages
+    st, first, logits = d.add(prompts[0])
+    d.must(st)
+    free1 = d.info().free_pages
+    expect("pages of the first prompt (10 tokens)", free0 - free1, 3)
+    seqs, toks = [], []
+    for p, shared_pages in ((prompts[1], 2), (prompts[2], 1)):
+        before = d.info().free_pages
+        st, seq, logits = d.add(p)
+        d.must(st)
+        d.check()
+        expect("new pages of a prompt sharing %d" % shared_pages, before - d.info().free_pages, -(-len(p) // BLOCK) - shared_pages)
+        seqs.append(seq)
+        toks.append([argmax(logits)])
+    d.must(d.free(first))  # the shared pages stay, held by the others
+    d.check()
+    while len(toks[0]) < NEW:
+        st, logits = d.step(seqs, [t[-1] for t in toks])
+        d.must(st)
+        for t, l in zip(toks, logits):
+            t.append(argmax(l))
+    d.check()
+    expect("prompts decoded over a shared prefix", toks, want[1:])
+    for q in seqs:
+        d.must(d.free(q))
+    expect("pages after all are freed", d.info().free_pages, free0)
+    d.check()
+
+
 def statuses(d, context):
     expect("free of an unknown sequence", d.free(3), NOT_FOUND)
     expect("fork of an unknown sequence", d.fork(-1)[0], NOT_FOUND)
@@ -380,6 +417,8 @@ def check(work, device, sgc=None):
     print("join and leave: ok")
     fork(d, ref)
     print("fork: ok")
+    prefix_sharing(d, ref)
+    print("prefix sharing: ok")
     statuses(d, i.max_context)
     print("statuses: ok")
     small = Decoder(os.path.join(work, "small.so"), device)

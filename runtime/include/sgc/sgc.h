@@ -193,7 +193,9 @@ typedef struct {
 /** The cache's sizes and occupancy; SGC_ERROR_INVALID_ARGUMENT for a library that trains. */
 SGC_API sgc_status sgc_decode_info_get(const sgc_session* session, sgc_decode_info* info);
 /** Adds a sequence: takes a slot and the pages of its prompt, and runs the prompt (prefill). `seq`
- * gets its slot; `logits` (NULL or vocab floats) those of the prompt's last token. A prompt longer
+ * gets its slot; `logits` (NULL or vocab floats) those of the prompt's last token. The full pages
+ * the prompt starts with that a live sequence holds (the same tokens after the same pages) are
+ * shared, not computed again (prefix caching; its last token is always computed). A prompt longer
  * than max_context is SGC_ERROR_INVALID_ARGUMENT; no slot or too few free pages,
  * SGC_ERROR_OUT_OF_PAGES (nothing changed). */
 SGC_API sgc_status sgc_seq_add(sgc_session* session, const int64_t* prompt, int32_t length, int32_t* seq, float* logits);
