@@ -390,7 +390,8 @@ std::optional<kir::RowGroup> rowGroup(const Group& group, Readers& readers) {
 
 Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr, Weights mode,
                                        const std::string& weightsFile, const DecodeSpec* decode) {
-  if (decode && g.outputs.size() != 1) return makeError("a decode step has one output, the logits");
+  if (decode && g.outputs.size() != 1 + !decode->next.empty())
+    return makeError("a decode step has the logits for its output, and each row's greedy next token");
   if (!decode && (g.outputs.size() != 1 || g.inputs.empty())) return makeError("the graph is not a training step (build it with the training flags)");
   CompiledProgram p;
   p.schedule = kernelSchedule(g);
@@ -587,7 +588,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     prog["decode"] = {{"tokens", decode->tokens}, {"seqs", decode->seqs}, {"block_size", decode->blockSize}, {"blocks", decode->blocks},
                       {"max_blocks", decode->maxBlocks}, {"max_context", decode->maxContext}, {"ids", id(decode->ids)}, {"positions", id(decode->positions)},
                       {"logits", id(g.outputs[0]->name)}, {"tables", id("sgc.kv.tables")}, {"seq", id("sgc.kv.seq")},
-                      {"pos", id("sgc.kv.pos")}, {"pools", pools}};
+                      {"pos", id("sgc.kv.pos")}, {"pools", pools}, {"next", id(decode->next)}};
   }
   p.programJson = prog.dump();
   return p;

@@ -5,6 +5,7 @@
 #include "ir/passes/Autocast.h"
 #include "ir/passes/BindDims.h"
 #include "ir/passes/FuseGelu.h"
+#include "ir/passes/InferShapes.h"
 #include "ir/passes/NarrowParams.h"
 #include "ir/passes/PagedKv.h"
 
@@ -128,6 +129,14 @@ Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const
                       : !shape.empty() && shape[0] == o.tokens && (shape.size() != 3 || shape[1] == 1) && shape.size() <= 3;
   if (!ir::isFloat(logits->type.dtype) || !rows)
     return makeError(model + ": output %" + logits->name + " must be logits [batch, sequence, vocabulary], is " + ir::toString(logits->type));
+  // The greedy next token of each row, on the device: a host that takes only these copies tokens
+  // x 8 bytes instead of the logits (sgc_decode_step_greedy).
+  ir::Node* next = g.addNode(ir::Op::ArgMax, {g.outputs[0]}, 1, "sgc.next", {"sgc.next"});
+  next->attrs["axis"] = int64_t(-1);
+  next->attrs["keepdims"] = int64_t(0);
+  g.outputs.push_back(next->outputs[0]);
+  if (Error e = ir::inferShapes(g)) return makeError(model + ": " + errorText(std::move(e)));
+  spec.next = "sgc.next";
   spec.tokens = o.tokens, spec.seqs = o.seqs, spec.blockSize = o.blockSize, spec.maxBlocks = o.maxBlocks, spec.maxContext = *context;
   spec.blocks = pools[0]->type.shape()[0];
   for (const ir::Value* p : pools) spec.pools.push_back(p->name);

@@ -52,11 +52,6 @@ Expected<std::vector<int64_t>> parseIds(const std::string& s) {
   return ids;
 }
 
-int64_t argmax(const std::vector<float>& logits, size_t row, int32_t vocab) {
-  const float* p = logits.data() + row * vocab;
-  return std::max_element(p, p + vocab) - p;
-}
-
 } // namespace
 
 int generateMain(int argc, char** argv) {
@@ -89,7 +84,7 @@ int generateMain(int argc, char** argv) {
   if (args->has("load") && api.sgc_load(s, args->get("load").c_str())) return failed("loading " + args->get("load"));
   sgc_decode_info info;
   if (api.sgc_decode_info_get(s, &info)) return failed("not a decoding library");
-  std::vector<float> logits((size_t)info.max_seqs * info.vocab);
+  std::vector<int64_t> next(info.max_seqs); // the greedy tokens, chosen where the step runs: no logits come back
   std::vector<Request> active, done;
   std::vector<int32_t> seqs;
   std::vector<int64_t> tokens;
@@ -105,10 +100,10 @@ int generateMain(int argc, char** argv) {
   while (!pending.empty() || !active.empty()) {
     while (!pending.empty()) { // admit what fits
       Request& r = pending.front();
-      sgc_status st = api.sgc_seq_add(s, r.tokens.data(), (int32_t)r.tokens.size(), &r.seq, logits.data());
+      sgc_status st = api.sgc_seq_add_greedy(s, r.tokens.data(), (int32_t)r.tokens.size(), &r.seq, next.data(), nullptr);
       if (st == SGC_ERROR_OUT_OF_PAGES && !active.empty()) break;
       if (st) return failed("prompt " + std::to_string(r.index));
-      r.tokens.push_back(argmax(logits, 0, info.vocab));
+      r.tokens.push_back(next[0]);
       ++decoded;
       if (finished(r)) retire(std::move(r));
       else active.push_back(std::move(r));
@@ -117,7 +112,7 @@ int generateMain(int argc, char** argv) {
     if (active.empty()) continue;
     seqs.clear(), tokens.clear();
     for (const Request& r : active) seqs.push_back(r.seq), tokens.push_back(r.tokens.back());
-    sgc_status st = api.sgc_decode_step(s, (int32_t)seqs.size(), seqs.data(), tokens.data(), logits.data());
+    sgc_status st = api.sgc_decode_step_greedy(s, (int32_t)seqs.size(), seqs.data(), tokens.data(), next.data(), nullptr);
     if (st == SGC_ERROR_OUT_OF_PAGES && active.size() > 1) { // preempt the newest: it is prefilled again later
       Request r = std::move(active.back());
       active.pop_back();
@@ -127,7 +122,7 @@ int generateMain(int argc, char** argv) {
       continue;
     }
     if (st) return failed("decoding");
-    for (size_t i = 0; i < active.size(); ++i) active[i].tokens.push_back(argmax(logits, i, info.vocab));
+    for (size_t i = 0; i < active.size(); ++i) active[i].tokens.push_back(next[i]);
     decoded += (int64_t)active.size();
     std::vector<Request> still;
     for (Request& r : active) {

@@ -15,7 +15,7 @@ using namespace sgc::rt;
 
 DecodeState::DecodeState(const Decode& d, uint64_t logitsBytes)
     : pages((int32_t)d.blocks, (int32_t)d.blockSize, (int32_t)d.seqs, (int32_t)d.maxBlocks), ids(d.tokens), positions(d.tokens), seq(d.tokens),
-      pos(d.tokens), narrow(d.tokens), logits(logitsBytes) {
+      pos(d.tokens), narrow(d.tokens), logits(logitsBytes), next(d.tokens) {
   copies.reserve(d.seqs);
   shared.reserve(d.seqs);
 }
@@ -70,8 +70,21 @@ bool copyPages(sgc_session* s, std::string& error) {
   return true;
 }
 
-/// Runs the first n staged tokens (the rest unused) and reads the logits.
-bool runTokens(sgc_session* s, size_t n, std::string& error) {
+/// What the host takes from a step: the logits, and each row's greedy next token.
+struct Wanted {
+  bool logits = true, next = false;
+};
+
+/// The greedy next tokens, or logits, or both: a library compiled before the tokens has only logits.
+sgc_status checkWanted(const sgc_session* s, const int64_t* next, const float* logits, const char* what) {
+  if (!next && !logits) return fail(SGC_ERROR_INVALID_ARGUMENT, std::string(what) + ": next and logits are both NULL");
+  if (next && s->prog.decode->next < 0)
+    return fail(SGC_ERROR_INVALID_ARGUMENT, std::string(what) + ": this library was compiled by an sgc without greedy tokens: compile it again");
+  return SGC_OK;
+}
+
+/// Runs the first n staged tokens (the rest unused) and reads what is wanted of them.
+bool runTokens(sgc_session* s, size_t n, Wanted wanted, std::string& error) {
   DecodeState& st = *s->decode;
   const Decode& d = *s->prog.decode;
   for (size_t i = n; i < st.ids.size(); ++i) st.ids[i] = 0, st.positions[i] = 0, st.seq[i] = -1, st.pos[i] = 0;
@@ -80,7 +93,8 @@ bool runTokens(sgc_session* s, size_t n, std::string& error) {
   if (!s->write(d.seq, st.seq.data(), error) || !s->write(d.pos, st.pos.data(), error) || !s->write(d.tables, st.pages.tables().data(), error))
     return false;
   if (!runStep(s, true, error)) return false;
-  return s->read(d.logits, st.logits.data(), error);
+  if (wanted.logits && !s->read(d.logits, st.logits.data(), error)) return false;
+  return !wanted.next || s->read(d.next, st.next.data(), error);
 }
 
 /// Row `row` of the staged logits as floats.
@@ -169,9 +183,14 @@ sgc_status sgc_decode_info_get(const sgc_session* s, sgc_decode_info* info) {
   });
 }
 
-sgc_status sgc_seq_add(sgc_session* s, const int64_t* prompt, int32_t length, int32_t* seq, float* logits) {
+} // extern "C"
+
+namespace {
+
+/// sgc_seq_add and sgc_seq_add_greedy: the prompt's last token's greedy next token to `next`,
+/// its logits to `logits` (either may be NULL).
+sgc_status addSequence(sgc_session* s, const int64_t* prompt, int32_t length, int32_t* seq, int64_t* next, float* logits) {
   return guarded([&]() -> sgc_status {
-    if (sgc_status st = decoding(s, "sgc_seq_add")) return st;
     const Decode& d = *s->prog.decode;
     if (!prompt || !seq) return fail(SGC_ERROR_INVALID_ARGUMENT, "prompt and seq must not be NULL");
     if (length < 1 || length > d.maxContext)
@@ -195,16 +214,82 @@ sgc_status sgc_seq_add(sgc_session* s, const int64_t* prompt, int32_t length, in
     for (int32_t start = shared; start < length; start += (int32_t)d.tokens) { // the rest of the prompt in steps of `tokens`
       n = std::min<size_t>(d.tokens, length - start);
       for (size_t i = 0; i < n; ++i) st.ids[i] = prompt[start + i], st.positions[i] = start + (int64_t)i, st.seq[i] = slot, st.pos[i] = start + (int32_t)i;
-      if (!runTokens(s, n, error)) {
+      bool last = start + (int32_t)d.tokens >= length; // only the last chunk's last row is handed back
+      if (!runTokens(s, n, {last && logits, last && next}, error)) {
         st.pages.release(slot);
         return fail(SGC_ERROR_DEVICE, error);
       }
     }
     st.pages.remember(slot, prompt, length);
     if (logits) logitsRow(s, n - 1, logits);
+    if (next) *next = st.next[n - 1];
     *seq = slot;
     return SGC_OK;
   });
+}
+
+/// sgc_decode_step and sgc_decode_step_greedy: each sequence's greedy next token to `next`, its
+/// logits to `logits` (either may be NULL).
+sgc_status decodeStep(sgc_session* s, int32_t count, const int32_t* seqs, const int64_t* tokens, int64_t* next, float* logits) {
+  return guarded([&]() -> sgc_status {
+    const Decode& d = *s->prog.decode;
+    DecodeState& st = *s->decode;
+    if (count < 1 || count > d.seqs || !seqs || !tokens)
+      return fail(SGC_ERROR_INVALID_ARGUMENT, "expected 1 to max_seqs = " + std::to_string(d.seqs) + " sequences, and non-NULL seqs and tokens");
+    for (int32_t i = 0; i < count; ++i) {
+      if (!st.pages.live(seqs[i])) return unknownSeq(seqs[i]);
+      if (std::count(seqs, seqs + i, seqs[i])) return fail(SGC_ERROR_INVALID_ARGUMENT, "sequence " + std::to_string(seqs[i]) + " appears twice in one step");
+      if (st.pages.length(seqs[i]) >= d.maxContext)
+        return fail(SGC_ERROR_INVALID_ARGUMENT, "sequence " + std::to_string(seqs[i]) + " is at max_context = " + std::to_string(d.maxContext));
+      if (sgc_status e = checkToken(s, tokens[i])) return e;
+    }
+    int32_t need = pagesForStep(s, seqs, count);
+    if (need > st.pages.freePages())
+      return fail(SGC_ERROR_OUT_OF_PAGES, "this step needs " + std::to_string(need) + " new pages; " + std::to_string(st.pages.freePages()) + " are free");
+    for (int32_t i = 0; i < count; ++i) st.pages.append(seqs[i], 1, st.copies);
+    std::string error;
+    if (!copyPages(s, error)) return fail(SGC_ERROR_DEVICE, error);
+    for (int32_t start = 0; start < count; start += (int32_t)d.tokens) {
+      size_t n = std::min<size_t>(d.tokens, count - start);
+      for (size_t i = 0; i < n; ++i) {
+        int32_t q = seqs[start + i], p = st.pages.length(q) - 1;
+        st.ids[i] = tokens[start + i], st.positions[i] = p, st.seq[i] = q, st.pos[i] = p;
+      }
+      if (!runTokens(s, n, {logits != nullptr, next != nullptr}, error)) return fail(SGC_ERROR_DEVICE, error);
+      for (size_t i = 0; i < n; ++i) {
+        if (logits) logitsRow(s, i, logits + (start + i) * d.vocab);
+        if (next) next[start + i] = st.next[i];
+      }
+    }
+    return SGC_OK;
+  });
+}
+
+} // namespace
+
+extern "C" {
+
+sgc_status sgc_seq_add(sgc_session* s, const int64_t* prompt, int32_t length, int32_t* seq, float* logits) {
+  if (sgc_status st = decoding(s, "sgc_seq_add")) return st;
+  return addSequence(s, prompt, length, seq, nullptr, logits);
+}
+
+sgc_status sgc_seq_add_greedy(sgc_session* s, const int64_t* prompt, int32_t length, int32_t* seq, int64_t* next, float* logits) {
+  if (sgc_status st = decoding(s, "sgc_seq_add_greedy")) return st;
+  if (sgc_status st = checkWanted(s, next, logits, "sgc_seq_add_greedy")) return st;
+  return addSequence(s, prompt, length, seq, next, logits);
+}
+
+sgc_status sgc_decode_step(sgc_session* s, int32_t count, const int32_t* seqs, const int64_t* tokens, float* logits) {
+  if (sgc_status st = decoding(s, "sgc_decode_step")) return st;
+  if (!logits) return fail(SGC_ERROR_INVALID_ARGUMENT, "sgc_decode_step: logits must not be NULL (sgc_decode_step_greedy hands back tokens)");
+  return decodeStep(s, count, seqs, tokens, nullptr, logits);
+}
+
+sgc_status sgc_decode_step_greedy(sgc_session* s, int32_t count, const int32_t* seqs, const int64_t* tokens, int64_t* next, float* logits) {
+  if (sgc_status st = decoding(s, "sgc_decode_step_greedy")) return st;
+  if (sgc_status st = checkWanted(s, next, logits, "sgc_decode_step_greedy")) return st;
+  return decodeStep(s, count, seqs, tokens, next, logits);
 }
 
 sgc_status sgc_seq_fork(sgc_session* s, int32_t seq, int32_t* child) {
@@ -234,39 +319,6 @@ sgc_status sgc_seq_length(const sgc_session* s, int32_t seq, int32_t* length) {
     if (!length) return fail(SGC_ERROR_INVALID_ARGUMENT, "length must not be NULL");
     if (!s->decode->pages.live(seq)) return unknownSeq(seq);
     *length = s->decode->pages.length(seq);
-    return SGC_OK;
-  });
-}
-
-sgc_status sgc_decode_step(sgc_session* s, int32_t count, const int32_t* seqs, const int64_t* tokens, float* logits) {
-  return guarded([&]() -> sgc_status {
-    if (sgc_status st = decoding(s, "sgc_decode_step")) return st;
-    const Decode& d = *s->prog.decode;
-    DecodeState& st = *s->decode;
-    if (count < 1 || count > d.seqs || !seqs || !tokens || !logits)
-      return fail(SGC_ERROR_INVALID_ARGUMENT, "expected 1 to max_seqs = " + std::to_string(d.seqs) + " sequences, and non-NULL seqs, tokens and logits");
-    for (int32_t i = 0; i < count; ++i) {
-      if (!st.pages.live(seqs[i])) return unknownSeq(seqs[i]);
-      if (std::count(seqs, seqs + i, seqs[i])) return fail(SGC_ERROR_INVALID_ARGUMENT, "sequence " + std::to_string(seqs[i]) + " appears twice in one step");
-      if (st.pages.length(seqs[i]) >= d.maxContext)
-        return fail(SGC_ERROR_INVALID_ARGUMENT, "sequence " + std::to_string(seqs[i]) + " is at max_context = " + std::to_string(d.maxContext));
-      if (sgc_status e = checkToken(s, tokens[i])) return e;
-    }
-    int32_t need = pagesForStep(s, seqs, count);
-    if (need > st.pages.freePages())
-      return fail(SGC_ERROR_OUT_OF_PAGES, "this step needs " + std::to_string(need) + " new pages; " + std::to_string(st.pages.freePages()) + " are free");
-    for (int32_t i = 0; i < count; ++i) st.pages.append(seqs[i], 1, st.copies);
-    std::string error;
-    if (!copyPages(s, error)) return fail(SGC_ERROR_DEVICE, error);
-    for (int32_t start = 0; start < count; start += (int32_t)d.tokens) {
-      size_t n = std::min<size_t>(d.tokens, count - start);
-      for (size_t i = 0; i < n; ++i) {
-        int32_t q = seqs[start + i], p = st.pages.length(q) - 1;
-        st.ids[i] = tokens[start + i], st.positions[i] = p, st.seq[i] = q, st.pos[i] = p;
-      }
-      if (!runTokens(s, n, error)) return fail(SGC_ERROR_DEVICE, error);
-      for (size_t i = 0; i < n; ++i) logitsRow(s, i, logits + (start + i) * d.vocab);
-    }
     return SGC_OK;
   });
 }

@@ -127,6 +127,7 @@ bool parseDecode(const nlohmann::json& j, const Program& p, Decode& d, std::stri
   d.tokens = j.at("tokens"), d.seqs = j.at("seqs"), d.blockSize = j.at("block_size"), d.blocks = j.at("blocks"), d.maxBlocks = j.at("max_blocks"), d.maxContext = j.at("max_context");
   d.ids = j.at("ids"), d.positions = j.at("positions"), d.logits = j.at("logits"), d.tables = j.at("tables"), d.seq = j.at("seq"), d.pos = j.at("pos");
   d.pools = j.at("pools").get<std::vector<int>>();
+  d.next = j.value("next", -1);
   const int64_t limit = 1 << 30;
   for (int64_t v : {d.tokens, d.seqs, d.blockSize, d.blocks, d.maxBlocks})
     if (v < 1 || v > limit) return fail(error, "decode: sizes out of range");
@@ -143,6 +144,8 @@ bool parseDecode(const nlohmann::json& j, const Program& p, Decode& d, std::stri
   if (!logits || (logits->dtype != "F32" && logits->dtype != "BF16" && logits->dtype != "F16") || !rows(logits->shape))
     return fail(error, "decode: bad logits");
   d.vocab = logits->shape.back();
+  if (d.next >= 0 && (!validTensor(p, d.next) || p.tensors[d.next].dtype != "I64" || p.tensors[d.next].bytes != (uint64_t)d.tokens * 8))
+    return fail(error, "decode: bad next tokens");
   if (d.pools.empty()) return fail(error, "decode: no cache");
   for (int pool : d.pools)
     if (!isTensor(p, pool, {"F32", "BF16", "F16"}, {d.blocks, 2, d.blockSize, -1, -1}) || p.tensors[pool].kind != TensorKind::State)

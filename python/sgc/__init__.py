@@ -263,12 +263,19 @@ class Session:
         vocab = self.decode_info()["vocab"]
         return (ctypes.c_float * (max(rows, 1) * vocab))(), vocab
 
-    def add(self, prompt):
+    def add(self, prompt, greedy=False):
         """Adds a sequence and prefills its prompt (token ids); returns (seq, the logits of the
-        prompt's last token). SgcError with status 10 (out of pages) when the cache is full."""
+        prompt's last token), or with greedy=True (seq, its greedy next token), chosen where the
+        step runs (no logits come back). SgcError with status 10 (out of pages) when the cache is
+        full."""
         ids = (ctypes.c_int64 * len(prompt))(*prompt)
-        logits, vocab = self._logits(1)
         seq = ctypes.c_int32()
+        if greedy:
+            nxt = ctypes.c_int64()
+            self._check(self._lib.sgc_seq_add_greedy(self._open(), ids, len(prompt), ctypes.byref(seq), ctypes.byref(nxt), None),
+                        "sgc_seq_add_greedy")
+            return seq.value, nxt.value
+        logits, vocab = self._logits(1)
         self._check(self._lib.sgc_seq_add(self._open(), ids, len(prompt), ctypes.byref(seq), logits), "sgc_seq_add")
         return seq.value, list(logits[:vocab])
 
@@ -288,14 +295,19 @@ class Session:
         self._check(self._lib.sgc_seq_length(self._open(), seq, ctypes.byref(n)), "sgc_seq_length")
         return n.value
 
-    def decode(self, seqs, tokens):
+    def decode(self, seqs, tokens, greedy=False):
         """One decoding step: appends tokens[i] to sequence seqs[i]; returns each one's next-token
-        logits (a list of vocab floats each)."""
+        logits (a list of vocab floats each), or with greedy=True each one's greedy next token,
+        chosen where the step runs."""
         if len(seqs) != len(tokens):
             raise ValueError(f"decode: {len(seqs)} sequences but {len(tokens)} tokens")
-        logits, vocab = self._logits(len(seqs))
         s = (ctypes.c_int32 * len(seqs))(*seqs)
         t = (ctypes.c_int64 * len(tokens))(*tokens)
+        if greedy:
+            nxt = (ctypes.c_int64 * len(seqs))()
+            self._check(self._lib.sgc_decode_step_greedy(self._open(), len(seqs), s, t, nxt, None), "sgc_decode_step_greedy")
+            return list(nxt)
+        logits, vocab = self._logits(len(seqs))
         self._check(self._lib.sgc_decode_step(self._open(), len(seqs), s, t, logits), "sgc_decode_step")
         return [list(logits[i * vocab:(i + 1) * vocab]) for i in range(len(seqs))]
 
@@ -305,7 +317,8 @@ class Session:
         first of equal maxima, as sgc generate); otherwise tokens are sampled from the softmax of
         logits / temperature, cut to the top_k largest (0: all) and to the smallest set whose
         probability reaches top_p, with prompt i's generator seeded from (seed, i): the same call
-        gives the same tokens. Sampling runs on the host for now. A sequence also stops at the
+        gives the same tokens. Greedy tokens are chosen where the step runs (no logits come
+        back); sampling runs on the host for now. A sequence also stops at the
         library's max_context; when the cache runs out of pages, the newest sequence waits and is
         prefilled again later."""
         info = self.decode_info()
@@ -314,9 +327,11 @@ class Session:
         if max_new_tokens < 1:
             return out
 
-        def pick(i, logits):
-            if temperature <= 0:
-                return max(range(len(logits)), key=logits.__getitem__)
+        greedy = temperature <= 0
+
+        def pick(i, logits):  # greedy: the step chose it already
+            if greedy:
+                return logits
             order = sorted(range(len(logits)), key=lambda v: -logits[v])[:top_k or None]
             top = logits[order[0]]
             weights = [math.exp((logits[v] - top) / temperature) for v in order]
@@ -337,7 +352,7 @@ class Session:
                 while pending:  # admit what fits
                     i = pending[0]
                     try:
-                        seq, logits = self.add(list(prompts[i]) + out[i])
+                        seq, logits = self.add(list(prompts[i]) + out[i], greedy)
                     except SgcError as e:
                         if e.status == _abi.OUT_OF_PAGES and active:
                             break
@@ -352,7 +367,7 @@ class Session:
                     continue
                 order = list(active)
                 try:
-                    rows = self.decode([active[i] for i in order], [out[i][-1] for i in order])
+                    rows = self.decode([active[i] for i in order], [out[i][-1] for i in order], greedy)
                 except SgcError as e:
                     if e.status != _abi.OUT_OF_PAGES or len(active) < 2:
                         raise

@@ -71,6 +71,8 @@ def declare(lib):
         "sgc_seq_free": (c.c_int, [session, c.c_int32]),
         "sgc_seq_length": (c.c_int, [session, c.c_int32, P(c.c_int32)]),
         "sgc_decode_step": (c.c_int, [session, c.c_int32, P(c.c_int32), P(c.c_int64), P(c.c_float)]),
+        "sgc_seq_add_greedy": (c.c_int, [session, P(c.c_int64), c.c_int32, P(c.c_int32), P(c.c_int64), P(c.c_float)]),
+        "sgc_decode_step_greedy": (c.c_int, [session, c.c_int32, P(c.c_int32), P(c.c_int64), P(c.c_int64), P(c.c_float)]),
         "sgc_get_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_set_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_tensor_view": (c.c_int, [session, c.c_char_p, P(DLTensor)]),

@@ -137,6 +137,20 @@ class Decoder:
         st = self.lib.sgc_decode_step(self.s, len(seqs), (ctypes.c_int32 * len(seqs))(*seqs), (ctypes.c_int64 * len(tokens))(*tokens), out)
         return st, [list(out[i * self.vocab:(i + 1) * self.vocab]) for i in range(len(seqs))]
 
+    def add_greedy(self, prompt, logits=False):
+        """(status, seq, next token, logits or None): the next token chosen where the step runs"""
+        seq, nxt = ctypes.c_int32(-1), ctypes.c_int64(-1)
+        out = (ctypes.c_float * self.vocab)() if logits else None
+        st = self.lib.sgc_seq_add_greedy(self.s, (ctypes.c_int64 * len(prompt))(*prompt), len(prompt), ctypes.byref(seq), ctypes.byref(nxt), out)
+        return st, seq.value, nxt.value, list(out) if logits else None
+
+    def step_greedy(self, seqs, tokens, logits=False):
+        """(status, [next token per sequence], [logits per sequence] or None)"""
+        nxt = (ctypes.c_int64 * len(seqs))()
+        out = (ctypes.c_float * (self.vocab * len(seqs)))() if logits else None
+        st = self.lib.sgc_decode_step_greedy(self.s, len(seqs), (ctypes.c_int32 * len(seqs))(*seqs), (ctypes.c_int64 * len(tokens))(*tokens), nxt, out)
+        return st, list(nxt), [list(out[i * self.vocab:(i + 1) * self.vocab]) for i in range(len(seqs))] if logits else None
+
     def fork(self, seq):
         child = ctypes.c_int32(-1)
         return self.lib.sgc_seq_fork(self.s, seq, ctypes.byref(child)), child.value
@@ -230,6 +244,32 @@ def fork(d, ref):
     expect("the forked child", kid[1:], ref["fork"]["child"])
     d.must(d.free(parent))
     d.must(d.free(child))
+    d.check()
+
+
+def greedy_tokens(d, ref):
+    """The greedy tokens chosen where the step runs (no logits come back) are PyTorch's; with the
+    logits asked for too, each is their argmax; asking for neither is refused."""
+    seqs, toks = [], []
+    for i, p in enumerate(PROMPTS):
+        st, seq, nxt, logits = d.add_greedy(p, logits=i == 0)
+        d.must(st)
+        if i == 0:
+            expect("the prompt's next token against its logits", nxt, argmax(logits))
+        seqs.append(seq)
+        toks.append([nxt])
+    while len(toks[0]) < NEW:
+        st, nxt, logits = d.step_greedy(seqs, [t[-1] for t in toks], logits=len(toks[0]) == 3)
+        d.must(st)
+        if logits:
+            expect("next tokens against their logits", nxt, [argmax(l) for l in logits])
+        for t, n in zip(toks, nxt):
+            t.append(n)
+    expect("greedy tokens from the step", toks, ref["greedy"])
+    none = d.lib.sgc_decode_step_greedy(d.s, 1, (ctypes.c_int32 * 1)(seqs[0]), (ctypes.c_int64 * 1)(toks[0][-1]), None, None)
+    expect("sgc_decode_step_greedy without next or logits", none, INVALID)
+    for q in seqs:
+        d.must(d.free(q))
     d.check()
 
 
@@ -419,6 +459,8 @@ def check(work, device, sgc=None):
     print("fork: ok")
     prefix_sharing(d, ref)
     print("prefix sharing: ok")
+    greedy_tokens(d, ref)
+    print("greedy tokens on the device: ok")
     statuses(d, i.max_context)
     print("statuses: ok")
     small = Decoder(os.path.join(work, "small.so"), device)

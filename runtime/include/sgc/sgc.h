@@ -210,6 +210,17 @@ SGC_API sgc_status sgc_seq_length(const sgc_session* session, int32_t seq, int32
  * the logits [count, vocab] of the next token of each. A sequence at max_context is
  * SGC_ERROR_INVALID_ARGUMENT, too few free pages SGC_ERROR_OUT_OF_PAGES (nothing changed). */
 SGC_API sgc_status sgc_decode_step(sgc_session* session, int32_t count, const int32_t* seqs, const int64_t* tokens, float* logits);
+/** sgc_seq_add, handing back the greedy next token (the argmax of the prompt's last logits,
+ * computed where the step runs: on a GPU, 8 bytes come back instead of the logits) to `next`,
+ * and the logits too when `logits` is not NULL. */
+SGC_API sgc_status sgc_seq_add_greedy(sgc_session* session, const int64_t* prompt, int32_t length, int32_t* seq, int64_t* next,
+                                      float* logits);
+/** sgc_decode_step, handing back each sequence's greedy next token to `next` [count] (the argmax
+ * of its logits, the first of equal ones, computed where the step runs), and the logits too when
+ * `logits` is not NULL. A library compiled before these functions existed gives
+ * SGC_ERROR_INVALID_ARGUMENT. */
+SGC_API sgc_status sgc_decode_step_greedy(sgc_session* session, int32_t count, const int32_t* seqs, const int64_t* tokens, int64_t* next,
+                                          float* logits);
 /** Checks the cache's bookkeeping: every page free or held, reference counts equal to the block
  * tables' entries, no page leaked. SGC_ERROR_INTERNAL with what is wrong. */
 SGC_API sgc_status sgc_kv_check(const sgc_session* session);
