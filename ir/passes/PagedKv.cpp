@@ -91,6 +91,18 @@ struct Matcher {
     }
   }
 
+  /// Back from the softmax to the product of queries and keys (through its scales and mask), or null.
+  static Node* scoresProduct(Node* soft) {
+    Node* qk = soft;
+    while (qk && qk->op != Op::MatMul) {
+      Value* chain = nullptr;
+      for (Value* in : qk->inputs)
+        if (in && in->producer && in->type.rank() == 4 && !scalar(in) && (!chain || qk->op == Op::Where)) chain = in;
+      qk = chain ? chain->producer : nullptr;
+    }
+    return qk;
+  }
+
   /// x without a multiplication by a constant, which goes into `scale`.
   Value* unscaled(Value* x) {
     Node* p = x->producer;
@@ -129,13 +141,7 @@ struct Matcher {
       if (isnan && isnan->op == Op::IsNaN && isnan->inputs[0] == soft->inputs[2] && scalar(soft->inputs[1]) == 0.0 && p) soft = p;
     }
     if (!soft || soft->op != Op::Softmax) return None();
-    Node* qk = soft;
-    while (qk && qk->op != Op::MatMul) {
-      Value* chain = nullptr;
-      for (Value* in : qk->inputs)
-        if (in && in->producer && in->type.rank() == 4 && !scalar(in) && (!chain || qk->op == Op::Where)) chain = in;
-      qk = chain ? chain->producer : nullptr;
-    }
+    Node* qk = scoresProduct(soft);
     if (!qk) return stopped(*soft, "scores from a product of queries and keys");
     scale = 1;
     Value *q = unscaled(qk->inputs[0]), *k = untransposed(unscaled(qk->inputs[1])), *v = pv.inputs[1];
@@ -184,13 +190,7 @@ struct Matcher {
     Node *vcat = pv.inputs[1]->producer, *soft = pv.inputs[0]->producer;
     if (!soft || soft->op != Op::Softmax) return stopped(pv, "the softmax of the scores times the cached values");
     // Back from the softmax to the product of queries and keys, then forward again to check the chain.
-    Node* qk = soft;
-    while (qk && qk->op != Op::MatMul) {
-      Value* chain = nullptr;
-      for (Value* in : qk->inputs)
-        if (in && in->producer && in->type.rank() == 4 && !scalar(in) && (!chain || qk->op == Op::Where)) chain = in;
-      qk = chain ? chain->producer : nullptr;
-    }
+    Node* qk = scoresProduct(soft);
     if (!qk) return stopped(*soft, "scores from a product of queries and cached keys");
     Node* kT = qk->inputs[1]->producer;
     if (!kT || kT->op != Op::Transpose || kT->getInts("perm") != std::vector<int64_t>{0, 1, 3, 2} || !isCacheConcat(kT->inputs[0]))
