@@ -390,7 +390,7 @@ std::optional<kir::RowGroup> rowGroup(const Group& group, Readers& readers) {
 
 Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr, Weights mode,
                                        const std::string& weightsFile, const DecodeSpec* decode) {
-  if (decode && g.outputs.size() != 1 + !decode->next.empty())
+  if (decode && g.outputs.size() != (decode->next.empty() ? 1u : 2u))
     return makeError("a decode step has the logits for its output, and each row's greedy next token");
   if (!decode && (g.outputs.size() != 1 || g.inputs.empty())) return makeError("the graph is not a training step (build it with the training flags)");
   CompiledProgram p;

@@ -79,7 +79,9 @@ TEST(Fusion, SiblingsAndNodesPastAReductionJoin) {
   EXPECT_FALSE(codegen::checkPlan(*plan));
   EXPECT_FALSE(codegen::checkLiveness(*g, schedule, *plan));
   for (const auto& b : plan->buffers)
-    if (b.value->name == "g" || b.value->name == "da") EXPECT_EQ(b.bytes, 0) << b.value->name; // in registers only
+    if (b.value->name == "g" || b.value->name == "da") {
+      EXPECT_EQ(b.bytes, 0) << b.value->name; // in registers only
+    }
 }
 
 TEST(Fusion, UnrelatedNodesStayApart) {
