@@ -105,6 +105,12 @@ Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const
   // A model whose only inputs are its tokens (and positions) has no cache to page: a plain causal
   // LM, which runs the step's tokens along its sequence axis (ir/passes/PagedKv.h).
   o.plain = std::all_of(g.inputs.begin(), g.inputs.end(), [&](const ir::Value* in) { return in == ids || in->name == spec.positions; });
+  bool cached = std::any_of(g.inputs.begin(), g.inputs.end(), [](const ir::Value* in) { return in->type.ranked && in->type.rank() == 4; });
+  if (!o.plain && !cached) // no past keys and values: inputs besides the tokens have nothing to feed them
+    for (const ir::Value* in : g.inputs)
+      if (in != ids && in->name != spec.positions)
+        return makeError(model + ": input %" + in->name + ": a causal LM without a key/value cache decodes from its token ids (and position " +
+                         "ids) alone, the cache's block tables saying which tokens each one sees; export it without this input");
   auto dims = tokenDims(ids, o.tokens, o.plain, model);
   if (!dims) return dims.takeError();
   if (o.plain) o.bind = *dims; // bound by the pass

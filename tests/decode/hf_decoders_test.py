@@ -14,6 +14,21 @@ DECODED = ["gpt2.dynamo18", "llama.dynamo18"]  # learned positions, multi-head; 
 REFUSED = {"gpt2.dynamo23": "not static", "llama.dynamo23": "not static"}  # opset 23's Attention, RMSNormalization
 
 
+def extra_input_refused(sgc, work):
+    """GPT-2 with an attention_mask input as well (as exports with one have): a plain model's step
+    has nothing to feed it, and the error names it."""
+    import onnx
+    m = onnx.load(os.path.join(work, "gpt2.dynamo18.onnx"))
+    m.graph.input.append(onnx.helper.make_tensor_value_info("attention_mask", onnx.TensorProto.INT64, [1, "seq"]))
+    path = os.path.join(work, "gpt2_mask.onnx")
+    onnx.save(m, path)
+    proc = subprocess.run([sgc, "compile", path, "--mode", "decode", "--max-context", "64", "--target", "cpu", "-o", path + ".so"],
+                          capture_output=True, text=True)
+    ok = proc.returncode == 1 and "input %attention_mask" in proc.stderr and "without a key/value cache" in proc.stderr
+    print("an attention_mask input:", f"refused ({proc.stderr.strip()[-120:]})" if ok else f"FAILED: {proc.returncode} {proc.stderr[-300:]}")
+    return ok
+
+
 def main():
     sgc, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -48,6 +63,7 @@ def main():
         if same != len(ref["greedy"]) or len(got) != len(ref["greedy"]):
             print("  sgc:         ", got, out.stderr[-300:], "\n  transformers:", ref["greedy"])
             failures += 1
+    failures += not extra_input_refused(sgc, work)
     print("hf decoders:", "FAILED" if failures else "ok")
     sys.exit(1 if failures else 0)
 
