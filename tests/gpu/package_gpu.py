@@ -44,7 +44,7 @@ with torch.no_grad():
     params[name].mul_(2)
 again = s.eval_step(**batch)
 print(f"a torch-side write: loss {before:.6f} -> {halved:.6f} with {name} halved -> {again:.6f} restored")
-if halved == before or again != before:
+if abs(halved - before) <= 1e-4 * abs(before) or abs(again - before) > 1e-6 * abs(before):  # GPU sums may reorder
     failures.append("torch's writes into the views")
 
 # The trace of a GPU step: every launch on its stream, in order, with its kernel and bytes.
