@@ -63,6 +63,9 @@ def dl_tensor(value, name, stream=None):
 
 _new_capsule = ctypes.pythonapi.PyCapsule_New
 _new_capsule.restype, _new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# The same C API on a raw PyObject* (a capsule's destructor gets the dying object: no new reference).
+_raw_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", ctypes.pythonapi))
+_raw_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
 _DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_abi.DLManagedTensor))
 _lent = {}  # address of a DLManagedTensor handed out -> what it keeps alive, until its deleter runs
 
@@ -72,10 +75,17 @@ def _release(managed):
     _lent.pop(ctypes.addressof(managed.contents), None)
 
 
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_gone(cap):
+    """A capsule nobody consumed (still "dltensor") lets its tensor go itself, as DLPack asks."""
+    if _raw_valid(cap, b"dltensor"):
+        _lent.pop(_raw_pointer(cap, b"dltensor"), None)
+
+
 def capsule(tensor, keep):
     """A DLPack capsule ("dltensor") over `tensor` (a DLTensor the ABI filled, its shape array owned
     by the session), which keeps `keep` (the session) alive until the consumer (torch.from_dlpack)
     lets it go."""
     managed = _abi.DLManagedTensor(tensor, None, ctypes.cast(_release, ctypes.c_void_p))
     _lent[ctypes.addressof(managed)] = (managed, keep)
-    return _new_capsule(ctypes.addressof(managed), b"dltensor", None)
+    return _new_capsule(ctypes.addressof(managed), b"dltensor", ctypes.cast(_capsule_gone, ctypes.c_void_p))

@@ -70,6 +70,17 @@ with lib.session() as s:
         w.zero_()
         assert s.eval_step(**batch(0)) == zeroed_fc1(s), "a write through the view was not seen"
         s.load_state_dict(params)
+        # The same through DLPack (what a GPU session's parameters() are made of): shared, and a
+        # capsule nobody takes lets the session go (sgc._tensors keeps nothing for it).
+        d = torch.from_dlpack(s.dlpack("mlp.fc1.weight"))
+        assert d.data_ptr() == views["mlp.fc1.weight"].ctypes.data and torch.equal(d, torch.from_numpy(params["mlp.fc1.weight"]))
+        d.zero_()
+        assert s.eval_step(**batch(0)) == zeroed_fc1(s), "a write through the DLPack view was not seen"
+        s.load_state_dict(params)
+        lent = len(sgc._tensors._lent)
+        del d
+        s.dlpack("mlp.fc1.weight")  # dropped unconsumed
+        assert len(sgc._tensors._lent) == lent - 1, (lent, len(sgc._tensors._lent))
     s.step(**batch(0))
     assert not np.array_equal(views["mlp.fc1.weight"], params["mlp.fc1.weight"]), "the step's update did not show in the view"
     s.load_state_dict(params)
