@@ -7,9 +7,11 @@ sequences' decoding. Exports sgc cannot decode yet are refused with a clear erro
 
     hf_decoders_test.py SGC WORKDIR
 """
-import json, os, subprocess, sys, tarfile
+import json, os, subprocess, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "pyutil"))
+import fixtures  # noqa: E402
 DECODED = ["gpt2.dynamo18", "llama.dynamo18"]  # learned positions, multi-head; rotary, grouped-query heads
 REFUSED = {"gpt2.dynamo23": "not static", "llama.dynamo23": "not static"}  # opset 23's Attention, RMSNormalization
 
@@ -31,12 +33,7 @@ def extra_input_refused(sgc, work):
 
 def main():
     sgc, work = sys.argv[1], sys.argv[2]
-    os.makedirs(work, exist_ok=True)
-    with tarfile.open(os.path.join(HERE, "fixtures", "hf_decoders.tar.xz")) as t:
-        for m in t.getmembers():  # plain files by their own names only
-            if m.isfile() and os.path.basename(m.name) == m.name.removeprefix("./"):
-                with open(os.path.join(work, os.path.basename(m.name)), "wb") as f:
-                    f.write(t.extractfile(m).read())
+    fixtures.unpack(os.path.join(HERE, "fixtures", "hf_decoders.tar.xz"), work)
     failures = 0
     for name in DECODED + list(REFUSED):
         ref = json.load(open(os.path.join(work, name.split(".")[0] + ".json")))

@@ -13,10 +13,11 @@
 # must be refused with an error that says so.
 #
 # Usage: /usr/bin/python3 train_models.py SGC WORKDIR [--interp] [--only NAME[.EXPORT]] [--json OUT]
-import argparse, json, os, subprocess, sys, tarfile, time
+import argparse, json, os, subprocess, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pyutil"))
+import fixtures  # noqa: E402
 import st  # noqa: E402
 
 MODELS = ["gpt2", "llama", "qwen2", "bert", "t5", "vit", "resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]
@@ -33,8 +34,7 @@ REFUSED[("vit", "dynamo")] = "merged them with equal-valued initializers"
 
 def unpack(work, name):
     if not os.path.exists(os.path.join(work, name + ".json")):
-        with tarfile.open(os.path.join(HERE, "fixtures", name + ".tar.xz")) as t:
-            t.extractall(work)
+        fixtures.unpack(os.path.join(HERE, "fixtures", name + ".tar.xz"), work)
     return json.load(open(os.path.join(work, name + ".json")))
 
 
