@@ -39,6 +39,16 @@ int64_t alignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 /// that the result may take the bytes of an operand that dies there.
 bool isElementwise(Op op) { return ir::opClass(op) == ir::OpClass::Elementwise; }
 
+/// Whether a node fused into an elementwise kernel reads its operand's elements at indices other
+/// than its result's (a broadcast reads a smaller operand, whose bytes no result takes).
+bool remaps(const ir::Node* n) {
+  switch (n->op) {
+  case Op::Transpose: return !isView(*n);
+  case Op::Slice: case Op::SliceGrad: case Op::Concat: return true;
+  default: return false;
+  }
+}
+
 struct Planner {
   const ir::Graph& g;
   MemoryPlan plan;
@@ -47,6 +57,7 @@ struct Planner {
   std::map<const ir::Node*, int> positions;
   std::set<const Value*> grads;
   std::set<int> productGroups; ///< positions of kernels led by a matrix product
+  std::set<int> remapping;     ///< positions of fused kernels that read an element away from their own (through a movement)
   std::map<const Value*, std::pair<int, int>> bucketOrder; ///< all-reduced values: (position, operand)
 
   Buffer& buf(const Value* v) { return plan.buffers[index.at(v)]; }
@@ -71,6 +82,7 @@ struct Planner {
       for (const ir::Node* n : schedule[i]) positions[n] = i;
       Op head = schedule[i][0]->op;
       if (schedule[i].size() > 1 && (head == Op::MatMul || head == Op::Gemm)) productGroups.insert(i);
+      if (schedule[i].size() > 1 && std::any_of(schedule[i].begin(), schedule[i].end(), remaps)) remapping.insert(i);
     }
     for (const ir::Node* np : order) {
       const ir::Node& n = *np;
@@ -143,6 +155,9 @@ struct Planner {
       // element after that (CPU and GPU kernels alike).
       bool rowInPlace = n.op == Op::SceLossGrad;
       if (!isElementwise(n.op) && !rowInPlace) continue;
+      // A kernel that reads elements through a movement's index map may read one after another
+      // iteration stored over it: its results take no operand's bytes.
+      if (remapping.count(i)) continue;
       for (const Value* in : rowInPlace ? std::vector<Value*>{n.inputs[0]} : n.inputs) {
         if (!in || in->kind != ValueKind::Result || lastUse[in] != i) continue;
         const Value* r = root(in);
@@ -234,7 +249,7 @@ const char* regionName(Region r) { return rt::kRegionNames[(int)r]; }
 
 Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, int64_t alignment,
                                 const std::map<const ir::Value*, int>& laterReads, const std::set<const ir::Value*>& unstored) {
-  Planner p{g, {}, {}, {}, {}, {}, {}, {}};
+  Planner p{g, {}, {}, {}, {}, {}, {}, {}, {}};
   p.plan.alignment = alignment;
   if (Error e = p.collect(schedule, laterReads)) return e;
   for (Buffer& b : p.plan.buffers)

@@ -49,6 +49,10 @@ bool allElementwise(const Group& g) {
   return std::all_of(g.begin(), g.end(), [](const ir::Node* n) { return kir::isFusibleElementwise(*n); });
 }
 
+bool allFusible(const Group& g) {
+  return std::all_of(g.begin(), g.end(), [](const ir::Node* n) { return kir::isFusible(*n); });
+}
+
 /// A row-wise op (kir::isRowOp) takes in an earlier elementwise group that computes one of its
 /// operands when nothing else reads the group's values (the group moves to the row op), and the
 /// elementwise groups right after it while each starts from the result of the one before (the
@@ -175,6 +179,87 @@ struct Fusion {
   }
 };
 
+/// The most groups a group moves later to join the one that reads it: far enough for a chain of
+/// movements and elementwise nodes, not so far that its operands stay alive across the step.
+constexpr size_t kMaxSink = 48;
+
+/// The most times a fused kernel computes one value at one of its elements (once for each
+/// different index its readers ask for it at).
+constexpr size_t kMaxEvaluations = 4;
+
+/// How many times a kernel over `group` (lowered by kir::lowerElementwise) computes its most
+/// computed value at one element: the indices a value is read at are its readers' own where
+/// they read it element for element (an elementwise node of its shape, a view), new ones
+/// elsewhere (a broadcast, a movement's index map).
+size_t evaluations(const Group& group) {
+  std::map<const ir::Value*, std::set<int>> at; // the indices each value is computed at
+  std::map<const ir::Value*, const ir::Node*> inside;
+  for (const ir::Node* n : group) inside[n->outputs[0]] = n;
+  const auto& shape = group.back()->outputs[0]->type.shape();
+  int fresh = 1; // index 0: the kernel's element
+  size_t most = 1;
+  for (size_t k = group.size(); k-- > 0;) {
+    const ir::Node* n = group[k];
+    std::set<int>& mine = at[n->outputs[0]];
+    if (n->outputs[0]->type.shape() == shape) mine.insert(0);
+    most = std::max(most, mine.size());
+    bool view = ir::opClass(n->op) == ir::OpClass::View;
+    for (const ir::Value* v : n->inputs) {
+      if (!v || !inside.count(v)) continue;
+      bool same = view || (kir::isFusibleElementwise(*n) && v->type.shape() == n->outputs[0]->type.shape());
+      for (int i : mine) at[v].insert(same ? i : fresh++);
+    }
+  }
+  return most;
+}
+
+/// A lone Transpose that a matrix product reads: a GEMM may read its source transposed instead
+/// (absorbTransposes), at no cost.
+bool operandTranspose(const Group& group, Readers& readers) {
+  if (group.size() != 1 || group[0]->op != ir::Op::Transpose) return false;
+  const auto& rs = readers.of[group[0]->outputs[0]];
+  return std::any_of(rs.begin(), rs.end(), [](const ir::Node* r) { return isProduct(*r); });
+}
+
+/// Producer-consumer fusion: a group of fusible nodes (elementwise, data movement) whose results
+/// are all read by one later group of fusible nodes, at most kMaxSink after it, joins that group,
+/// which computes its values where it reads them (through broadcasts and the movements' index
+/// maps) and stores none of them. Groups are visited last to first, so that a chain of them
+/// (the rotary embedding's transpose, slices, negation, concatenation and products) ends in
+/// the last one's group. Where the kernel would compute a value more than kMaxEvaluations
+/// times an element, the groups stay apart.
+std::vector<Group> sinkIntoReaders(std::vector<Group> groups, Readers& readers) {
+  std::map<const ir::Node*, size_t> groupOf;
+  for (size_t i = 0; i < groups.size(); ++i)
+    for (const ir::Node* n : groups[i]) groupOf[n] = i;
+  for (size_t p = groups.size(); p-- > 0;) {
+    Group& producer = groups[p];
+    if (producer.empty() || !allFusible(producer)) continue;
+    std::optional<size_t> reader;
+    bool one = true;
+    for (const ir::Node* n : producer) {
+      if (readers.escaping.count(n->outputs[0])) one = false;
+      for (const ir::Node* r : readers.of[n->outputs[0]]) {
+        size_t at = groupOf.at(r);
+        if (at == p) continue;
+        one = one && (!reader || *reader == at);
+        reader = at;
+      }
+    }
+    if (!one || !reader || *reader - p > kMaxSink) continue;
+    Group& consumer = groups[*reader];
+    if (!allFusible(consumer) || consumer.size() + producer.size() > kMaxFused || operandTranspose(consumer, readers)) continue;
+    Group merged(producer);
+    merged.insert(merged.end(), consumer.begin(), consumer.end());
+    if (evaluations(merged) > kMaxEvaluations) continue;
+    for (const ir::Node* n : producer) groupOf[n] = *reader;
+    consumer = std::move(merged);
+    producer.clear();
+  }
+  groups.erase(std::remove_if(groups.begin(), groups.end(), [](const Group& g) { return g.empty(); }), groups.end());
+  return groups;
+}
+
 } // namespace
 
 std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
@@ -205,14 +290,14 @@ std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
     }
     fusion.place(n, *into);
   }
-  return mergeRowGroups(std::move(groups), readers);
+  return sinkIntoReaders(mergeRowGroups(std::move(groups), readers), readers);
 }
 
 std::set<const ir::Value*> groupInternals(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule) {
   Readers readers(g);
   std::set<const ir::Value*> out;
   for (const Group& group : schedule) {
-    if (group.size() < 2 || !allElementwise(group)) continue;
+    if (group.size() < 2 || !allFusible(group)) continue;
     for (size_t k = 0; k + 1 < group.size(); ++k)
       if (!readers.outside(group[k]->outputs[0], group)) out.insert(group[k]->outputs[0]);
   }
@@ -466,7 +551,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       for (size_t k = 0; k < rows->epilogue.size(); ++k)
         if (rows->storeEpilogue[k]) stored.insert(rows->epilogue[k]->outputs[0]);
       if (Error e = chain(rows->epilogue, "_post", stored)) return e;
-    } else if (group.size() > 1 && !kir::isFusibleElementwise(*group[0])) {
+    } else if (group.size() > 1 && !kir::isFusible(*group[0])) {
       auto k = kir::lowerProductGroup(name, group);
       if (!k) return k.takeError();
       ks = std::move(*k);

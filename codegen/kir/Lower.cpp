@@ -5,6 +5,7 @@
 #include "codegen/kir/ElementwiseMath.h"
 
 #include <cmath>
+#include <optional>
 #include <map>
 #include <set>
 
@@ -34,36 +35,63 @@ ExprRef broadcastIndex(ExprRef flat, const std::vector<int64_t>& out, const std:
   return idx;
 }
 
+/// The values of a fused group as expressions: each value the group computes, at each index its
+/// readers ask for (memoized by the index expression, so that a value read where the kernel
+/// iterates is computed once), and every other value loaded.
 struct GroupLowering {
   Builder& b;
-  std::map<const ir::Value*, ExprRef> exprs; ///< values computed inside the group
-  std::vector<int64_t> outShape;
-  ExprRef flat;
+  ExprRef flat;                                              ///< the kernel's element
+  std::map<const ir::Value*, const ir::Node*> computed;      ///< values the group computes
+  std::map<std::pair<const ir::Value*, const Expr*>, std::pair<ExprRef, ExprRef>> memo; ///< (value, index) -> (index, element)
+  std::optional<Error> failed;                                ///< the first error
 
-  Error fail(const ir::Node& n, const std::string& msg) { return makeError(ir::describe(n) + ": " + msg); }
-
-  Expected<ExprRef> operand(const ir::Node& n, size_t i) {
-    const ir::Value* v = n.input(i);
-    if (!v) return fail(n, "absent inputs are not fused");
-    if (exprs.count(v)) return exprs[v];
-    if (!v->type.isStatic()) return fail(n, "input %" + v->name + " has no static shape");
-    return b.ld(v, broadcastIndex(flat, outShape, v->type.shape()));
+  /// Element `index` (flat, in v's shape) of v.
+  ExprRef at(const ir::Value* v, const ExprRef& index) {
+    auto key = std::make_pair(v, index.get());
+    if (auto it = memo.find(key); it != memo.end()) return it->second.second;
+    auto p = computed.find(v);
+    ExprRef e = p == computed.end() ? b.ld(v, index) : element(*p->second, index);
+    memo[key] = {index, e};
+    return e;
   }
 
-  Expected<ExprRef> expression(const ir::Node& n) {
-    if (n.op == Op::Expand) return operand(n, 0); // its input broadcast to the group's shape
+  ExprRef fail(const ir::Node& n, const std::string& msg) {
+    if (!failed) failed = makeError(ir::describe(n) + ": " + msg);
+    return constant(0, Scalar::I64);
+  }
+
+  /// Element `index` of n's result.
+  ExprRef element(const ir::Node& n, const ExprRef& index) {
+    const std::vector<int64_t>& shape = n.outputs[0]->type.shape();
+    if (isFusibleMovement(n)) {
+      const ir::Value* x = n.input(0);
+      if (isView(n)) return at(x, index); // the same element order: the same index
+      if (n.op == ir::Op::Expand) return at(x, broadcastIndex(index, shape, x->type.shape()));
+      auto e = movedElement(n, Builder::coords(index, shape), [&](size_t k, ExprRef offset) { return at(n.input(k), offset); });
+      if (!e) return fail(n, errorText(e.takeError()));
+      return *e;
+    }
     std::vector<ExprRef> a;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (!n.input(i) || (n.op == Op::CastLike && i == 1)) { // CastLike's second operand gives only a dtype
+      const ir::Value* v = n.input(i);
+      if (!v || (n.op == Op::CastLike && i == 1)) { // CastLike's second operand gives only a dtype
         a.push_back(nullptr);
         continue;
       }
-      auto e = operand(n, i);
-      if (!e) return e.takeError();
-      a.push_back(*e);
+      if (!v->type.isStatic()) return fail(n, "input %" + v->name + " has no static shape");
+      a.push_back(at(v, broadcastIndex(index, shape, v->type.shape())));
     }
-    return elementwiseValue(n, a);
+    auto e = elementwiseValue(n, a);
+    if (!e) return fail(n, errorText(e.takeError()));
+    // A narrow float result is rounded as if it were stored: the interpreter rounds every node's result.
+    ir::DType dt = n.outputs[0]->type.dtype;
+    ExprRef v = cast(*e, computeType(dt));
+    if (dt == ir::DType::BF16) v = unary(KOp::RoundBf16, v);
+    if (dt == ir::DType::F16) v = unary(KOp::RoundF16, v);
+    return v;
   }
+
+  static bool isView(const ir::Node& n) { return ir::opClass(n.op) == ir::OpClass::View; }
 };
 
 } // namespace
@@ -78,25 +106,21 @@ bool isFusibleElementwise(const ir::Node& n) {
 
 Expected<ExprRef> chainExpression(Builder& b, const std::vector<const ir::Node*>& chain, const ir::Value* seedValue, ExprRef seed,
                                   ExprRef flat, std::map<const ir::Value*, ExprRef>* all) {
-  GroupLowering L{b, {}, {}, std::move(flat)};
+  GroupLowering L{b, flat, {}, {}, {}};
   const ir::Value* out = chain.back()->outputs[0];
   if (!out->type.isStatic()) return makeError("%" + out->name + " has no static shape");
-  L.outShape = out->type.shape();
-  if (seedValue) L.exprs[seedValue] = std::move(seed);
   for (const ir::Node* n : chain) {
-    if (!isFusibleElementwise(*n)) return L.fail(*n, "not an elementwise op the code generator fuses");
-    if (n->outputs[0]->type.shape() != L.outShape) return L.fail(*n, "its result shape differs from the group's");
-    auto e = L.expression(*n);
-    if (!e) return e.takeError();
-    // A narrow float result is rounded as if it were stored: the interpreter rounds every node's result.
-    ir::DType dt = n->outputs[0]->type.dtype;
-    ExprRef v = cast(*e, computeType(dt));
-    if (dt == ir::DType::BF16) v = unary(KOp::RoundBf16, v);
-    if (dt == ir::DType::F16) v = unary(KOp::RoundF16, v);
-    L.exprs[n->outputs[0]] = v;
+    if (!isFusible(*n)) return makeError(ir::describe(*n) + ": not an elementwise op the code generator fuses");
+    if (!n->outputs[0]->type.isStatic()) return makeError(ir::describe(*n) + ": result %" + n->outputs[0]->name + " has no static shape");
+    L.computed[n->outputs[0]] = n;
   }
-  if (all) *all = L.exprs;
-  return L.exprs.at(out);
+  if (seedValue) L.memo[{seedValue, flat.get()}] = {flat, std::move(seed)};
+  ExprRef result = L.at(out, flat);
+  if (all) // the values of the kernel's shape, at its element
+    for (const ir::Node* n : chain)
+      if (n->outputs[0]->type.shape() == out->type.shape()) (*all)[n->outputs[0]] = L.at(n->outputs[0], flat);
+  if (L.failed) return std::move(*L.failed);
+  return result;
 }
 
 Expected<Kernel> lowerElementwise(const std::string& name, const std::vector<const ir::Node*>& group,
@@ -108,8 +132,12 @@ Expected<Kernel> lowerElementwise(const std::string& name, const std::vector<con
   auto e = chainExpression(b, group, nullptr, nullptr, loopVar(i), &all);
   if (!e) return e.takeError();
   std::vector<StmtRef> stores;
-  for (const ir::Node* n : group)
-    if (n == group.back() || stored.count(n->outputs[0])) stores.push_back(b.st(n->outputs[0], loopVar(i), all.at(n->outputs[0])));
+  for (const ir::Node* n : group) {
+    const ir::Value* v = n->outputs[0];
+    if (n != group.back() && !stored.count(v)) continue;
+    if (!all.count(v)) return makeError(ir::describe(*n) + ": a result stored by a fused kernel must have the kernel's shape");
+    stores.push_back(b.st(v, loopVar(i), all.at(v)));
+  }
   return b.finish(loop(i, group.back()->outputs[0]->type.staticNumel().value(), true, std::move(stores)));
 }
 

@@ -1,7 +1,7 @@
 // Lowering of IR nodes into kernels: a fused group of elementwise nodes
-// (broadcasting included) becomes one flat parallel loop whose body is the
-// composed expression; a reduction becomes a parallel loop over its results
-// with a serial accumulation loop inside.
+// (broadcasting included) and data movement becomes one flat parallel loop
+// whose body is the composed expression; a reduction becomes a parallel loop
+// over its results with a serial accumulation loop inside.
 //
 // Requires: static shapes on every value the nodes touch.
 #pragma once
@@ -9,6 +9,7 @@
 #include "ir/Error.h"
 #include "ir/Graph.h"
 
+#include <functional>
 #include <map>
 #include <set>
 
@@ -18,12 +19,29 @@ namespace sgc::kir {
 /// an Expand (a broadcast load inside the kernel).
 bool isFusibleElementwise(const ir::Node& n);
 
-/// Lowers `group` (elementwise nodes in graph order; each may consume the
-/// results of earlier ones, and every node shares its shape) into one kernel
-/// that stores the last node's result and those of `stored` (the results
-/// read outside the group): each element's values are all computed before
-/// any is stored. Buffers: the external inputs in order of first use, then
-/// the outputs, in the group's order.
+/// Whether a data movement node can be part of a fused kernel, computed where its readers read
+/// it: a view (Reshape, Flatten, Squeeze, Unsqueeze), Transpose, Expand, Concat, or Slice and
+/// SliceGrad with constant geometry, all of static shapes.
+bool isFusibleMovement(const ir::Node& n);
+
+/// Either of the two: a node an elementwise kernel can compute.
+inline bool isFusible(const ir::Node& n) { return isFusibleElementwise(n) || isFusibleMovement(n); }
+
+/// Element `offset` (flat, in row-major order) of input `k` of a node.
+using ElementOf = std::function<ExprRef(size_t k, ExprRef offset)>;
+
+/// Element `c` (coordinates in its result) of a fusible movement node's result, in terms of its
+/// inputs' elements; every offset it asks for lies inside its input.
+Expected<ExprRef> movedElement(const ir::Node& n, const std::vector<ExprRef>& c, const ElementOf& input);
+
+/// Lowers `group` (fusible nodes in graph order; each may consume the results
+/// of earlier ones) into one kernel over the last node's elements that stores
+/// its result and those of `stored` (the results read outside the group,
+/// which have its shape): each element's values are all computed before any
+/// is stored. A value of another shape is computed at the elements its
+/// readers ask for (through broadcasts and the movements' index maps), once
+/// for each index they ask. Buffers: the external inputs in order of first
+/// use, then the outputs, in the group's order.
 Expected<Kernel> lowerElementwise(const std::string& name, const std::vector<const ir::Node*>& group,
                                   const std::set<const ir::Value*>& stored = {});
 

@@ -1,6 +1,7 @@
 // Lowerings of data movement: copies, transposes, broadcasts, slices,
 // concatenation, splits, gathers and their gradients.
 #include "codegen/kir/Builder.h"
+#include "codegen/kir/Lower.h"
 #include "codegen/kir/LowerOps.h"
 #include "ir/shapes/Shapes.h"
 
@@ -8,8 +9,6 @@ namespace sgc::kir {
 
 namespace {
 using B = Builder;
-
-
 } // namespace
 
 Expected<std::vector<Kernel>> lowerCopy(const std::string& name, const ir::Node& n) {
@@ -19,18 +18,7 @@ Expected<std::vector<Kernel>> lowerCopy(const std::string& name, const ir::Node&
   })};
 }
 
-Expected<std::vector<Kernel>> lowerTranspose(const std::string& name, const ir::Node& n) {
-  const ir::Value *x = n.input(0), *y = n.outputs[0];
-  int64_t r = x->type.rank();
-  std::vector<int64_t> perm = n.getInts("perm");
-  if (perm.empty())
-    for (int64_t d = r - 1; d >= 0; --d) perm.push_back(d);
-  return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
-    std::vector<ExprRef> in(r);
-    for (int64_t d = 0; d < r; ++d) in[perm[d]] = c[d];
-    return b.ld(x, B::offset(in, shapeOf(x)));
-  })};
-}
+namespace {
 
 /// Index of x (shape `in`) broadcast against output coordinates `c`.
 ExprRef broadcastOffset(const std::vector<ExprRef>& c, const std::vector<int64_t>& in) {
@@ -40,34 +28,61 @@ ExprRef broadcastOffset(const std::vector<ExprRef>& c, const std::vector<int64_t
   return B::offset(ic, in);
 }
 
-Expected<std::vector<Kernel>> lowerExpand(const std::string& name, const ir::Node& n) {
-  const ir::Value *x = n.input(0), *y = n.outputs[0];
-  return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
-    return b.ld(x, broadcastOffset(c, shapeOf(x)));
-  })};
+/// The kernel of a movement node alone: each result element is movedElement's, from loads.
+Expected<std::vector<Kernel>> movedKernel(const std::string& name, const ir::Node& n) {
+  std::optional<Error> failed;
+  Kernel k = pointwise(name, n.outputs[0], [&](B& b, const std::vector<ExprRef>& c) {
+    auto e = movedElement(n, c, [&](size_t i, ExprRef offset) { return b.ld(n.input(i), std::move(offset)); });
+    if (e) return *e;
+    failed = e.takeError();
+    return B::i(0);
+  });
+  if (failed) return std::move(*failed);
+  return std::vector<Kernel>{std::move(k)};
 }
 
-Expected<std::vector<Kernel>> lowerSlice(const std::string& name, const ir::Node& n) {
+} // namespace
+
+bool isFusibleMovement(const ir::Node& n) {
+  auto isStatic = [](const ir::Value* v) { return v && v->type.isStatic(); };
+  if (n.outputs.size() != 1 || !isStatic(n.outputs[0]) || !isStatic(n.input(0))) return false;
+  switch (n.op) {
+  case ir::Op::Reshape: case ir::Op::Flatten: case ir::Op::Squeeze: case ir::Op::Unsqueeze:
+  case ir::Op::Transpose: case ir::Op::Expand: return true;
+  case ir::Op::Concat: return std::all_of(n.inputs.begin(), n.inputs.end(), isStatic);
+  case ir::Op::Slice: return (bool)ir::sliceGeometry(knownInputs(n), shapeOf(n.input(0)));
+  case ir::Op::SliceGrad: return (bool)ir::sliceGeometry(knownInputs(n, 2, 1), shapeOf(n.outputs[0]));
+  default: return false;
+  }
+}
+
+Expected<ExprRef> movedElement(const ir::Node& n, const std::vector<ExprRef>& c, const ElementOf& input) {
   const ir::Value *x = n.input(0), *y = n.outputs[0];
-  ir::InferCtx ic = knownInputs(n);
-  auto g = ir::sliceGeometry(ic, shapeOf(x));
-  if (!g) return g.takeError();
-  return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
+  switch (n.op) {
+  case ir::Op::Reshape: case ir::Op::Flatten: case ir::Op::Squeeze: case ir::Op::Unsqueeze: // the same element order
+    return input(0, B::offset(c, shapeOf(y)));
+  case ir::Op::Transpose: {
+    int64_t r = x->type.rank();
+    std::vector<int64_t> perm = n.getInts("perm");
+    if (perm.empty())
+      for (int64_t d = r - 1; d >= 0; --d) perm.push_back(d);
+    std::vector<ExprRef> in(r);
+    for (int64_t d = 0; d < r; ++d) in[perm[d]] = c[d];
+    return input(0, B::offset(in, shapeOf(x)));
+  }
+  case ir::Op::Expand: return input(0, broadcastOffset(c, shapeOf(x)));
+  case ir::Op::Slice: {
+    auto g = ir::sliceGeometry(knownInputs(n), shapeOf(x));
+    if (!g) return g.takeError();
     std::vector<ExprRef> in;
     for (size_t d = 0; d < c.size(); ++d) in.push_back(B::add(B::i((*g)[d].start), B::mul(c[d], B::i((*g)[d].step))));
-    return b.ld(x, B::offset(in, shapeOf(x)));
-  })};
-}
-
-/// The gradient of a Slice: each element of dx is dy's element where the slice read it (the
-/// coordinate lies on the slice's lattice in every dim), else zero. One parallel iteration per
-/// element of dx, no atomics.
-Expected<std::vector<Kernel>> lowerSliceGrad(const std::string& name, const ir::Node& n) {
-  const ir::Value *dy = n.input(0), *dx = n.outputs[0];
-  ir::InferCtx ic = knownInputs(n, 2, 1); // the forward Slice's view: (x, starts, ends, axes, steps)
-  auto g = ir::sliceGeometry(ic, shapeOf(dx));
-  if (!g) return g.takeError();
-  return std::vector<Kernel>{pointwise(name, dx, [&](B& b, const std::vector<ExprRef>& c) {
+    return input(0, B::offset(in, shapeOf(x)));
+  }
+  case ir::Op::SliceGrad: {
+    // Each element of dx is dy's element where the slice read it (the coordinate lies on the
+    // slice's lattice in every dim), else zero.
+    auto g = ir::sliceGeometry(knownInputs(n, 2, 1), shapeOf(y)); // the forward Slice's view: (x, starts, ends, axes, steps)
+    if (!g) return g.takeError();
     std::vector<ExprRef> at;
     ExprRef inside = constant(1, Scalar::I1);
     for (size_t d = 0; d < c.size(); ++d) {
@@ -77,29 +92,34 @@ Expected<std::vector<Kernel>> lowerSliceGrad(const std::string& name, const ir::
       inside = binary(KOp::And, inside, on);
       at.push_back(B::clamp(q, std::max<int64_t>(s.count, 1)));
     }
-    Scalar t = computeType(dx->type.dtype);
-    return select(inside, b.ld(dy, B::offset(at, shapeOf(dy))), constant(0, t));
-  })};
-}
-
-Expected<std::vector<Kernel>> lowerConcat(const std::string& name, const ir::Node& n) {
-  const ir::Value* y = n.outputs[0];
-  int64_t axis = axisOf(n, y->type.rank());
-  return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
-    // The last input whose range starts at or before the coordinate, built as a chain of selects.
+    return select(inside, input(0, B::offset(at, shapeOf(x))), constant(0, computeType(y->type.dtype)));
+  }
+  case ir::Op::Concat: {
+    // The last input whose range starts at or before the coordinate, built as a chain of selects;
+    // every input's index is clamped into it, so that the elements not chosen are read in bounds.
+    int64_t axis = axisOf(n, y->type.rank()), start = 0;
     ExprRef value;
-    int64_t start = 0;
-    for (const ir::Value* in : n.inputs) {
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const ir::Value* in = n.inputs[k];
       int64_t len = in->type.dims[axis].value;
       std::vector<ExprRef> ic = c;
       ic[axis] = B::clamp(B::sub(c[axis], B::i(start)), std::max<int64_t>(len, 1));
-      ExprRef v = b.ld(in, B::offset(ic, shapeOf(in)));
+      ExprRef v = input(k, B::offset(ic, shapeOf(in)));
       value = value ? select(binary(KOp::Ge, c[axis], B::i(start)), v, value) : v;
       start += len;
     }
     return value;
-  })};
+  }
+  default: return makeError(ir::describe(n) + ": not a data movement the code generator fuses");
+  }
 }
+
+Expected<std::vector<Kernel>> lowerTranspose(const std::string& name, const ir::Node& n) { return movedKernel(name, n); }
+Expected<std::vector<Kernel>> lowerExpand(const std::string& name, const ir::Node& n) { return movedKernel(name, n); }
+Expected<std::vector<Kernel>> lowerSlice(const std::string& name, const ir::Node& n) { return movedKernel(name, n); }
+/// The gradient of a Slice: one parallel iteration per element of dx, no atomics.
+Expected<std::vector<Kernel>> lowerSliceGrad(const std::string& name, const ir::Node& n) { return movedKernel(name, n); }
+Expected<std::vector<Kernel>> lowerConcat(const std::string& name, const ir::Node& n) { return movedKernel(name, n); }
 
 Expected<std::vector<Kernel>> lowerSplit(const std::string& name, const ir::Node& n) {
   const ir::Value* x = n.input(0);

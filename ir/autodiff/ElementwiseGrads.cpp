@@ -7,7 +7,11 @@ namespace sgc::ir {
 Error gradUnary(GradCtx& c) {
   std::map<std::string, Attr> attrs = c.n.attrs;
   attrs["of"] = std::string(opName(c.n.op));
-  c.dx[0] = c.n.op == Op::Identity ? c.dy[0] : c.emit(Op::UnaryGrad, {c.x(0), c.dy[0]}, attrs);
+  // Identity and Neg have constant derivatives: their gradients do not read x (which then need
+  // not live until the backward pass).
+  if (c.n.op == Op::Identity) c.dx[0] = c.dy[0];
+  else if (c.n.op == Op::Neg) c.dx[0] = c.emit(Op::Neg, {c.dy[0]});
+  else c.dx[0] = c.emit(Op::UnaryGrad, {c.x(0), c.dy[0]}, attrs);
   return Error::success();
 }
 

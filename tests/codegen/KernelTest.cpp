@@ -57,6 +57,26 @@ std::vector<Case> cases() {
   // The GELU pattern PyTorch exports: five nodes, one kernel.
   cs.push_back({"FusedGeluPattern", "graph @g { input %x : f32[2, 8]\n const %r2 : f32[] = dense<\"0xf304b53f\">\n const %one : f32[] = dense<\"0x0000803f\">\n const %half : f32[] = dense<\"0x0000003f\">\n"
                                     " %d : ?[*] = Div(%x, %r2)\n %e : ?[*] = Erf(%d)\n %a : ?[*] = Add(%e, %one)\n %m : ?[*] = Mul(%x, %a)\n %y : ?[*] = Mul(%m, %half)\n output %y }"});
+  // Data movement fused into its reader: the rotary embedding as exporters write it (a transpose
+  // to [B, H, T, D], the halves' negation and concatenation, the products with cos and sin).
+  const std::string halves = " const %s0 : i64[1] = dense<\"0x0000000000000000\">\n const %s4 : i64[1] = dense<\"0x0400000000000000\">\n"
+                             " const %s8 : i64[1] = dense<\"0x0800000000000000\">\n const %ax : i64[1] = dense<\"0x0300000000000000\">\n";
+  cs.push_back({"RotaryMovements", "graph @g { input %x : f32[2, 3, 4, 8]\n input %cos : f32[3, 8]\n input %sin : f32[3, 8]\n" + halves +
+                " %t : ?[*] = Transpose(%x) {perm = [0, 2, 1, 3]}\n %hi : ?[*] = Slice(%t, %s4, %s8, %ax)\n %n : ?[*] = Neg(%hi)\n"
+                " %lo : ?[*] = Slice(%t, %s0, %s4, %ax)\n %r : ?[*] = Concat(%n, %lo) {axis = 3}\n %a : ?[*] = Mul(%t, %cos)\n"
+                " %b : ?[*] = Mul(%r, %sin)\n %y : ?[*] = Add(%a, %b)\n output %y }"});
+  // Its gradient's shape: two halves put back in place (SliceGrad), added, transposed back and flattened.
+  cs.push_back({"SliceGradTransposeBack", "graph @g { input %g : f32[2, 4, 3, 4]\n input %h : f32[2, 4, 3, 4]\n" + halves +
+                " const %shape : i64[4] = dense<\"0x0200000000000000040000000000000003000000000000000800000000000000\">\n"
+                " const %flat : i64[3] = dense<\"0x020000000000000003000000000000002000000000000000\">\n"
+                " %p : ?[*] = SliceGrad(%g, %shape, %s4, %s8, %ax)\n %n : ?[*] = Neg(%h)\n %q : ?[*] = SliceGrad(%n, %shape, %s0, %s4, %ax)\n"
+                " %s : ?[*] = Add(%p, %q)\n %t : ?[*] = Transpose(%s) {perm = [0, 2, 1, 3]}\n %r : ?[*] = Reshape(%t, %flat)\n"
+                " %y : ?[*] = Cast(%r) {to = \"bf16\"}\n output %y }", 0});
+  // Grouped-query heads repeated for attention: each key head read by three query heads.
+  cs.push_back({"RepeatedHeads", "graph @g { input %k : f32[2, 2, 3, 4]\n const %one : i64[1] = dense<\"0x0200000000000000\">\n"
+                " const %e : i64[5] = dense<\"0x02000000000000000200000000000000030000000000000003000000000000000400000000000000\">\n"
+                " const %heads : i64[4] = dense<\"0x0200000000000000060000000000000003000000000000000400000000000000\">\n"
+                " %u : ?[*] = Unsqueeze(%k, %one)\n %x : ?[*] = Expand(%u, %e)\n %r : ?[*] = Reshape(%x, %heads)\n %y : ?[*] = Exp(%r)\n output %y }"});
   auto reduce = [](const char* name, const char* op, const char* shape, const char* axes, int keep) {
     return Case{name, std::string("graph @g { input %x : f32") + shape + "\n const %ax : i64[" + std::to_string(std::string(axes).size() / 16) +
                           "] = dense<\"0x" + axes + "\">\n %y : ?[*] = " + op + "(%x, %ax) {keepdims = " + std::to_string(keep) + "}\n output %y }",
