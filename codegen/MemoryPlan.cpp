@@ -57,6 +57,7 @@ struct Planner {
   std::map<const ir::Node*, int> positions;
   std::set<const Value*> grads;
   std::set<int> productGroups; ///< positions of kernels led by a matrix product
+  std::set<const Value*> writtenEarlier; ///< results also written before their node runs
   std::set<int> remapping;     ///< positions of fused kernels that read an element away from their own (through a movement)
   std::map<const Value*, std::pair<int, int>> bucketOrder; ///< all-reduced values: (position, operand)
 
@@ -72,7 +73,8 @@ struct Planner {
     }
   }
 
-  Error collect(const std::vector<std::vector<const ir::Node*>>& schedule, const std::map<const Value*, int>& laterReads) {
+  Error collect(const std::vector<std::vector<const ir::Node*>>& schedule, const std::map<const Value*, int>& laterReads,
+                const std::map<const Value*, int>& earlierWrites) {
     std::vector<const ir::Node*> order;
     for (auto& n : g.nodes()) order.push_back(n.get());
     int end = schedule.empty() ? (int)order.size() : (int)schedule.size();
@@ -112,6 +114,10 @@ struct Planner {
       if (v->kind == ValueKind::Result) {
         b.first = positions.at(v->producer);
         b.last = lastUse.count(v.get()) ? lastUse[v.get()] : b.first;
+        if (auto it = earlierWrites.find(v.get()); it != earlierWrites.end()) {
+          b.first = std::min(b.first, it->second);
+          writtenEarlier.insert(v.get());
+        }
       }
       index[v.get()] = plan.buffers.size();
       plan.buffers.push_back(b);
@@ -143,6 +149,7 @@ struct Planner {
       }
       if (n.outputs.size() != 1 || !n.outputs[0] || buf(n.outputs[0]).region != Region::Activations || !buf(n.outputs[0]).bytes) continue;
       Buffer& out = buf(n.outputs[0]);
+      if (writtenEarlier.count(n.outputs[0])) continue; // its operands are read where it is written
       if (isView(n)) { // a view shares its input's bytes, which then live as long as either
         const Value* in = n.inputs[0];
         if (!in || in->kind != ValueKind::Result || buf(root(in)).region != Region::Activations || buf(root(in)).bytes != out.bytes) continue;
@@ -248,10 +255,11 @@ static_assert(kNumRegions == rt::kNumRegions, "the plan's regions are the runtim
 const char* regionName(Region r) { return rt::kRegionNames[(int)r]; }
 
 Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule, int64_t alignment,
-                                const std::map<const ir::Value*, int>& laterReads, const std::set<const ir::Value*>& unstored) {
-  Planner p{g, {}, {}, {}, {}, {}, {}, {}, {}};
+                                const std::map<const ir::Value*, int>& laterReads, const std::set<const ir::Value*>& unstored,
+                                const std::map<const ir::Value*, int>& earlierWrites) {
+  Planner p{g, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   p.plan.alignment = alignment;
-  if (Error e = p.collect(schedule, laterReads)) return e;
+  if (Error e = p.collect(schedule, laterReads, earlierWrites)) return e;
   for (Buffer& b : p.plan.buffers)
     if (unstored.count(b.value)) b.bytes = 0;
   p.aliasInPlace();

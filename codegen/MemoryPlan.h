@@ -59,10 +59,14 @@ bool isView(const ir::Node& n);
 /// writes it to the last step that reads it, or to its position in
 /// `laterReads` (a GPU GEMM reading the source of a transpose it absorbs).
 /// Values in `unstored` (kept in registers inside a kernel) get no bytes.
+/// A value in `earlierWrites` is written at that position as well as by its
+/// node (a GPU library computing it with an earlier product): it is live from
+/// there, and takes no operand's bytes.
 /// Errors name a value whose shape is not static.
 Expected<MemoryPlan> planMemory(const ir::Graph& g, const std::vector<std::vector<const ir::Node*>>& schedule = {},
                                 int64_t alignment = 64, const std::map<const ir::Value*, int>& laterReads = {},
-                                const std::set<const ir::Value*>& unstored = {});
+                                const std::set<const ir::Value*>& unstored = {},
+                                const std::map<const ir::Value*, int>& earlierWrites = {});
 
 /// Proves the plan sound: inside each region, no two buffers that are live at
 /// the same time overlap (aliases share by design), every buffer fits.

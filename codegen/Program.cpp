@@ -1,6 +1,7 @@
 // The program builder (see Program.h).
 #include "codegen/Program.h"
 
+#include "codegen/GemmEpilogues.h"
 #include "codegen/GemmTransposes.h"
 
 #include "codegen/kir/Lower.h"
@@ -420,23 +421,6 @@ nlohmann::json gemmJson(const kir::GemmShape& g, const std::map<std::string, int
           {"trans_a", g.transA}, {"trans_b", g.transB}, {"dtype", std::string(ir::dtypeSafetensorsName(g.y->type.dtype))}};
 }
 
-/// The bias of a product group that only adds one to the product (MatMul, then Add of it; or a
-/// Gemm whose C is it, alpha and beta 1): a vector of the result's columns and dtype, what
-/// cuBLASLt's BIAS epilogue adds itself; else null.
-const ir::Value* gemmBias(const Group& group, const kir::GemmShape& s) {
-  const ir::Value* bias = nullptr;
-  const ir::Node& head = *group[0];
-  if (group.size() == 1 && head.op == ir::Op::Gemm && head.getFloat("alpha", 1) == 1 && head.getFloat("beta", 1) == 1) bias = head.input(2);
-  if (group.size() == 2 && head.op == ir::Op::MatMul && group[1]->op == ir::Op::Add) {
-    const ir::Value *r = head.outputs[0], *x = group[1]->input(0), *y = group[1]->input(1);
-    bias = x == r ? y : y == r ? x : nullptr;
-    if (bias == r) bias = nullptr;
-  }
-  if (!bias || bias->type.dtype != s.y->type.dtype || bias->type.staticNumel() != s.n) return nullptr;
-  std::vector<int64_t> shape = bias->type.shape();
-  return !shape.empty() && shape.back() == s.n ? bias : nullptr;
-}
-
 std::string hexHash(const ir::Graph& g, const std::string& options) {
   llvm::SHA256 sha;
   // The graph's text without its tensors' bytes, then the bytes of the parameters and constants in
@@ -481,8 +465,9 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   CompiledProgram p;
   p.schedule = kernelSchedule(g);
   AbsorbedTransposes absorbed = absorbTransposes(g, p.schedule);
+  GemmGelus gelus = fuseGemmGelus(g, p.schedule);
   std::set<const ir::Value*> internals = groupInternals(g, p.schedule); // computed and read inside one kernel: never stored
-  auto plan = planMemory(g, p.schedule, 64, absorbed.lastRead, internals);
+  auto plan = planMemory(g, p.schedule, 64, absorbed.lastRead, internals, gelus.earlierWrites);
   if (!plan) return plan.takeError();
   if (Error e = checkPlan(*plan)) return makeError("the memory plan is unsound: " + errorText(std::move(e)));
   if (Error e = checkLiveness(g, p.schedule, *plan)) return makeError("the memory plan is unsound: " + errorText(std::move(e)));
@@ -521,8 +506,12 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   std::set<const ir::Value*> views; // results that share their input's bytes: nothing to run
   for (const Buffer& b : p.plan.buffers)
     if (b.aliasOf && b.value->producer && isView(*b.value->producer)) views.insert(b.value);
+  std::map<size_t, const GemmGelu*> geluOf; // product position -> the GELU its GEMM computes
+  for (const GemmGelu& f : gelus.fused) geluOf[f.product] = &f;
+  std::map<size_t, size_t> launchOf;          // schedule position -> its (first) launch
   for (size_t gi = 0; gi < p.schedule.size(); ++gi) {
     const auto& group = p.schedule[gi];
+    launchOf[gi] = launches.size();
     if (group.size() == 1 && views.count(group[0]->outputs[0])) continue;
     std::string name = "sgc_k" + std::to_string(gi);
     if (group.size() == 1 && isCollective(group[0]->op) && group[0]->op != ir::Op::AllReduce) { // the runtime's alone
@@ -627,6 +616,13 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       nlohmann::json& launch = launches.back();
       launch["gemm"] = gemmJson(*gemm, tensorId);
       if (const ir::Value* bias = gemmBias(group, *gemm)) launch["gemm"]["bias"] = tensorId.at(bias->name);
+      if (auto f = geluOf.find(gi); f != geluOf.end()) // the launch it makes unneeded is resolved below
+      {
+        const GemmGelu& e = *f->second;
+        auto id = [&](const ir::Value* v) { return v ? tensorId.at(v->name) : -1; };
+        launch["gemm"]["gelu"] = {{"result", id(e.result)}, {"aux", id(e.input)}, {"bias", id(e.bias)}, {"skip", e.gelu ? (int64_t)*e.gelu : -1}};
+        ++p.gemmGelus;
+      }
       ++p.gemms;
       if (*epilogue) {
         int64_t unused = 0;
@@ -637,6 +633,9 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       }
     }
   }
+  for (auto& launch : launches)
+    if (launch.contains("gemm") && launch["gemm"].contains("gelu") && launch["gemm"]["gelu"]["skip"] >= 0)
+      launch["gemm"]["gelu"]["skip"] = launchOf.at(launch["gemm"]["gelu"]["skip"].get<size_t>());
   p.launches = (int64_t)launches.size();
   std::set<std::string> kernelNames; // a module resolves kernels by name: one name, one kernel
   for (const kir::Kernel& k : p.kernels)
@@ -693,10 +692,10 @@ std::string programStats(const CompiledProgram& p) {
            "kernels: %zu (%lld serial)\nlaunches per step: %zu\nnodes fused into multi-node kernels: %lld\n"
            "matrix products with fused epilogues: %lld\n"
            "GPU: products through cuBLASLt: %lld (%lld followed by an epilogue kernel); transposes folded into them: %lld;\n"
-           "     nodes in GPU form: %lld\n"
+           "     GELUs in their epilogues: %lld; nodes in GPU form: %lld\n"
            "bytes moved per step: %lld\narena: %lld bytes (activations %lld, peak of %lld without reuse)\n",
            p.kernels.size(), (long long)serial, (size_t)p.launches, (long long)fused, (long long)epilogues,
-           (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gpuForms, (long long)p.bytesPerStep, (long long)arena,
+           (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.bytesPerStep, (long long)arena,
            (long long)p.plan.regionBytes[(int)Region::Activations], (long long)p.plan.activationsUnshared);
   return buf;
 }

@@ -28,6 +28,7 @@ struct CompiledProgram {
   int64_t gemmEpilogues = 0;    ///< of those, followed by an epilogue kernel (GPU only)
   int64_t gpuForms = 0;         ///< nodes a GPU runs as other kernels (kir::lowerForGpu)
   int64_t absorbedTransposes = 0; ///< transposes a GPU skips (GemmTransposes.h)
+  int64_t gemmGelus = 0;        ///< GELUs cuBLASLt's epilogues compute (GemmEpilogues.h)
   int64_t launches = 0;         ///< kernel launches of a CPU step
 };
 

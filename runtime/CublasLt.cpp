@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <dlfcn.h>
+#include <tuple>
+#include <vector>
 
 namespace sgc::rt {
 
@@ -96,7 +98,7 @@ CublasLt::~CublasLt() {
   if (handle_) api_->destroy(handle_);
 }
 
-int CublasLt::prepare(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, uint64_t workspaceBytes, std::string& error) {
+int CublasLt::prepare(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, bool gelu, uint64_t aux, uint64_t workspaceBytes, std::string& error) {
   auto p = std::make_unique<Plan>();
   p->api = api_;
   const Api& f = *api_;
@@ -110,14 +112,22 @@ int CublasLt::prepare(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_
   if (Status s = f.descCreate(&p->desc, kComputeF32, kTypeF32)) return fail("cublasLtMatmulDescCreate", s);
   f.descSet(p->desc, kDescTransA, &opA, sizeof opA);
   f.descSet(p->desc, kDescTransB, &opB, sizeof opB);
-  if (bias) { // column-major D is n x m: the bias has one element per row of D, each of our columns
-    int32_t epilogue = kEpilogueBias;
-    int64_t stride = 0; // every matrix of a batch adds the same bias
-    void* pointer = (void*)bias;
-    for (auto [attr, value, size] : {std::tuple<int, const void*, size_t>{kDescEpilogue, &epilogue, sizeof epilogue},
-                                     {kDescBiasPointer, &pointer, sizeof pointer}, {kDescBiasDataType, &type, sizeof type},
-                                     {kDescBiasBatchStride, &stride, sizeof stride}})
-      if (Status s = f.descSet(p->desc, attr, value, size)) return fail("cublasLtMatmulDescSetAttribute (bias epilogue)", s);
+  // Column-major D is n x m: the bias has one element per row of D, each of our columns; the
+  // GELU's aux matrix is laid out as D.
+  int32_t epilogue = (gelu ? (aux ? kEpilogueGeluAux : kEpilogueGelu) : 0) | (bias ? kEpilogueBias : 0);
+  if (epilogue) {
+    int64_t stride = 0, ld = g.n, auxStride = g.m * g.n; // every matrix of a batch adds the same bias
+    void *biasPointer = (void*)bias, *auxPointer = (void*)aux;
+    std::vector<std::tuple<int, const void*, size_t>> attrs{{kDescEpilogue, &epilogue, sizeof epilogue}};
+    if (bias)
+      attrs.insert(attrs.end(), {{kDescBiasPointer, &biasPointer, sizeof biasPointer}, {kDescBiasDataType, &type, sizeof type},
+                                 {kDescBiasBatchStride, &stride, sizeof stride}});
+    if (aux) {
+      attrs.insert(attrs.end(), {{kDescAuxPointer, &auxPointer, sizeof auxPointer}, {kDescAuxLd, &ld, sizeof ld}, {kDescAuxDataType, &type, sizeof type}});
+      if (g.batch > 1) attrs.push_back({kDescAuxBatchStride, &auxStride, sizeof auxStride});
+    }
+    for (auto [attr, value, size] : attrs)
+      if (Status s = f.descSet(p->desc, attr, value, size)) return fail("cublasLtMatmulDescSetAttribute (epilogue)", s);
   }
   // Stored shapes, column-major: our b is n x k (or k x n transposed), our a k x m (or m x k), y n x m.
   int64_t strideY = g.m * g.n;

@@ -22,10 +22,11 @@ public:
   /// Loads the library: $SGC_CUBLASLT when set ("none": no library, GEMMs run on sgc's kernels),
   /// else libcublasLt.so.13 or .12 from the loader's path or CUDA's lib64.
   static std::unique_ptr<CublasLt> open(std::string& error);
-  /// Prepares `g` with its operands at the given device addresses' alignments, and with `bias`
-  /// (a device address; 0: none) added to every row of y by cuBLASLt's BIAS epilogue; the plan's
-  /// index.
-  int prepare(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, uint64_t workspaceBytes, std::string& error);
+  /// Prepares `g` with its operands at the given device addresses' alignments, with `bias` (a
+  /// device address; 0: none) added to every row by cuBLASLt's BIAS epilogue; with `gelu`, y's
+  /// address gets the GELU of that and `aux` (0: none) the product (GELU, GELU_AUX, with BIAS).
+  /// The plan's index.
+  int prepare(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, bool gelu, uint64_t aux, uint64_t workspaceBytes, std::string& error);
   /// Runs plan `plan` on `stream`.
   bool run(int plan, uint64_t a, uint64_t b, uint64_t y, uint64_t workspace, uint64_t workspaceBytes, void* stream, std::string& error);
   const std::string& version() const { return version_; }

@@ -15,7 +15,8 @@ constexpr int kComputeF32 = 68;                              // CUBLAS_COMPUTE_3
 constexpr int kTypeF32 = 0, kTypeF16 = 2, kTypeBF16 = 14;    // cudaDataType_t
 constexpr int kDescTransA = 3, kDescTransB = 4;              // cublasLtMatmulDescAttributes_t
 constexpr int kDescEpilogue = 7, kDescBiasPointer = 8, kDescBiasBatchStride = 10, kDescBiasDataType = 26;
-constexpr int32_t kEpilogueBias = 4;                          // cublasLtEpilogue_t
+constexpr int kDescAuxPointer = 11, kDescAuxLd = 12, kDescAuxBatchStride = 13, kDescAuxDataType = 22;
+constexpr int32_t kEpilogueBias = 4, kEpilogueGelu = 32, kEpilogueGeluAux = 160; // cublasLtEpilogue_t
 constexpr int kLayoutBatchCount = 5, kLayoutBatchStride = 6; // cublasLtMatrixLayoutAttribute_t
 constexpr int kPrefMaxWorkspace = 1, kPrefAlignA = 5, kPrefAlignB = 6, kPrefAlignC = 7, kPrefAlignD = 8; // preference attributes
 

@@ -226,8 +226,8 @@ bool CudaDevice::launch(int index, std::vector<uint64_t>& args, bool serial, int
                "cuLaunchKernel", error);
 }
 
-int CudaDevice::prepareGemm(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, std::string& error) {
-  return lt_ ? lt_->prepare(g, a, b, y, bias, workspaceBytes_, error) : -1;
+int CudaDevice::prepareGemm(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, bool gelu, uint64_t aux, std::string& error) {
+  return lt_ ? lt_->prepare(g, a, b, y, bias, gelu, aux, workspaceBytes_, error) : -1;
 }
 
 bool CudaDevice::gemm(int plan, uint64_t a, uint64_t b, uint64_t y, std::string& error) {

@@ -45,8 +45,9 @@ public:
   bool hasGemms() const { return lt_ != nullptr; }
   const std::string& gemmNote() const { return gemmNote_; }
   /// Prepares a GEMM over operands at these addresses; the plan's index.
-  /// `bias`: the device address of a bias cuBLASLt adds to each row of y (0: none).
-  int prepareGemm(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, std::string& error);
+  /// `bias`: the device address of a bias cuBLASLt adds to each row of y (0: none); with `gelu`,
+  /// y gets g.gelu's result and `aux` the product (see CublasLt::prepare).
+  int prepareGemm(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, bool gelu, uint64_t aux, std::string& error);
   bool gemm(int plan, uint64_t a, uint64_t b, uint64_t y, std::string& error);
   /// Records what is enqueued between the two calls as a CUDA graph; replay() launches it.
   bool beginCapture(std::string& error);

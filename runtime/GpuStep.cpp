@@ -38,16 +38,27 @@ bool GpuStep::prepare(std::string& error) {
   if (const char* from = std::getenv("SGC_PROFILE_FROM")) profileFrom_ = std::max(0, std::atoi(from));
   useGraphs_ = !(graphs && std::string(graphs) == "0") && profile_.empty();
   gemmPlans_.assign(prog_.launches.size(), -1);
-  biasInGemm_.assign(prog_.launches.size(), false);
+  epilogueInGemm_.assign(prog_.launches.size(), false);
+  geluInGemm_.assign(prog_.launches.size(), false);
+  skipped_.assign(prog_.launches.size(), false);
   if (!gpu_.hasGemms()) return true;
   for (size_t i = 0; i < prog_.launches.size(); ++i)
     if (const auto& g = prog_.launches[i].gemm) {
-      if (g->bias >= 0) { // cuBLASLt adds the bias, or (no algorithm with the epilogue) the epilogue kernel does
-        std::string unused;
-        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], address_[g->bias], unused);
-        biasInGemm_[i] = gemmPlans_[i] >= 0;
+      // Best first: the bias and the GELU in cuBLASLt's epilogue, then the bias alone, then the
+      // product alone (each when cuBLASLt has an algorithm for it); what it does not compute,
+      // the launch's epilogue kernel and the GELU's own launch do.
+      std::string unused;
+      if (const auto& f = g->gelu) {
+        uint64_t bias = f->bias >= 0 ? address_[f->bias] : 0, aux = f->aux >= 0 ? address_[f->aux] : 0;
+        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[f->result], bias, true, aux, unused);
+        geluInGemm_[i] = epilogueInGemm_[i] = gemmPlans_[i] >= 0; // with the bias the epilogue kernel adds, if any
+        if (geluInGemm_[i] && f->skip >= 0) skipped_[f->skip] = true;
       }
-      if (gemmPlans_[i] < 0) gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], 0, error);
+      if (gemmPlans_[i] < 0 && g->bias >= 0) {
+        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], address_[g->bias], false, 0, unused);
+        epilogueInGemm_[i] = gemmPlans_[i] >= 0;
+      }
+      if (gemmPlans_[i] < 0) gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], 0, false, 0, error);
       if (gemmPlans_[i] < 0) return false;
     }
   return true;
@@ -98,7 +109,7 @@ bool GpuStep::enqueue(bool train, std::string& error) {
       started[c] = false;
       if (!gpu_.waitComm(c, error)) return false;
     }
-    if (!train && !l.forward) continue;
+    if ((!train && !l.forward) || skipped_[i]) continue;
     Range range(l.label.empty() ? "launch " + std::to_string(i) : l.label);
     if (l.collective) { // a launch is a collective or kernels, never both
       if (!collective(i, *l.collective, error)) return false;
@@ -113,8 +124,8 @@ bool GpuStep::enqueue(bool train, std::string& error) {
       if (!launch(l.kernel, l.args, l.serial, l.extent / l.vector, error)) return false;
     } else {
       const Gemm& g = *l.gemm;
-      if (!gpu_.gemm(gemmPlans_[i], address_[g.a], address_[g.b], address_[g.y], error)) return false;
-      if (l.epilogue.kernel >= 0 && !biasInGemm_[i] && !launch(l.epilogue.kernel, l.epilogue.args, l.epilogue.serial, l.epilogue.extent / l.epilogue.vector, error)) return false;
+      if (!gpu_.gemm(gemmPlans_[i], address_[g.a], address_[g.b], address_[geluInGemm_[i] ? g.gelu->result : g.y], error)) return false;
+      if (l.epilogue.kernel >= 0 && !epilogueInGemm_[i] && !launch(l.epilogue.kernel, l.epilogue.args, l.epilogue.serial, l.epilogue.extent / l.epilogue.vector, error)) return false;
     }
     if (profiling && !gpu_.recordEvent(2 * i + 1, error)) return false;
     timed_[i] = profiling;

@@ -57,7 +57,9 @@ private:
   CudaDevice& gpu_;
   std::vector<uint64_t> address_;
   std::vector<int> gemmPlans_; ///< per launch, its cuBLASLt plan (-1: our kernel)
-  std::vector<bool> biasInGemm_; ///< per launch, whether its plan adds the bias (no epilogue kernel)
+  std::vector<bool> epilogueInGemm_; ///< per launch, whether its plan computes what its epilogue kernel does (a bias, a GELU)
+  std::vector<bool> geluInGemm_; ///< per launch, whether its plan computes its GELU (into Gemm::Gelu::result)
+  std::vector<bool> skipped_;    ///< per launch, whether an earlier GEMM's epilogue computes what it does
   bool useGraphs_ = true;
   int trainSteps_ = 0;         ///< training steps run before the capture
   std::string profile_;        ///< SGC_PROFILE

@@ -60,13 +60,21 @@ bool holds(const Program& p, int id, const std::string& dtype, int64_t count, in
 
 bool parseGemm(const nlohmann::json& j, const Program& p, Gemm& g, std::string& error) {
   g = Gemm{j.at("a"), j.at("b"), j.at("y"), j.at("m"), j.at("n"), j.at("k"), j.at("batch"), j.at("stride_a"), j.at("stride_b"),
-           j.at("trans_a"), j.at("trans_b"), j.at("dtype")};
+           j.at("trans_a"), j.at("trans_b"), j.at("dtype"), -1, std::nullopt};
   g.bias = j.value("bias", -1);
   if (g.dtype != "F32" && g.dtype != "BF16" && g.dtype != "F16") return fail(error, "a GEMM of dtype " + g.dtype);
   if (!holds(p, g.a, g.dtype, g.batch, g.strideA, g.m, g.k) || !holds(p, g.b, g.dtype, g.batch, g.strideB, g.k, g.n) ||
       !holds(p, g.y, g.dtype, g.batch, g.m * g.n, g.m, g.n))
     return fail(error, "a GEMM's operands do not fit their tensors");
   if (g.bias != -1 && !holds(p, g.bias, g.dtype, 1, 0, 1, g.n)) return fail(error, "a GEMM's bias does not fit its tensor");
+  if (j.contains("gelu")) {
+    const auto& e = j.at("gelu");
+    g.gelu = Gemm::Gelu{e.at("result"), e.at("aux"), e.at("bias"), e.at("skip")};
+    const Gemm::Gelu& f = *g.gelu;
+    if (!holds(p, f.result, g.dtype, g.batch, g.m * g.n, g.m, g.n) || (f.aux != -1 && f.aux != g.y) ||
+        (f.bias != -1 && !holds(p, f.bias, g.dtype, 1, 0, 1, g.n)))
+      return fail(error, "a GEMM's GELU does not fit its tensors");
+  }
   return true;
 }
 
@@ -222,6 +230,9 @@ bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program&
       }
       p.launches.push_back(std::move(L));
     }
+    for (size_t i = 0; i < p.launches.size(); ++i) // a GELU's launch comes after its GEMM's
+      if (const auto& g = p.launches[i].gemm; g && g->gelu && g->gelu->skip != -1 && (g->gelu->skip <= (int64_t)i || g->gelu->skip >= (int64_t)p.launches.size()))
+        return fail(error, "a GEMM's GELU names a bad launch");
     for (const auto& u : j.at("updates")) {
       int t = u.at(0), s = u.at(1);
       if (!validTensor(p, t) || !validTensor(p, s) || p.tensors[t].bytes != p.tensors[s].bytes) return fail(error, "a bad update");

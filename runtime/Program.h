@@ -46,6 +46,15 @@ struct Gemm {
   /// When set (a tensor of n elements of dtype), the launch's epilogue kernel only adds this bias
   /// to every row of y: cuBLASLt may add it itself (its BIAS epilogue) and the kernel is skipped.
   int bias = -1;
+  /// A tanh-approximated GELU of the product plus `bias` (-1: none) that cuBLASLt's epilogue may
+  /// compute (codegen/GemmEpilogues.h), into `result`; `aux` (-1: none) is y, which keeps the
+  /// product and bias. Launch `skip` (-1: this launch's epilogue kernel) computes `result`
+  /// otherwise: a GPU skips it when cuBLASLt has an algorithm for the epilogue.
+  struct Gelu {
+    int result = -1, aux = -1, bias = -1;
+    int64_t skip = -1;
+  };
+  std::optional<Gelu> gelu;
 };
 
 /// A kernel run over `extent` parallel iterations (one call when serial) on its tensors.

@@ -140,6 +140,16 @@ void applyOnlyIfFinite(Graph& g, Value* loss) {
   }
 }
 
+/// A SumTo to its own shape (autodiff emits one where a shape was not known yet) is a copy: its
+/// readers read its input instead, so that a product and the elementwise nodes after it meet.
+void readThroughCopies(Graph& g) {
+  std::vector<std::pair<Value*, Value*>> copies;
+  for (auto& n : g.nodes())
+    if (n->op == Op::SumTo && n->inputs[0]->type.isStatic() && n->inputs[0]->type == n->outputs[0]->type)
+      copies.push_back({n->outputs[0], n->inputs[0]});
+  for (auto [copy, source] : copies) g.replaceAllUses(copy, source);
+}
+
 } // namespace
 
 Error checkTrainingOptions(const TrainingOptions& opts) {
@@ -256,6 +266,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   applyOnlyIfFinite(g, *loss);
   g.outputs = {*loss};
   if (Error e = inferShapes(g)) return e;
+  readThroughCopies(g);
   if (Error e = foldTransposes(g)) return e; // the optimizer reads the weight gradients it rewrites
   if (opts.precision == "bf16") readNarrowGradients(g);
   g.removeDeadNodes();

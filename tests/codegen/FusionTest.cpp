@@ -161,8 +161,11 @@ TEST(Fusion, AKernelReadingThroughAMovementTakesNoOperandsBytes) {
   auto plan = codegen::planMemory(*g, schedule, 64, {}, codegen::groupInternals(*g, schedule));
   ASSERT_TRUE(!!plan) << errorText(plan.takeError());
   EXPECT_FALSE(codegen::checkPlan(*plan));
-  for (const auto& b : plan->buffers)
-    if (b.value->name == "y") EXPECT_EQ(b.aliasOf, nullptr) << "in place of %" << b.aliasOf->name;
+  for (const auto& b : plan->buffers) {
+    if (b.value->name == "y") {
+      EXPECT_EQ(b.aliasOf, nullptr) << "in place of %" << b.aliasOf->name;
+    }
+  }
 }
 
 TEST(Fusion, AValueReadAtManyIndicesStaysApart) {

@@ -124,3 +124,25 @@ TEST(ProgramParse, GemmBiasesFitTheirTensors) {
     EXPECT_NE(parseError(bad).find("bias does not fit"), std::string::npos) << other;
   }
 }
+
+TEST(ProgramParse, GemmGelusNameTheirTensorsAndALaterLaunch) {
+  // A GEMM whose epilogue computes a GELU names its result (a tensor of y's shape and dtype), y
+  // for its aux output, its bias, and the later launch it makes unneeded.
+  nlohmann::json j = compiledSample();
+  size_t at = 0;
+  while (at < j["launches"].size() && !j["launches"][at].contains("gemm")) ++at;
+  ASSERT_LT(at + 1, j["launches"].size());
+  nlohmann::json& gemm = j["launches"][at]["gemm"];
+  gemm["gelu"] = {{"result", gemm["y"]}, {"aux", gemm["y"]}, {"bias", -1}, {"skip", at + 1}};
+  EXPECT_EQ(parseError(j), "");
+  for (size_t skip : {at, j["launches"].size()}) {
+    nlohmann::json bad = j;
+    bad["launches"][at]["gemm"]["gelu"]["skip"] = skip;
+    EXPECT_NE(parseError(bad).find("names a bad launch"), std::string::npos) << skip;
+  }
+  for (const char* field : {"result", "aux", "bias"}) {
+    nlohmann::json bad = j;
+    bad["launches"][at]["gemm"]["gelu"][field] = j["loss"];
+    EXPECT_NE(parseError(bad).find("GELU does not fit"), std::string::npos) << field;
+  }
+}
