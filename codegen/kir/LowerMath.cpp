@@ -385,36 +385,31 @@ Expected<std::vector<Kernel>> lowerOptimizer(const std::string& name, const ir::
   ExprRef at = loopVar(i), lr = cast(b.ld(lrV, B::i(0)), t), step = cast(b.ld(stepV, B::i(0)), t), one = B::c(1, t);
   ExprRef w = b.ld(p, at), d = b.ld(g, at);
   double wd = n.getFloat("weight_decay", 0);
-  // Every new value is computed into a local before any is stored: the plan
-  // may update the parameter and its state in place.
-  std::vector<StmtRef> body;
-  auto result = [&](const ir::Value* out, ExprRef v) {
-    int l = b.newLocal();
-    body.push_back(let(l, std::move(v)));
-    return std::make_pair(out, l);
-  };
-  std::vector<std::pair<const ir::Value*, int>> outs;
+  // The results are stores only, of expressions sharing their terms: the emitter computes all of
+  // an element's new values before it stores any (Kernel.h), as the plan may update the parameter
+  // and its state in place, and a GPU then moves 16 bytes a buffer per access (vectorWidthFor).
+  std::vector<std::pair<const ir::Value*, ExprRef>> outs;
   if (!adam) {
     double mom = n.getFloat("momentum", 0), damp = n.getFloat("dampening", 0);
     ExprRef dd = B::add(d, B::mul(B::c(wd, t), w));
     if (mom != 0) {
       ExprRef first = binary(KOp::Le, step, one);
-      outs.push_back(result(n.outputs[1], select(first, dd, B::add(B::mul(B::c(mom, t), b.ld(n.input(4), at)), B::mul(B::c(1 - damp, t), dd)))));
-      ExprRef nb = local(outs.back().second, t);
+      outs.push_back({n.outputs[1], select(first, dd, B::add(B::mul(B::c(mom, t), b.ld(n.input(4), at)), B::mul(B::c(1 - damp, t), dd)))});
+      ExprRef nb = outs.back().second;
       dd = n.getInt("nesterov", 0) ? B::add(dd, B::mul(B::c(mom, t), nb)) : nb;
     }
-    outs.push_back(result(n.outputs[0], B::sub(w, B::mul(lr, dd))));
+    outs.push_back({n.outputs[0], B::sub(w, B::mul(lr, dd))});
   } else {
     double b1 = n.getFloat("beta1", 0.9), b2 = n.getFloat("beta2", 0.999), eps = n.getFloat("eps", 1e-8);
     bool decoupled = n.getInt("decoupled", 0);
     ExprRef wv = decoupled ? B::mul(w, B::sub(one, B::mul(lr, B::c(wd, t)))) : w;
     ExprRef dv = decoupled ? d : B::add(d, B::mul(B::c(wd, t), w));
-    outs.push_back(result(n.outputs[1], B::add(B::mul(B::c(b1, t), b.ld(n.input(2), at)), B::mul(B::c(1 - b1, t), dv))));
-    outs.push_back(result(n.outputs[2], B::add(B::mul(B::c(b2, t), b.ld(n.input(3), at)), B::mul(B::c(1 - b2, t), B::mul(dv, dv)))));
-    ExprRef m = local(outs[0].second, t), v = local(outs[1].second, t);
+    outs.push_back({n.outputs[1], B::add(B::mul(B::c(b1, t), b.ld(n.input(2), at)), B::mul(B::c(1 - b1, t), dv))});
+    outs.push_back({n.outputs[2], B::add(B::mul(B::c(b2, t), b.ld(n.input(3), at)), B::mul(B::c(1 - b2, t), B::mul(dv, dv)))});
+    ExprRef m = outs[0].second, v = outs[1].second;
     ExprRef bc1 = B::sub(one, binary(KOp::Pow, B::c(b1, t), step)), bc2 = B::sub(one, binary(KOp::Pow, B::c(b2, t), step));
     ExprRef denom = B::add(B::div(unary(KOp::Sqrt, v), unary(KOp::Sqrt, bc2)), B::c(eps, t));
-    outs.push_back(result(n.outputs[0], B::sub(wv, B::mul(B::div(lr, bc1), B::div(m, denom)))));
+    outs.push_back({n.outputs[0], B::sub(wv, B::mul(B::div(lr, bc1), B::div(m, denom)))});
   }
   // With the `apply` flag false (the step's loss was not finite) each result is its old value.
   const ir::Value* apply = n.input(adam ? 6 : 5);
@@ -422,7 +417,8 @@ Expected<std::vector<Kernel>> lowerOptimizer(const std::string& name, const ir::
   if (adam) old[n.outputs[1]] = b.ld(n.input(2), at), old[n.outputs[2]] = b.ld(n.input(3), at);
   else if (n.outputs.size() > 1 && n.outputs[1]) old[n.outputs[1]] = b.ld(n.input(4), at);
   ExprRef ok = apply ? binary(KOp::Ne, cast(b.ld(apply, B::i(0)), Scalar::I64), B::i(0)) : ExprRef{};
-  for (auto& [out, l] : outs) body.push_back(b.st(out, at, apply ? select(ok, local(l, t), old.at(out)) : local(l, t)));
+  std::vector<StmtRef> body;
+  for (auto& [out, v] : outs) body.push_back(b.st(out, at, apply ? select(ok, v, old.at(out)) : v));
   return std::vector<Kernel>{b.finish(loop(i, numel(p), true, body))};
 }
 

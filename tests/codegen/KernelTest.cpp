@@ -600,6 +600,31 @@ TEST(Kernel, AttentionTensorCoreForm) {
   }
 }
 
+TEST(Kernel, OptimizerKernelsMove16BytesPerGpuAccess) {
+  // AdamW reads a parameter, its gradient and two moments and writes three of them: stores only,
+  // so that a GPU thread moves 16 bytes of each (4 f32), as an elementwise kernel does; the new
+  // values are still all computed before any is stored (the plan updates them in place).
+  auto g = ir::parse("graph @g { input %p : f32[64, 32]\n input %g : f32[64, 32]\n input %m : f32[64, 32]\n input %v : f32[64, 32]\n"
+                     " input %lr : f32[]\n input %k : i64[]\n"
+                     " %p2 : ?[*], %m2 : ?[*], %v2 : ?[*] = AdamUpdate(%p, %g, %m, %v, %lr, %k) {decoupled = 1, weight_decay = 0.01}\n"
+                     " output %p2, %m2, %v2 }",
+                     "adam");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  auto ks = kir::lowerNode("k", *(*g)->nodes().front());
+  ASSERT_TRUE(!!ks) << errorText(ks.takeError());
+  ASSERT_EQ(ks->size(), 1u);
+  EXPECT_EQ(kir::vectorWidthFor(ks->front()), 4);
+  llvm::LLVMContext ctx;
+  auto spec = codegen::TargetSpec::nvptx("sm_90");
+  auto mod = codegen::emitKernels(ctx, *ks, spec);
+  ASSERT_TRUE(!!mod) << errorText(mod.takeError());
+  auto ptx = codegen::compileModule(**mod, spec);
+  ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
+  EXPECT_NE(ptx->find("ld.global.v4"), std::string::npos) << *ptx;
+  EXPECT_NE(ptx->find("st.global.v4"), std::string::npos) << *ptx;
+}
+
 TEST(Kernel, ElementwiseKernelsMove16BytesPerGpuAccess) {
   // An elementwise kernel runs 16 bytes of its narrowest elements per GPU thread (8 bf16, 4 f32;
   // fewer when the extent is not a multiple), whose loads and stores LLVM merges into 16-byte
