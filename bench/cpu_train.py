@@ -5,16 +5,16 @@
 # AdamW); and the rate of one 512^3 matrix product (a forward-only step of a
 # one-layer model) against the machine's f32 FMA peak.
 # Usage: /usr/bin/python3 bench/cpu_train.py [path/to/sgc]
-import ctypes, json, math, os, re, statistics, subprocess, sys, tempfile, time
+import json, math, os, re, statistics, subprocess, sys, tempfile, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "tests", "training"))
-sys.path.insert(0, os.path.join(here, "..", "samples"))
+sys.path.insert(0, os.path.join(here, "..", "python"))
+import sgc  # noqa: E402  the package over the C ABI (python/sgc)
 from torch_equivalence import GPT  # noqa: E402
-from train_ctypes import DLDataType, DLDevice, DLTensor, Options  # noqa: E402
 
 SGC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "build", "driver", "sgc")
 WARM, ITERS = 2, 7
@@ -52,31 +52,6 @@ def median_ms(fn):
     return statistics.median(ts)
 
 
-class Session:
-    """A compiled model driven through its C ABI (ctypes)."""
-
-    def __init__(self, path, threads, feeds):
-        self.lib = ctypes.CDLL(path)
-        self.lib.sgc_last_error.restype = ctypes.c_char_p
-        self.s = ctypes.c_void_p()
-        o = Options(ctypes.sizeof(Options), 1, b"cpu", threads)
-        assert self.lib.sgc_session_create(ctypes.byref(o), ctypes.byref(self.s)) == 0, self.lib.sgc_last_error()
-        self.keep = []
-        for name, t in feeds.items():
-            a = t.contiguous().numpy()
-            shape = (ctypes.c_int64 * a.ndim)(*a.shape)
-            dtype = DLDataType(2, 32, 1) if a.dtype.kind == "f" else DLDataType(0, 64, 1)
-            t = DLTensor(a.ctypes.data, DLDevice(1, 0), a.ndim, dtype, shape, None, 0)
-            self.keep += [a, shape, t]
-            assert self.lib.sgc_set_input(self.s, name.encode(), ctypes.byref(t)) == 0, self.lib.sgc_last_error()
-
-    def step(self, train=True):
-        loss = ctypes.c_double()
-        fn = self.lib.sgc_train_step if train else self.lib.sgc_eval_step
-        assert fn(self.s, ctypes.byref(loss)) == 0, self.lib.sgc_last_error()
-        return loss.value
-
-
 def compile_model(model, args, work, name):
     path = os.path.join(work, name + ".onnx")
     torch.onnx.export(model, args, path, input_names=["x", "y"], output_names=["loss"], opset_version=17,
@@ -104,7 +79,8 @@ def bench_train(name, model, x, y, work):
     so, compile_s, launches = compile_model(model, (x, y), work, name)
     row = {"model": name, "torch_eager_ms": t_torch, "compile_s": compile_s, "launches_per_step": int(launches)}
     for threads in (1, 2):
-        s = Session(so, threads, {"x": x, "y": y})
+        s = sgc.load(so).session(threads=threads)
+        s.step(x=x, y=y)  # the inputs, which the steps after keep
         row[f"sgc_{threads}t_ms"] = median_ms(s.step)
     return row
 
@@ -126,8 +102,9 @@ def main():
         x = torch.randn(n, n)
         gemm = {}
         for threads in (1, 2):
-            s = Session(so, threads, {"x": x, "y": torch.randn(1)})
-            gemm[f"sgc_{threads}t_GFLOPs"] = 2 * n**3 / (median_ms(lambda: s.step(False)) * 1e-3) / 1e9
+            s = sgc.load(so).session(threads=threads)
+            s.eval_step(x=x, y=torch.randn(1))
+            gemm[f"sgc_{threads}t_GFLOPs"] = 2 * n**3 / (median_ms(s.eval_step) * 1e-3) / 1e9
         gemm["torch_1t_GFLOPs"] = 2 * n**3 / (median_ms(lambda: x @ x) * 1e-3) / 1e9
         gemm["fma_peak_2cores_GFLOPs"] = fma_peak_gflops()
     print(f"{'model':20} {'torch eager':>12} {'sgc 1 thread':>13} {'sgc 2 threads':>14} {'ratio (2t)':>11} {'launches':>9}")
