@@ -8,12 +8,13 @@ namespace sgc::rt {
 KvPages::KvPages(int32_t blocks, int32_t blockSize, int32_t seqs, int32_t maxBlocks)
     : blocks_(blocks), blockSize_(blockSize), maxBlocks_(maxBlocks), tables_((size_t)seqs * maxBlocks, -1), refs_(blocks, 0),
       length_(seqs, -1), key_(blocks, 0), before_(blocks, -1), bucket_(blocks, -1), next_(blocks, -1),
-      tokens_((size_t)blocks * blockSize, 0) {
+      tokens_((size_t)blocks * blockSize, 0), older_(blocks, -1), newer_(blocks, -1) {
   freeList_.reserve(blocks);
   for (int32_t p = blocks - 1; p >= 0; --p) freeList_.push_back(p); // page 0 is taken first
 }
 
 int32_t KvPages::take() {
+  if (freeList_.empty()) forget(oldest_); // the longest unused cached page, its bytes now free to be overwritten
   int32_t p = freeList_.back();
   freeList_.pop_back();
   refs_[p] = 1;
@@ -22,8 +23,22 @@ int32_t KvPages::take() {
 
 void KvPages::drop(int32_t page) {
   if (--refs_[page] > 0) return;
-  forget(page); // its bytes are free to be overwritten
-  freeList_.push_back(page);
+  if (key_[page]) cache(page); // remembered: its bytes stay for a later prompt
+  else freeList_.push_back(page);
+}
+
+void KvPages::cache(int32_t page) {
+  older_[page] = newest_, newer_[page] = -1;
+  (newest_ >= 0 ? newer_[newest_] : oldest_) = page;
+  newest_ = page;
+  ++cached_;
+}
+
+void KvPages::uncache(int32_t page) {
+  (older_[page] >= 0 ? newer_[older_[page]] : oldest_) = newer_[page];
+  (newer_[page] >= 0 ? older_[newer_[page]] : newest_) = older_[page];
+  older_[page] = newer_[page] = -1;
+  --cached_;
 }
 
 uint64_t KvPages::keyOf(uint64_t before, const int64_t* tokens, int32_t n) {
@@ -47,6 +62,14 @@ void KvPages::forget(int32_t page) {
       break;
     }
   key_[page] = 0, before_[page] = -1, next_[page] = -1;
+  if (!refs_[page]) { // cached: now a plain free page
+    uncache(page);
+    freeList_.push_back(page);
+  }
+  // The pages remembered after it can no longer be found by their chain: none is held (a
+  // sequence holding one holds this page too), so they are cached, and go the same way.
+  for (int32_t p = 0; p < blocks_; ++p)
+    if (key_[p] && before_[p] == page) forget(p);
 }
 
 int32_t KvPages::sharePrefix(int32_t seq, const int64_t* prompt, int32_t length) {
@@ -58,6 +81,7 @@ int32_t KvPages::sharePrefix(int32_t seq, const int64_t* prompt, int32_t length)
     key = keyOf(key, t, blockSize_);
     int32_t p = find(key, i ? r[i - 1] : -1, t);
     if (p < 0) break;
+    if (!refs_[p]) uncache(p);
     r[i] = p;
     ++refs_[p];
   }
@@ -143,11 +167,18 @@ std::string KvPages::check() const {
   for (int32_t p : freeList_) {
     if (p < 0 || p >= blocks_ || listed[p]++) return "page " + std::to_string(p) + " is on the free list twice or is no page";
   }
+  int32_t count = 0;
+  for (int32_t p = oldest_, last = -1; p >= 0; last = p, p = newer_[p]) {
+    if (p >= blocks_ || older_[p] != last || listed[p]++ || ++count > blocks_) return "the cached pages' list is broken at page " + std::to_string(p);
+    if (!key_[p] || (p == newest_) != (newer_[p] < 0)) return "cached page " + std::to_string(p) + " is not remembered, or ends the list early";
+  }
+  if (count != cached_) return "the cache counts " + std::to_string(cached_) + " pages, its list " + std::to_string(count);
   for (int32_t p = 0; p < blocks_; ++p) {
     if (refs_[p] != held[p]) return "page " + std::to_string(p) + " counts " + std::to_string(refs_[p]) + " references, the tables hold " + std::to_string(held[p]);
     if ((refs_[p] == 0) != (listed[p] == 1)) return "page " + std::to_string(p) + (refs_[p] ? " is held and free" : " is neither held nor free (leaked)");
-    if (key_[p] && (refs_[p] == 0 || find(key_[p], before_[p], tokens_.data() + (size_t)p * blockSize_) < 0))
-      return "page " + std::to_string(p) + " is remembered for a prefix but " + (refs_[p] ? "cannot be found" : "free");
+    if (key_[p] && find(key_[p], before_[p], tokens_.data() + (size_t)p * blockSize_) < 0)
+      return "page " + std::to_string(p) + " is remembered for a prefix but cannot be found";
+    if (key_[p] && before_[p] >= 0 && !key_[before_[p]]) return "page " + std::to_string(p) + " is remembered after a page that is not";
   }
   return "";
 }

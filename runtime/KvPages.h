@@ -11,9 +11,12 @@
 // that page (copy on write); the caller copies the bytes.
 //
 // Prefix caching: a full page of a prompt is remembered by its tokens and the
-// page before it (a chained hash, checked token by token), while some sequence
-// holds it; a later prompt that starts with the same pages shares them (their
-// reference counts, as a fork's) and computes only the tokens after them.
+// page before it (a chained hash, checked token by token); a later prompt that
+// starts with the same pages shares them (their reference counts, as a fork's)
+// and computes only the tokens after them. A remembered page that no sequence
+// holds any more keeps its bytes (a free page that is cached): free pages are
+// taken plain first, then cached ones, the longest unused first, each
+// forgotten (with the cached pages remembered after it) as it is taken.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,7 +31,10 @@ public:
 
   int32_t blockSize() const { return blockSize_; }
   int32_t maxLength() const { return maxBlocks_ * blockSize_; }
-  int32_t freePages() const { return (int32_t)freeList_.size(); }
+  /// Pages a sequence may take: plain free ones and cached ones.
+  int32_t freePages() const { return (int32_t)freeList_.size() + cached_; }
+  /// Of those, the cached ones (remembered, held by no sequence).
+  int32_t cachedPages() const { return cached_; }
   bool live(int32_t seq) const { return seq >= 0 && seq < (int32_t)length_.size() && length_[seq] >= 0; }
   int32_t length(int32_t seq) const { return length_[seq]; }
   int32_t refs(int32_t page) const { return refs_[page]; }
@@ -53,9 +59,10 @@ public:
   /// Gives back live `seq`'s pages (each freed when no other sequence holds it) and its slot.
   void release(int32_t seq);
 
-  /// "" when the invariants hold: each page is free (reference count 0, on the free list once)
-  /// or held (its count is the number of table entries naming it); a sequence holds exactly the
-  /// pages its length needs; free slots hold none. Else what is wrong.
+  /// "" when the invariants hold: each page is plain free (reference count 0, on the free list
+  /// once, not remembered), cached (count 0, remembered, in the cache's order once) or held (its
+  /// count is the number of table entries naming it); a sequence holds exactly the pages its
+  /// length needs; free slots hold none. Else what is wrong.
   std::string check() const;
 
 private:
@@ -66,7 +73,12 @@ private:
   std::vector<uint64_t> key_;
   std::vector<int32_t> before_, bucket_, next_;
   std::vector<int64_t> tokens_;
+  // The cached pages, oldest first: a list through older_ and newer_ (-1 at its ends).
+  std::vector<int32_t> older_, newer_;
+  int32_t oldest_ = -1, newest_ = -1, cached_ = 0;
   int32_t take();
+  void cache(int32_t page);
+  void uncache(int32_t page);
   void drop(int32_t page);
   static uint64_t keyOf(uint64_t before, const int64_t* tokens, int32_t n);
   /// The remembered page with this key, page before it and tokens; -1 if none.

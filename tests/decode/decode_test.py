@@ -275,7 +275,8 @@ def greedy_tokens(d, ref):
 
 def prefix_sharing(d, ref):
     """A prompt starting with a live sequence's full pages shares them (only its own tokens are
-    computed and take pages) and decodes as PyTorch does, also once the first sequence is gone."""
+    computed and take pages) and decodes as PyTorch does, also once the first sequence is gone,
+    and once every sequence is gone (the pages kept in the cache)."""
     prompts, want = ref["prefix"]["prompts"], ref["prefix"]["greedy"]
     free0 = d.info().free_pages
     st, first, logits = d.add(prompts[0])
@@ -303,6 +304,20 @@ def prefix_sharing(d, ref):
     for q in seqs:
         d.must(d.free(q))
     expect("pages after all are freed", d.info().free_pages, free0)
+    d.check()
+    # Freed, the prompts' full pages keep their bytes: the second prompt again shares them (the
+    # cached pages are handed out last) and decodes as before.
+    st, seq, logits = d.add(prompts[1])
+    d.must(st)
+    d.check()
+    toks = [argmax(logits)]
+    while len(toks) < NEW:
+        st, logits = d.step([seq], [toks[-1]])
+        d.must(st)
+        toks.append(argmax(logits[0]))
+    expect("a prompt decoded over the cached pages of freed sequences", toks, want[1])
+    d.must(d.free(seq))
+    expect("pages after all are freed again", d.info().free_pages, free0)
     d.check()
 
 
