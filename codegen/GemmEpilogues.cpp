@@ -23,16 +23,12 @@ namespace {
 
 bool isTanhGelu(const ir::Node& n) { return n.op == ir::Op::Gelu && n.getString("approximate", "none") == "tanh"; }
 
-} // namespace
-
-namespace {
-
 /// The GELU a product group ends in: [product, (bias Add), tanh Gelu].
 std::optional<GemmGelu> geluInGroup(const std::vector<const ir::Node*>& group, const kir::GemmShape& s, size_t at) {
   const ir::Node& last = *group.back();
   std::vector<const ir::Node*> before(group.begin(), group.end() - 1);
-  if (isTanhGelu(last) && (before.size() == 1 || gemmBias(before, s)))
-    return GemmGelu{at, std::nullopt, last.outputs[0], nullptr, before.size() == 1 ? nullptr : gemmBias(before, s)};
+  const ir::Value* bias = before.size() == 1 ? nullptr : gemmBias(before, s);
+  if (isTanhGelu(last) && (before.size() == 1 || bias)) return GemmGelu{at, std::nullopt, last.outputs[0], nullptr, bias};
   return std::nullopt;
 }
 

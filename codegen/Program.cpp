@@ -204,7 +204,7 @@ size_t evaluations(const Group& group) {
     std::set<int>& mine = at[n->outputs[0]];
     if (n->outputs[0]->type.shape() == shape) mine.insert(0);
     most = std::max(most, mine.size());
-    bool view = ir::opClass(n->op) == ir::OpClass::View;
+    bool view = kir::keepsElementOrder(*n);
     for (const ir::Value* v : n->inputs) {
       if (!v || !inside.count(v)) continue;
       bool same = view || (kir::isFusibleElementwise(*n) && v->type.shape() == n->outputs[0]->type.shape());
@@ -616,8 +616,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       nlohmann::json& launch = launches.back();
       launch["gemm"] = gemmJson(*gemm, tensorId);
       if (const ir::Value* bias = gemmBias(group, *gemm)) launch["gemm"]["bias"] = tensorId.at(bias->name);
-      if (auto f = geluOf.find(gi); f != geluOf.end()) // the launch it makes unneeded is resolved below
-      {
+      if (auto f = geluOf.find(gi); f != geluOf.end()) { // the launch it makes unneeded is resolved below
         const GemmGelu& e = *f->second;
         auto id = [&](const ir::Value* v) { return v ? tensorId.at(v->name) : -1; };
         launch["gemm"]["gelu"] = {{"result", id(e.result)}, {"aux", id(e.input)}, {"bias", id(e.bias)}, {"skip", e.gelu ? (int64_t)*e.gelu : -1}};

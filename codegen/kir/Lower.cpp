@@ -65,7 +65,7 @@ struct GroupLowering {
     const std::vector<int64_t>& shape = n.outputs[0]->type.shape();
     if (isFusibleMovement(n)) {
       const ir::Value* x = n.input(0);
-      if (isView(n)) return at(x, index); // the same element order: the same index
+      if (keepsElementOrder(n)) return at(x, index);
       if (n.op == ir::Op::Expand) return at(x, broadcastIndex(index, shape, x->type.shape()));
       auto e = movedElement(n, Builder::coords(index, shape), [&](size_t k, ExprRef offset) { return at(n.input(k), offset); });
       if (!e) return fail(n, errorText(e.takeError()));
@@ -90,8 +90,6 @@ struct GroupLowering {
     if (dt == ir::DType::F16) v = unary(KOp::RoundF16, v);
     return v;
   }
-
-  static bool isView(const ir::Node& n) { return ir::opClass(n.op) == ir::OpClass::View; }
 };
 
 } // namespace

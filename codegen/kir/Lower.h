@@ -24,6 +24,10 @@ bool isFusibleElementwise(const ir::Node& n);
 /// SliceGrad with constant geometry, all of static shapes.
 bool isFusibleMovement(const ir::Node& n);
 
+/// A view op (Reshape, Flatten, Squeeze, Unsqueeze): its result has its input's elements in
+/// their order, so an element of it is the input's at the same flat index.
+inline bool keepsElementOrder(const ir::Node& n) { return ir::opClass(n.op) == ir::OpClass::View; }
+
 /// Either of the two: a node an elementwise kernel can compute.
 inline bool isFusible(const ir::Node& n) { return isFusibleElementwise(n) || isFusibleMovement(n); }
 
