@@ -2,6 +2,7 @@
 #include "driver/Common.h"
 
 #include "frontend/onnx/Importer.h"
+#include "frontend/torchscript/Importer.h"
 #include "ir/Text.h"
 #include "ir/Verifier.h"
 #include "ir/training/TrainingStep.h"
@@ -21,7 +22,41 @@ static bool endsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-Expected<std::unique_ptr<ir::Graph>> loadModel(const std::string& path) {
+Expected<std::map<std::string, ir::Type>> parseInputTypes(const std::string& s) {
+  std::map<std::string, ir::Type> out;
+  size_t at = 0;
+  while (at < s.size()) {
+    size_t eq = s.find('=', at), open = eq == std::string::npos ? eq : s.find('[', eq), close = open == std::string::npos ? open : s.find(']', open);
+    auto bad = [&] { return makeError("--input-type " + s + ": expected NAME=DTYPE[D0,D1,...] entries separated by commas (e.g. input_ids=i64[2,16])"); };
+    if (close == std::string::npos || eq == at) return bad();
+    auto dtype = ir::dtypeFromName(s.substr(eq + 1, open - eq - 1));
+    if (!dtype) return makeError("--input-type: '" + s.substr(eq + 1, open - eq - 1) + "' is not a dtype (f32, i64, bf16, ...)");
+    std::vector<int64_t> dims;
+    std::string body = s.substr(open + 1, close - open - 1);
+    for (size_t p = 0; p < body.size();) {
+      size_t comma = body.find(',', p);
+      std::string d = body.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
+      char* end = nullptr;
+      long long v = strtoll(d.c_str(), &end, 10);
+      if (d.empty() || *end || v < 0 || v > (1LL << 40)) return bad();
+      dims.push_back(v);
+      p = comma == std::string::npos ? body.size() : comma + 1;
+    }
+    out[s.substr(at, eq - at)] = ir::Type::of(*dtype, dims);
+    at = close + 1;
+    if (at < s.size() && s[at] != ',') return bad();
+    ++at;
+  }
+  return out;
+}
+
+Expected<std::unique_ptr<ir::Graph>> loadModel(const std::string& path, const std::string& inputTypes) {
+  if (ts_import::isArchivePath(path)) {
+    auto types = parseInputTypes(inputTypes);
+    if (!types) return types.takeError();
+    return ts_import::importArchive(path, {*types});
+  }
+  if (!inputTypes.empty()) return makeError(path + ": --input-type applies to TorchScript archives (.pt)");
   if (!endsWith(path, ".sgcir")) return onnx_import::importModel(path);
   std::ifstream f(path);
   if (!f) return makeError(path + ": cannot open");

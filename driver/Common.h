@@ -6,14 +6,19 @@
 #include "ir/Graph.h"
 #include "runtime/Safetensors.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace sgc::driver {
 
-/// Loads an ONNX model, or IR text when the path ends in .sgcir.
-Expected<std::unique_ptr<ir::Graph>> loadModel(const std::string& path);
+/// Loads an ONNX model, a TorchScript archive (.pt), or IR text when the path ends in .sgcir.
+/// `inputTypes` (the --input-type flag: "name=i64[2,16],...") types a TorchScript forward's arguments.
+Expected<std::unique_ptr<ir::Graph>> loadModel(const std::string& path, const std::string& inputTypes = "");
+
+/// The --input-type flag's value: "name=DTYPE[d0,d1,...]" entries separated by commas.
+Expected<std::map<std::string, ir::Type>> parseInputTypes(const std::string& s);
 
 Expected<ir::Tensor> fromSafetensors(const rt::StTensor& t, const std::string& what);
 rt::StTensor toSafetensors(const ir::Tensor& t);

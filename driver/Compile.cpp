@@ -47,6 +47,7 @@ const CommandSpec kCompile{
                                 {"recompute", "MODE", "activation recomputation: none (default), cheap, selective or full"},
                                 {"train", "", "build the training step (implied by any training flag)"},
                                 {"dim", "N=SIZE,...", "bind symbolic input dims to sizes"},
+                                {"input-type", "NAME=T,...", "a TorchScript forward's argument types, e.g. input_ids=i64[2,16] (default: as traced)"},
                                 {"o", "FILE", "write the output to FILE instead of standard output"},
                                 {"print-data", "", "print all tensor data (default: tensors over 64 bytes are elided)"}};
       for (auto& f : trainingFlagSpecs()) o.push_back(f);
@@ -133,7 +134,7 @@ std::string envOr(const char* name, const char* def) {
 /// The flags that shape the compiled program, in a fixed order (part of the content hash).
 std::string canonicalFlags(const Args& a) {
   std::string s;
-  for (const char* f : {"dim", "target", "weights", "recompute", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
+  for (const char* f : {"dim", "input-type", "target", "weights", "recompute", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
                         "clip-grad-norm", "loss", "freeze", "precision", "attention", "data-parallel", "bucket-mb", "ranks", "mode",
                         "kv-block-size", "max-seqs", "max-context", "kv-blocks", "kv-budget-mb", "max-tokens", "kv-cache-dtype", "input-ids", "position-ids"})
     if (a.has(f)) s += std::string("--") + f + "=" + a.get(f) + "\n";
@@ -171,7 +172,7 @@ int compileMain(int argc, char** argv) {
   const std::string& model = args->positional()[0];
   codegen::Progress progress(isatty(STDERR_FILENO) && !args->has("quiet"));
   progress.stage("import " + model);
-  auto g = loadModel(model);
+  auto g = loadModel(model, args->get("input-type", ""));
   if (!g) return reportError(g.takeError());
   if (args->has("dim")) {
     auto dims = parseDims(args->get("dim"));

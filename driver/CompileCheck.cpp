@@ -40,8 +40,8 @@ std::set<std::string> symbolicDims(const ir::Graph& g) {
 
 } // namespace
 
-int printCompileCheck(const std::string& path, const std::map<std::string, int64_t>& dims) {
-  auto g = loadModel(path);
+int printCompileCheck(const std::string& path, const std::map<std::string, int64_t>& dims, const std::string& inputTypes) {
+  auto g = loadModel(path, inputTypes);
   if (!g) return reportError(g.takeError());
   if (!dims.empty())
     if (Error e = ir::bindDims(**g, dims)) return reportError(path + ": " + errorText(std::move(e)));
@@ -59,7 +59,7 @@ int printCompileCheck(const std::string& path, const std::map<std::string, int64
   if (Error e = ir::buildTrainingStep(**g, opts)) {
     std::string why = errorText(std::move(e));
     printf("training step: not built: %s\n", why.c_str());
-    g = loadModel(path); // the forward graph alone, as a decoding step would compile it
+    g = loadModel(path, inputTypes); // the forward graph alone, as a decoding step would compile it
     if (!g) return reportError(g.takeError());
     if (!dims.empty()) llvm::consumeError(ir::bindDims(**g, dims));
     if (Error e2 = ir::inferShapes(**g)) return reportError(std::move(e2));

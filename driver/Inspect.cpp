@@ -17,7 +17,7 @@
 namespace sgc::driver {
 namespace {
 
-const CommandSpec kSpec{"inspect", "sgc inspect MODEL.onnx|MODEL.sgcir [--dim N=SIZE,...] | FILE.safetensors | LIB.so [--plan-svg FILE]",
+const CommandSpec kSpec{"inspect", "sgc inspect MODEL.onnx|MODEL.pt|MODEL.sgcir [--dim N=SIZE,...] | FILE.safetensors | LIB.so [--plan-svg FILE]",
                         "Describes a model (inputs, outputs, parameters with shapes and bytes, op histogram,\n"
                         "and whether it compiles: the nodes of its training step that code generation would\n"
                         "refuse, each with the reason),\n"
@@ -25,6 +25,7 @@ const CommandSpec kSpec{"inspect", "sgc inspect MODEL.onnx|MODEL.sgcir [--dim N=
                         "compiled by sgc (its memory plan's regions, tensors and launches; for a decoding library\n"
                         "the paged key/value cache: pool, block tables and free list).",
                         {{"dim", "N=SIZE,...", "bind symbolic input dims to sizes for the compile check, as sgc compile --dim"},
+                         {"input-type", "NAME=T,...", "a TorchScript forward's argument types, as sgc compile --input-type"},
                          {"plan-svg", "FILE", "for a library: draw its memory plan (each tensor's bytes over its lifetime) as SVG"}}};
 
 int64_t bytesOf(const ir::Value* v) { return (int64_t)v->data->bytes.size(); }
@@ -43,8 +44,8 @@ void printValues(const char* title, const std::vector<ir::Value*>& vs, bool with
   }
 }
 
-int inspectModel(const std::string& path, const std::map<std::string, int64_t>& dims) {
-  auto g = loadModel(path);
+int inspectModel(const std::string& path, const std::map<std::string, int64_t>& dims, const std::string& inputTypes) {
+  auto g = loadModel(path, inputTypes);
   if (!g) return reportError(g.takeError());
   const ir::Graph& graph = **g;
   printf("model: %s (graph @%s)\n", path.c_str(), graph.name.c_str());
@@ -56,7 +57,7 @@ int inspectModel(const std::string& path, const std::map<std::string, int64_t>& 
   for (const auto& n : graph.nodes()) hist[std::string(ir::opName(n->op))]++;
   printf("ops: %zu nodes\n", graph.nodes().size());
   for (auto& [op, count] : hist) printf("  %-24s %d\n", op.c_str(), count);
-  return printCompileCheck(path, dims);
+  return printCompileCheck(path, dims, inputTypes);
 }
 
 int inspectSafetensors(const std::string& path) {
@@ -134,7 +135,7 @@ int inspectMain(int argc, char** argv) {
     if (!d) return reportError(d.takeError());
     dims = std::move(*d);
   }
-  return inspectModel(path, dims);
+  return inspectModel(path, dims, args->get("input-type", ""));
 }
 
 } // namespace sgc::driver

@@ -11,6 +11,7 @@ const CommandSpec kSpec{"run", "sgc run MODEL --inputs IN.safetensors -o OUT.saf
                         "Evaluates MODEL on the reference interpreter (float64 accumulation). IN holds one\n"
                         "tensor per model input, named as the input; OUT receives the model's outputs.",
                         {{"inputs", "FILE", "safetensors file with the model inputs (may be omitted when there are none)"},
+                         {"input-type", "NAME=T,...", "a TorchScript forward's argument types (default: as traced)"},
                          {"o", "FILE", "safetensors file to write the outputs to (required)"}}};
 } // namespace
 
@@ -19,7 +20,7 @@ int runMain(int argc, char** argv) {
   auto args = parseCommand(kSpec, argc, argv, "one model", status);
   if (!args) return status;
   if (!args->has("o")) return reportError("run needs -o OUT.safetensors");
-  auto g = loadModel(args->positional()[0]);
+  auto g = loadModel(args->positional()[0], args->get("input-type", ""));
   if (!g) return reportError(g.takeError());
   std::map<std::string, ir::Tensor> inputs;
   if (args->has("inputs")) {

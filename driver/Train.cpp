@@ -29,6 +29,7 @@ const CommandSpec kSpec{
     "Optimizers follow PyTorch (defaults: lr 1e-3, betas 0.9,0.999, eps 1e-8, weight decay 0; AdamW 0.01).",
     [] {
       std::vector<OptionSpec> o{{"data", "FILE", "safetensors file with the training data (required)"},
+                                {"input-type", "NAME=T,...", "a TorchScript forward's argument types (default: as traced)"},
                                 {"steps", "N", "number of steps (required)"}};
       for (auto& f : trainingFlagSpecs()) o.push_back(f);
       o.push_back({"load", "FILE", "start from this checkpoint (parameters and optimizer state)"});
@@ -110,7 +111,7 @@ int trainMain(int argc, char** argv) {
     if (args->has(f)) return reportError(std::string("--") + f + " is for a compiled .so; the interpreter runs one process");
   auto opts = parseTrainingFlags(*args);
   if (!opts) return reportError(opts.takeError());
-  auto g = loadModel(model);
+  auto g = loadModel(model, args->get("input-type", ""));
   if (!g) return reportError(g.takeError());
   warnCopiedParameters(**g, model);
   if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));

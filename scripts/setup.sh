@@ -3,14 +3,14 @@
 # folder. Idempotent and quiet: prints nothing when everything is present.
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build ccache
+  build-essential cmake ninja-build ccache pkg-config
   llvm-19-dev llvm-19-tools clang-19 libclang-rt-19-dev
   libonnx-dev libprotobuf-dev protobuf-compiler
   libdlpack-dev nlohmann-json3-dev libgtest-dev
   python3-onnx python3-torch python3-numpy
   python3-pip python3-setuptools python3-wheel
   openmpi-bin libopenmpi-dev
-  xz-utils
+  xz-utils libzip-dev
 )
 missing=()
 for p in "${packages[@]}"; do

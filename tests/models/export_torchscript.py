@@ -6,7 +6,11 @@
 # module's first loss is that reference's first loss.
 # For each model NAME it writes OUTDIR/NAME.torch-VERSION.pt and
 # OUTDIR/NAME.torch-VERSION.json (the first loss, eager and traced; the parameters).
-# Usage: python3 export_torchscript.py OUTDIR [NAME ...]
+# With --eager-attention the Hugging Face models attend through their eager implementation
+# (matmul, softmax) instead of scaled_dot_product_attention, which torch 1.13 lacks: such an
+# archive (NAME.torch-VERSION.eager.pt) loads in torch 1.13, and resave_torchscript.py saves it
+# again with 1.13's writer.
+# Usage: python3 export_torchscript.py OUTDIR [--eager-attention] [NAME ...]
 import json, os, sys, traceback
 
 import torch
@@ -19,11 +23,17 @@ SUITE = ["gpt2", "llama", "bert", "t5", "resnet18", "mobilenet_v3"]
 
 def main():
     out = sys.argv[1]
+    eager = "--eager-attention" in sys.argv
+    names = [a for a in sys.argv[2:] if not a.startswith("--")]
     os.makedirs(out, exist_ok=True)
-    version = torch.__version__.split("+")[0]
-    for name in sys.argv[2:] or SUITE:
+    version = torch.__version__.split("+")[0] + (".eager" if eager else "")
+    for name in names or SUITE:
         torch.manual_seed(0)
         model, make_batches = em.MODELS[name]()
+        for sub in model.modules():  # T5's stacks hold copies of the config
+            config = getattr(sub, "config", None)
+            if eager and config is not None:
+                config._attn_implementation = "eager"
         model.train()
         batches = make_batches(torch.Generator().manual_seed(1))
         b = batches[0]

@@ -2,16 +2,24 @@
 # Compiles the real-model suite for the GPU check: each model's legacy and
 # dynamo (optimize=False) export with --precision bf16 for the CPU and sm_90,
 # packed with its batches and PyTorch's losses into OUT (xz: a device call
-# carries 64 MiB). Run check_gpu_models.py OUT on the GPU machine.
-# Usage: tests/models/gpu_build.sh SGC WORKDIR OUT   (WORKDIR: train_models.py's, with the unpacked fixtures)
+# carries 64 MiB), and each model's TorchScript archive saved by torch 2.11.
+# Run check_gpu_models.py OUT on the GPU machine.
+# Usage: tests/models/gpu_build.sh SGC WORKDIR OUT [EXPORT ...]
+#   WORKDIR: train_models.py's, with the unpacked fixtures; EXPORTs: which to build
+#   (default: legacy dynamo_noopt torchscript).
 set -eu
 sgc=$1 work=$2 out=$3
+shift 3
+exports=${*:-legacy dynamo_noopt torchscript}
 mkdir -p "$out"
 for m in gpt2 llama qwen2 bert t5 vit resnet18 mobilenet_v3 efficientnet_b0 shufflenet_v2; do
+  [ -f "$work/$m.json" ] || continue # not unpacked: train_models.py unpacks what it runs
   lr=$(python3 -c "import json; print(json.load(open('$work/$m.json'))['lr'])")
-  for e in legacy dynamo_noopt; do
-    [ -f "$work/$m.$e.onnx" ] || continue
-    "$sgc" compile "$work/$m.$e.onnx" -o "$out/$m.$e.so" --target cpu,sm_90 --precision bf16 --optimizer adamw --lr "$lr" --weight-decay 0.01
+  for e in $exports; do
+    model=$work/$m.$e.onnx
+    [ "$e" != torchscript ] || model=$work/$m.torch-2.11.0.pt
+    [ -f "$model" ] || continue
+    "$sgc" compile "$model" -o "$out/$m.$e.so" --target cpu,sm_90 --precision bf16 --optimizer adamw --lr "$lr" --weight-decay 0.01
     xz -f -T2 "$out/$m.$e.so"
   done
   cp "$work/$m.json" "$out/"

@@ -13,7 +13,7 @@
 # must be refused with an error that says so.
 #
 # Usage: /usr/bin/python3 train_models.py SGC WORKDIR [--interp] [--only NAME[.EXPORT]] [--json OUT]
-import argparse, json, os, subprocess, sys, time
+import argparse, itertools, json, os, subprocess, sys, time, zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pyutil"))
@@ -22,6 +22,9 @@ import st  # noqa: E402
 
 MODELS = ["gpt2", "llama", "qwen2", "bert", "t5", "vit", "resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]
 EXPORTS = ["legacy", "dynamo", "dynamo_noopt"]
+# TorchScript archives of the same models (export_torchscript.py), by the torch that saved them:
+# fixtures/torchscript-VERSION.tar.xz holds NAME.torch-VERSION.pt and .json for each.
+TORCHSCRIPT = ["2.11.0", "1.13.0a0"]
 RTOL = 1e-4
 # Exports whose graph is not the module's training graph, and the error sgc must give: the
 # dynamo exporter's optimizer (on by default) merges equal-valued parameters, folds
@@ -113,6 +116,62 @@ def check(sgc, work, name, info, exporter, interp):
     return row
 
 
+def check_torchscript(sgc, work, name, info, version, interp):
+    """A traced archive: compiled and trained like an export; its inputs are the forward's arguments."""
+    export = "torchscript-" + version
+    pt = os.path.join(work, f"{name}.torch-{version}.pt")
+    meta = os.path.join(work, f"{name}.torch-{version}.json")
+    if not os.path.exists(meta):
+        fixtures.unpack(os.path.join(HERE, "fixtures", f"torchscript-{version.rsplit('.', 1)[0]}.tar.xz"), work)
+    if not os.path.exists(pt):
+        return None  # this torch saved no archive of the model
+    facts = json.load(open(meta))
+    data = data_for(work, name, facts["inputs"])
+    ref, tol = info["losses_f32"], tolerances(info)
+    flags = ["--optimizer", "adamw", "--lr", str(info["lr"]), "--weight-decay", str(info["weight_decay"])]
+    if not any(n.endswith("/traced_inputs.pkl") for n in zipfile.ZipFile(pt).namelist()):
+        # torch before 2.0 keeps no traced inputs: the forward's argument types come from the batches
+        batches = st.read(data)
+        types = {"int64": "i64", "float32": "f32"}
+        flags += ["--input-type", ",".join(f"{k}={types[str(batches[k].dtype)]}[{','.join(map(str, batches[k].shape[1:]))}]"
+                                            for k in facts["inputs"])]
+    so = os.path.join(work, f"{name}.{export}.so")
+    row = {"model": name, "export": export}
+    # The parameters are the module's, by their state_dict names (running statistics aside).
+    p, _ = run([sgc, "inspect", pt] + flags[6:])
+    lines = p.stdout.splitlines()
+    start = next((i + 1 for i, l in enumerate(lines) if l.startswith("parameters:")), len(lines))
+    params = [l.split()[0] for l in itertools.takewhile(lambda l: l.startswith("  "), lines[start:])]
+    params = [n for n in params if not n.endswith((".running_mean", ".running_var"))]
+    if params != facts["parameters"]:
+        row.update(status="FAILED", why=f"parameters {params[:4]}... are not the module's {facts['parameters'][:4]}... ({p.stderr.strip()[-300:]})")
+        return row
+    p, compile_s = run([sgc, "compile", pt, "-o", so, "--target", "cpu"] + flags)
+    row["compile_s"] = round(compile_s, 1)
+    if p.returncode != 0:
+        row.update(status="FAILED", why=p.stderr.strip()[-400:])
+        return row
+    p, train_s = run([sgc, "train", so, "--data", data, "--steps", str(info["steps"])])
+    got = losses_of(p.stdout)
+    row.update(so=rel(got, ref), so_in_tol=worst(got, ref, tol), train_s=round(train_s, 1), losses=got)
+    if interp:
+        p2, _ = run([sgc, "train", pt, "--data", data, "--steps", str(info["steps"])] + flags)
+        row["interp"], row["interp_in_tol"] = rel(losses_of(p2.stdout), ref), worst(losses_of(p2.stdout), ref, tol)
+    bad = not (row["so_in_tol"] <= 1) or (interp and not (row["interp_in_tol"] <= 1))
+    row["status"] = "FAILED" if bad else "ok"
+    if p.returncode != 0:
+        row["why"] = p.stderr.strip()[-400:]
+    return row
+
+
+def report(r):
+    fmt = lambda k: "%.1e" % r[k] if k in r else "-"
+    print(f"{r['model']:16s} {r['export']:18s} {r['status']:12s} .so {fmt('so'):8s} interp {fmt('interp'):8s} vs onnx {fmt('vs_onnx'):8s} "
+          f"compile {r.get('compile_s', '-')} s  train {r.get('train_s', '-')} s", flush=True)
+    if r["status"] not in ("ok", "refused") and r.get("why"):
+        print("    " + str(r["why"]).replace("\n", "\n    "), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("sgc")
@@ -130,13 +189,22 @@ def main():
         for exporter in EXPORTS:
             if "." in a.only and a.only.split(".")[1] != exporter:
                 continue
-            r = check(a.sgc, a.work, name, info, exporter, a.interp)
+            rows.append(check(a.sgc, a.work, name, info, exporter, a.interp))
+            report(rows[-1])
+        legacy = next((r for r in rows if r["model"] == name and r["export"] == "legacy" and r.get("losses")), None)
+        for version in TORCHSCRIPT:
+            if "." in a.only and not a.only.split(".", 1)[1].startswith("torchscript"):
+                continue
+            r = check_torchscript(a.sgc, a.work, name, info, version, a.interp)
+            if not r:
+                continue
+            # The same model from ONNX and from TorchScript trains to the same losses.
+            if legacy and r.get("losses"):
+                r["vs_onnx"] = rel(r["losses"], legacy["losses"])
+                if not r["vs_onnx"] <= 1e-5:
+                    r.update(status="FAILED", why=f"losses {r['vs_onnx']:.1e} from the ONNX export's")
             rows.append(r)
-            fmt = lambda k: "%.1e" % r[k] if k in r else "-"
-            print(f"{name:16s} {exporter:13s} {r['status']:12s} .so {fmt('so'):8s} interp {fmt('interp'):8s} "
-                  f"compile {r.get('compile_s', '-')} s  train {r.get('train_s', '-')} s", flush=True)
-            if r["status"] not in ("ok", "refused") and r.get("why"):
-                print("    " + str(r["why"]).replace("\n", "\n    "), flush=True)
+            report(r)
     if a.json:
         json.dump(rows, open(a.json, "w"), indent=1)
     failed = [r for r in rows if r["status"] == "FAILED"]

@@ -3,7 +3,7 @@
 import json, struct
 import numpy as np
 
-_NAMES = {np.float32: "F32", np.float64: "F64", np.int64: "I64"}
+_NAMES = {np.float32: "F32", np.float64: "F64", np.int64: "I64", np.int32: "I32", np.bool_: "BOOL"}
 _TYPES = {v: k for k, v in _NAMES.items()}
 
 
