@@ -197,6 +197,21 @@ Expected<Val> atenLayerNorm(Call& c) {
   if (*b) ins.push_back(*b);
   return wrap(c.c.op(Op::LayerNormalization, ins, {{"axis", -(int64_t)n->shape.size()}, {"epsilon", c.realOr(4, "eps", 1e-5)}}));
 }
+/// (y, mean, 1 / std) with the statistics' reduced dims kept.
+Expected<Val> atenNativeLayerNorm(Call& c) {
+  auto n = normArgs(c);
+  if (!n) return n.takeError();
+  auto b = c.tensorOr(3, "bias");
+  if (!b) return b.takeError();
+  int64_t count = 1;
+  for (int64_t d : n->shape) count *= d;
+  ir::Value* scale = n->weight ? n->weight : c.c.constant(ir::Tensor::fromF64(n->x->type.dtype, n->shape, std::vector<double>(count, 1)), "ones");
+  std::vector<ir::Value*> ins{n->x, scale};
+  if (*b) ins.push_back(*b);
+  auto outs = c.c.ops(Op::LayerNormalization, ins, 3, {{"axis", -(int64_t)n->shape.size()}, {"epsilon", c.realOr(4, "eps", 1e-5)}});
+  if (!outs) return outs.takeError();
+  return Val::list({tensorVal((*outs)[0]), tensorVal((*outs)[1]), tensorVal((*outs)[2])}, true);
+}
 /// x / sqrt(mean(x^2) + eps) * weight over the normalized dims; eps by default the dtype's epsilon.
 Expected<Val> atenRmsNorm(Call& c) {
   auto n = normArgs(c);

@@ -29,6 +29,7 @@ std::string describe(const Val& v) {
 namespace {
 
 constexpr int kMaxCallDepth = 256;
+constexpr size_t kMaxIterations = 1 << 20; ///< of one loop, and items of one list
 
 struct Frame {
   Ctx& c;
@@ -125,9 +126,22 @@ struct Frame {
 
   Expected<Val> call(const Expr& e) {
     const Expr& callee = *e.args[0];
-    if (callee.kind == Expr::Kind::Name && callee.s == "annotate" && !names.count("annotate")) { // annotate(TYPE, value): the type is not evaluated
-      if (e.args.size() != 3) return fail(e.line, "annotate() takes a type and a value");
+    bool cast = callee.kind == Expr::Kind::Name && (callee.s == "annotate" || callee.s == "unchecked_cast") && !names.count(callee.s);
+    if (cast) { // annotate(TYPE, value), unchecked_cast(TYPE, value): the type is not evaluated
+      if (e.args.size() != 3) return fail(e.line, callee.s + "() takes a type and a value");
       return eval(*e.args[2]);
+    }
+    // torch.append(list, x) appends to the list a name holds (scripted code builds lists so).
+    bool append = callee.kind == Expr::Kind::Attr && callee.s == "append" && callee.args[0]->kind == Expr::Kind::Name && callee.args[0]->s == "torch";
+    if (append) {
+      if (e.args.size() != 3 || e.args[1]->kind != Expr::Kind::Name || !names.count(e.args[1]->s) || names[e.args[1]->s].k != Val::K::List)
+        return fail(e.line, "torch.append() of a list held by a name");
+      auto x = eval(*e.args[2]);
+      if (!x) return x.takeError();
+      Val& list = names[e.args[1]->s];
+      if (list.items.size() >= kMaxIterations) return fail(e.line, "a list of more than " + std::to_string(kMaxIterations) + " items");
+      list.items.push_back(std::move(*x));
+      return list;
     }
     std::vector<Val> args;
     std::map<std::string, Val> kwargs;
@@ -188,6 +202,27 @@ struct Frame {
       return fail(line, "len() of " + describe(*a));
     }
     if (fn == "builtin.uninitialized") return Val::none();
+    if (fn == "builtin.range") {
+      std::vector<int64_t> r;
+      for (const Val& a : args) {
+        if (a.k != Val::K::Int) return fail(line, "range() of " + describe(a));
+        r.push_back(a.i);
+      }
+      int64_t start = r.size() > 1 ? r[0] : 0, end = r.size() > 1 ? r[1] : r.empty() ? 0 : r[0], step = r.size() > 2 ? r[2] : 1;
+      if (r.empty() || r.size() > 3 || step == 0) return fail(line, "range() takes 1 to 3 ints and a step that is not 0");
+      std::vector<Val> items;
+      for (int64_t i = start; step > 0 ? i < end : i > end; i += step) {
+        if (items.size() >= kMaxIterations) return fail(line, "a range of more than " + std::to_string(kMaxIterations) + " steps");
+        items.push_back(Val::integer(i));
+      }
+      return Val::list(items);
+    }
+    if (fn == "builtin.getitem") {
+      if (args.size() != 2 || (args[0].k != Val::K::List && args[0].k != Val::K::Tuple) || args[1].k != Val::K::Int) return fail(line, "[] of " + (args.empty() ? std::string("nothing") : describe(args[0])));
+      int64_t n = (int64_t)args[0].items.size(), k = args[1].i < 0 ? args[1].i + n : args[1].i;
+      if (k < 0 || k >= n) return fail(line, "index " + std::to_string(args[1].i) + " of " + describe(args[0]));
+      return args[0].items[k];
+    }
     if (fn.rfind("__torch__.", 0) == 0) return c.callFunction(fn, std::move(args), at(line));
     std::string op;
     if (fn.rfind("torch.", 0) == 0) op = fn.substr(6);
@@ -195,6 +230,22 @@ struct Frame {
     else if (fn.rfind("ops.prim.", 0) == 0) op = "prim." + fn.substr(9);
     else if (fn.rfind("builtin.", 0) == 0) return fail(line, fn.substr(8) + "() is not supported");
     else op = fn;
+    // Scripted code's arithmetic and logic on numbers, strings and None.
+    std::string pyop = operatorOf(op);
+    bool numbers = !args.empty() && kwargs.empty();
+    for (const Val& a : args) numbers = numbers && a.k != Val::K::Tensor && a.k != Val::K::List && a.k != Val::K::Tuple;
+    if (numbers && !pyop.empty() && args.size() == 2) return arith(pyop, args[0], args[1], line);
+    if (numbers && op == "neg" && args.size() == 1) return arith("-", Val::integer(0), args[0], line);
+    if (op == "warn") return Val::none();
+    if (op == "format" && !args.empty() && args[0].k == Val::K::Str) return args[0];
+    if (op == "prim.RaiseException")
+      return fail(line, "the model raises " + (args.size() > 1 && args[1].k == Val::K::Str ? args[1].s : std::string("an exception")) +
+                            (args.empty() || args[0].k != Val::K::Str ? std::string() : ": " + args[0].s) + " (on the path the import took)");
+    if (op == "len" || op == "__getitem__" || op == "list") {
+      std::vector<Val> a = args;
+      if (op == "list") return a.empty() ? Val::list({}) : a[0];
+      return builtin("builtin." + std::string(op == "len" ? "len" : "getitem"), a, {}, line);
+    }
     if (op == "device") {
       Val d;
       d.k = Val::K::Device;
@@ -253,15 +304,21 @@ struct Frame {
     if (!a) return a.takeError();
     auto b = eval(*e.args[1]);
     if (!b) return b.takeError();
-    const std::string& op = e.s;
+    return arith(e.s, *a, *b, e.line);
+  }
+
+  /// Python's operators on numbers (and `is`, and == on strings): scripted code's integer and
+  /// boolean logic, written as operators or as aten calls on numbers (torch.add(i, 1)).
+  Expected<Val> arith(const std::string& op, const Val& a, const Val& b, int line) {
     if (op == "is" || op == "is not") {
-      bool same = (a->k == Val::K::None) == (b->k == Val::K::None) && (a->k != Val::K::None || b->k == Val::K::None);
+      bool same = (a.k == Val::K::None) == (b.k == Val::K::None) && (a.k != Val::K::None || b.k == Val::K::None);
       return Val::boolean(op == "is" ? same : !same);
     }
-    if (!a->isNumber() || !b->isNumber()) return fail(e.line, "'" + op + "' of " + describe(*a) + " and " + describe(*b) + " (tensor arithmetic is written torch.add(...) in TorchScript)");
-    bool real = a->k == Val::K::Float || b->k == Val::K::Float || op == "/";
-    double x = a->k == Val::K::Float ? a->f : (double)a->i, y = b->k == Val::K::Float ? b->f : (double)b->i;
-    int64_t i = a->i, j = b->i;
+    if (a.k == Val::K::Str && b.k == Val::K::Str && (op == "==" || op == "!=")) return Val::boolean((a.s == b.s) == (op == "=="));
+    if (!a.isNumber() || !b.isNumber()) return fail(line, "'" + op + "' of " + describe(a) + " and " + describe(b));
+    bool real = a.k == Val::K::Float || b.k == Val::K::Float || op == "/";
+    double x = a.k == Val::K::Float ? a.f : (double)a.i, y = b.k == Val::K::Float ? b.f : (double)b.i;
+    int64_t i = a.i, j = b.i;
     if (op == "==") return Val::boolean(x == y);
     if (op == "!=") return Val::boolean(x != y);
     if (op == "<") return Val::boolean(x < y);
@@ -279,7 +336,7 @@ struct Frame {
       if (op == "**") return Val::real(std::pow(x, y));
       if (op == "%") return Val::real(x - std::floor(x / y) * y);
     } else {
-      if ((op == "//" || op == "%") && j == 0) return fail(e.line, "integer division by zero");
+      if ((op == "//" || op == "%") && j == 0) return fail(line, "integer division by zero");
       auto wrap = [](uint64_t r) { return Val::integer((int64_t)r); };
       if (op == "+") return wrap((uint64_t)i + (uint64_t)j);
       if (op == "-") return wrap((uint64_t)i - (uint64_t)j);
@@ -288,7 +345,18 @@ struct Frame {
       if (op == "%") return Val::integer(((i % j) + j) % j);
       if (op == "**") return Val::integer((int64_t)std::pow(x, y));
     }
-    return fail(e.line, "operator '" + op + "' is not supported");
+    return fail(line, "operator '" + op + "' is not supported");
+  }
+
+  /// The Python operator of an aten op on numbers, "" for other ops.
+  static std::string operatorOf(const std::string& op) {
+    static const std::pair<const char*, const char*> ops[] = {
+        {"add", "+"},  {"sub", "-"},   {"mul", "*"},  {"div", "/"},  {"floordiv", "//"}, {"floor_divide", "//"}, {"remainder", "%"},
+        {"eq", "=="},  {"ne", "!="},   {"lt", "<"},   {"le", "<="},  {"gt", ">"},        {"ge", ">="},           {"pow", "**"},
+        {"__and__", "and"}, {"__or__", "or"}, {"__is__", "is"}, {"__isnot__", "is not"}};
+    for (const auto& [a, o] : ops)
+      if (op == a) return o;
+    return "";
   }
 
   Expected<Val> subscript(const Expr& e) {
@@ -360,6 +428,22 @@ struct Frame {
         for (size_t i = 0; i < s.targets.size(); ++i) names[s.targets[i]] = v->items[i];
         break;
       }
+      case Stmt::Kind::For: {
+        auto seq = eval(*s.value);
+        if (!seq) return seq.takeError();
+        if (seq->k != Val::K::List && seq->k != Val::K::Tuple) return fail(s.line, "a 'for' over " + describe(*seq) + " (only lists and ranges known when the model is read)");
+        for (const Val& item : seq->items) {
+          if (s.targets.size() == 1) {
+            names[s.targets[0]] = item;
+          } else {
+            if ((item.k != Val::K::Tuple && item.k != Val::K::List) || item.items.size() != s.targets.size()) return fail(s.line, "unpacks " + describe(item) + " into " + std::to_string(s.targets.size()) + " names");
+            for (size_t i = 0; i < s.targets.size(); ++i) names[s.targets[i]] = item.items[i];
+          }
+          if (Error e = run(s.then)) return e;
+          if (returned) break;
+        }
+        break;
+      }
       case Stmt::Kind::If: {
         auto cond = eval(*s.value);
         if (!cond) return cond.takeError();
@@ -382,11 +466,21 @@ struct Frame {
 } // namespace
 
 Expected<Val> evalDef(Ctx& c, const Def& d, const std::string& file, std::vector<Val> args) {
-  if (args.size() != d.params.size())
-    return makeError(file + ":" + std::to_string(d.line) + ": " + d.name + "() takes " + std::to_string(d.params.size()) + " arguments, given " + std::to_string(args.size()));
-  if (++c.depth > kMaxCallDepth) return makeError(file + ":" + std::to_string(d.line) + ": calls nest deeper than " + std::to_string(kMaxCallDepth));
+  std::string at = file + ":" + std::to_string(d.line) + ": ";
+  if (args.size() > d.params.size()) return makeError(at + d.name + "() takes " + std::to_string(d.params.size()) + " arguments, given " + std::to_string(args.size()));
+  if (c.depth + 1 > kMaxCallDepth) return makeError(at + "calls nest deeper than " + std::to_string(kMaxCallDepth));
   Frame f{c, file, {}, false, {}};
-  for (size_t i = 0; i < args.size(); ++i) f.names[d.params[i]] = std::move(args[i]);
+  for (size_t i = 0; i < d.params.size(); ++i) {
+    if (i < args.size()) {
+      f.names[d.params[i]] = std::move(args[i]);
+      continue;
+    }
+    if (!d.defaults[i]) return makeError(at + d.name + "() needs its argument '" + d.params[i] + "'");
+    auto v = f.eval(*d.defaults[i]);
+    if (!v) return v.takeError();
+    f.names[d.params[i]] = std::move(*v);
+  }
+  ++c.depth;
   std::string saved = c.where, savedSite = c.site;
   Error e = f.run(d.body);
   --c.depth;

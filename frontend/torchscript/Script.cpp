@@ -313,7 +313,13 @@ private:
         type = typeText({",", ")", "="});
       }
       d.types.push_back(type);
-      if (isOp("=")) return fail("default values of parameters are not supported");
+      d.defaults.emplace_back();
+      if (isOp("=")) {
+        ++i_;
+        auto v = expr();
+        if (!v) return v.takeError();
+        d.defaults.back() = std::move(*v);
+      }
       if (isOp(",")) ++i_;
       else if (!isOp(")")) return fail("expected ',' or ')' in the parameter list");
     }
@@ -394,8 +400,26 @@ private:
       }
       return s;
     }
-    for (const char* kw : {"for", "while", "with", "raise", "assert", "try", "del", "global", "break", "continue"})
-      if (isName(kw)) return fail(std::string("'") + kw + "' statements are not supported: only straight-line code and constant 'if's are imported");
+    if (isName("for")) {
+      ++i_;
+      s.kind = Stmt::Kind::For;
+      while (at(T::Name) && !isName("in")) {
+        s.targets.push_back(k_[i_++].s);
+        if (isOp(",")) ++i_;
+      }
+      if (s.targets.empty() || !isName("in")) return fail("expected 'for NAME in ...'");
+      ++i_;
+      auto it = expr();
+      if (!it) return it.takeError();
+      s.value = std::move(*it);
+      if (Error e = expectOp(":")) return e;
+      auto body = block();
+      if (!body) return body.takeError();
+      s.then = std::move(*body);
+      return s;
+    }
+    for (const char* kw : {"while", "with", "raise", "assert", "try", "del", "global", "break", "continue"})
+      if (isName(kw)) return fail(std::string("'") + kw + "' statements are not supported: straight-line code, constant 'if's and 'for' loops over known ranges are imported");
     // name[, name...] = value, or an expression.
     size_t save = i_;
     std::vector<std::string> targets;

@@ -24,16 +24,17 @@ struct Expr {
 };
 
 struct Stmt {
-  enum class Kind { Assign, Return, If, Pass, Expr } kind;
-  std::vector<std::string> targets; ///< Assign: the names bound (several: a tuple unpacked)
-  std::unique_ptr<Expr> value;      ///< Assign/Return/Expr: the value; If: the condition
-  std::vector<Stmt> then, orelse;   ///< If
+  enum class Kind { Assign, Return, If, For, Pass, Expr } kind;
+  std::vector<std::string> targets; ///< Assign: the names bound (several: a tuple unpacked); For: the loop's names
+  std::unique_ptr<Expr> value;      ///< Assign/Return/Expr: the value; If: the condition; For: what it iterates
+  std::vector<Stmt> then, orelse;   ///< If; For: its body in then
   int line = 0;
 };
 
 struct Def {
   std::string name;
-  std::vector<std::string> params, types; ///< the first of a method is self
+  std::vector<std::string> params, types;        ///< the first of a method is self
+  std::vector<std::unique_ptr<Expr>> defaults;   ///< each parameter's default value (nullptr: none)
   std::vector<Stmt> body;
   int line = 0;
 };

@@ -1,10 +1,15 @@
-# The TorchScript frontend's aten ops against PyTorch: each case is a small module traced and
-# saved by the torch that runs this script (Debian's 1.13; its archives keep no traced inputs, so
-# the argument types are passed with --input-type), evaluated by `sgc run` on the reference
-# interpreter, and compared with what torch computed on the same inputs. Cases cover the ops'
-# arguments (dims, keywords, defaults), torch's type promotion, and in-place writes through views.
-# Usage: /usr/bin/python3 aten_ops.py SGC WORKDIR
-import os, subprocess, sys
+# The TorchScript frontend's aten ops against PyTorch: each case is a small module traced (or
+# scripted) and saved by a torch, evaluated by `sgc run` on the reference interpreter, and
+# compared with what that torch computed on the same inputs. Cases cover the ops' arguments
+# (dims, keywords, defaults), torch's type promotion, in-place writes through views, and scripted
+# control flow (constant ifs, loops over module lists and ranges, functions with defaults).
+# The torch running this script (Debian's 1.13 in CI) saves its cases into WORKDIR/live; the
+# cases torch 2.11 saved on the GPU machine (--export there, including ops 1.13 lacks:
+# scaled_dot_product_attention, rms_norm) are the fixture fixtures/aten-ops-2.11.tar.xz.
+# An archive without traced inputs (torch 1.x, scripted modules) gets --input-type.
+# Usage: /usr/bin/python3 aten_ops.py SGC WORKDIR      (the live cases and the fixture's)
+#        python3 aten_ops.py --export OUTDIR            (write this torch's cases: a fixture)
+import json, os, subprocess, sys, zipfile
 
 import numpy as np
 import torch
@@ -91,6 +96,50 @@ CASES = {
 }
 
 
+class Scripted(torch.nn.Module):
+    """Control flow that scripting keeps: ifs on attributes and sizes, loops over a ModuleList
+    and a range building a list, functional calls with default arguments."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.drop = torch.nn.Dropout(0.0)
+        self.norm = torch.nn.LayerNorm(4)
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+        self.use_norm = True
+
+    def forward(self, x, y):
+        h = self.fc(x)
+        if self.training:
+            h = self.drop(h)
+        for layer in self.layers:
+            h = F.relu(layer(h)) + h
+        if self.use_norm:
+            h = self.norm(h)
+        if x.size(0) > 100:
+            h = h * 0.0
+        outs = []
+        for i in range(2):
+            outs.append(h * float(i + 1))
+        h = torch.cat(outs, 1)[:, :4]
+        return F.cross_entropy(h, y)
+
+
+SCRIPTED = {"scripted_control_flow": (Scripted, [rnd(3, 4), torch.tensor([0, 1, 2])])}
+
+# Ops that torch 1.13 lacks, saved by torch 2.x only.
+if hasattr(F, "scaled_dot_product_attention") and hasattr(F, "rms_norm"):
+    CASES.update({
+        "sdpa_causal_scale": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3), [rnd(2, 3, 5, 4), rnd(2, 3, 5, 4), rnd(2, 3, 5, 4)]),
+        "sdpa_mask_gqa": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True),
+                          [rnd(2, 4, 5, 4), rnd(2, 2, 6, 4), rnd(2, 2, 6, 4), torch.rand(5, 6, generator=g) > 0.3]),
+        "sdpa_float_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), [rnd(1, 2, 3, 4), rnd(1, 2, 3, 4), rnd(1, 2, 3, 4), rnd(3, 3)]),
+        "rms_norm": (lambda x, w: F.rms_norm(x, [4], w) + F.rms_norm(x, [3, 4], eps=1e-3), [rnd(2, 3, 4), rnd(4)]),
+        "native_layer_norm": (lambda x, w, b: torch.native_layer_norm(x, [4], w, b, 1e-5)[0] + torch.native_layer_norm(x, [4], w, b, 1e-5)[2],
+                              [rnd(2, 3, 4), rnd(4), rnd(4)]),
+    })
+
+
 class Wrap(torch.nn.Module):
     def __init__(self, fn):
         super().__init__()
@@ -101,38 +150,69 @@ class Wrap(torch.nn.Module):
 
 
 def sgc_type(t):
-    names = {torch.float32: "f32", torch.int64: "i64", torch.float64: "f64"}
+    names = {torch.float32: "f32", torch.int64: "i64", torch.float64: "f64", torch.bool: "bool"}
     return f"{names[t.dtype]}[{','.join(map(str, t.shape))}]"
 
 
-def main():
-    sgc, work = sys.argv[1], sys.argv[2]
-    os.makedirs(work, exist_ok=True)
-    failed = 0
-    for name, (fn, inputs) in CASES.items():
+def export(out):
+    """Saves each case this torch has: NAME.pt, NAME.in.safetensors, NAME.expected.safetensors; cases.json."""
+    os.makedirs(out, exist_ok=True)
+    manifest = {}
+    for name, (fn, inputs) in list(CASES.items()) + list(SCRIPTED.items()):
+        scripted = name in SCRIPTED
         with torch.no_grad():
-            expected = fn(*[x.clone() for x in inputs])
-            traced = torch.jit.trace(Wrap(fn), tuple(x.clone() for x in inputs), check_trace=False)
-        pt, ins, outs = (os.path.join(work, f"{name}.{e}") for e in ("pt", "in.safetensors", "out.safetensors"))
-        torch.jit.save(traced, pt)
-        args = [f"argument_{i + 1}" for i in range(len(inputs))]
-        code = traced.code
-        args = code[code.index("(") + 1:code.index(")")].replace("\n", "").split(",")
-        args = [a.split(":")[0].strip() for a in args][1:]
-        st.write(ins, dict(zip(args, inputs)))
-        p = subprocess.run([sgc, "run", pt, "--inputs", ins, "-o", outs, "--input-type", ",".join(f"{a}={sgc_type(x)}" for a, x in zip(args, inputs))],
-                           capture_output=True, text=True)
+            module = torch.jit.script(fn()) if scripted else torch.jit.trace(Wrap(fn), tuple(x.clone() for x in inputs), check_trace=False)
+            if not scripted:
+                expected = fn(*[x.clone() for x in inputs])
+            else:
+                torch.manual_seed(0)
+                expected = module(*[x.clone() for x in inputs])
+        torch.jit.save(module, os.path.join(out, name + ".pt"))
+        code = module.code
+        args = [a.split(":")[0].strip() for a in code[code.index("(") + 1:code.index(")")].replace("\n", "").split(",")][1:]
+        st.write(os.path.join(out, name + ".in.safetensors"), dict(zip(args, inputs)))
+        st.write(os.path.join(out, name + ".expected.safetensors"), {"output": expected})
+        manifest[name] = {"input_type": ",".join(f"{a}={sgc_type(x)}" for a, x in zip(args, inputs))}
+    json.dump({"torch": torch.__version__, "cases": manifest}, open(os.path.join(out, "cases.json"), "w"), indent=1, sort_keys=True)
+
+
+def check(sgc, folder):
+    """Runs every case of `folder` through sgc; returns the count that failed."""
+    info = json.load(open(os.path.join(folder, "cases.json")))
+    failed = 0
+    for name, case in info["cases"].items():
+        pt, ins, outs = (os.path.join(folder, f"{name}.{e}") for e in ("pt", "in.safetensors", "out.safetensors"))
+        cmd = [sgc, "run", pt, "--inputs", ins, "-o", outs]
+        traced = any(n.endswith("/traced_inputs.pkl") for n in zipfile.ZipFile(pt).namelist())
+        if not traced:
+            cmd += ["--input-type", case["input_type"]]
+        p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             print(f"{name:22s} FAILED  {p.stderr.strip()}")
             failed += 1
             continue
         got = st.read(outs)["output"]
-        want = expected.double().numpy() if expected.dtype.is_floating_point else expected.numpy()
+        want = st.read(os.path.join(folder, name + ".expected.safetensors"))["output"].astype(np.float64)
         err = float(np.max(np.abs(got.astype(np.float64) - want) / (np.abs(want) + 1e-3))) if want.size else 0.0
         ok = got.shape == want.shape and err <= 1e-4
         failed += not ok
-        print(f"{name:22s} {'ok' if ok else 'FAILED'}  shape {list(got.shape)}  rel err {err:.1e}", flush=True)
-    print(f"{len(CASES)} cases: {len(CASES) - failed} match torch {torch.__version__}, {failed} failed")
+        print(f"{name:22s} {'ok' if ok else 'FAILED'}  shape {list(got.shape)}  rel err {err:.1e}{'' if traced else '  (--input-type)'}", flush=True)
+    print(f"{len(info['cases'])} cases saved by torch {info['torch']}: {len(info['cases']) - failed} match, {failed} failed", flush=True)
+    return failed
+
+
+def main():
+    if sys.argv[1] == "--export":
+        return export(sys.argv[2])
+    sgc, work = sys.argv[1], sys.argv[2]
+    export(os.path.join(work, "live"))
+    failed = check(sgc, os.path.join(work, "live"))
+    fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "aten-ops-2.11.tar.xz")
+    if os.path.exists(fixture):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyutil"))
+        import fixtures
+        fixtures.unpack(fixture, os.path.join(work, "torch-2.11"))
+        failed += check(sgc, os.path.join(work, "torch-2.11"))
     sys.exit(1 if failed else 0)
 
 
