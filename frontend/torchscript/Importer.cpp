@@ -96,7 +96,7 @@ Expected<std::vector<ir::Type>> tracedTypes(Ctx& c) {
 
 Expected<std::unique_ptr<ir::Graph>> importArchiveImpl(const Archive& a, const Options& opt) {
   auto graph = std::make_unique<ir::Graph>();
-  Ctx c{*graph, a, a.name(), {}, {}, {}, {}, {}, {}, {}, 0, "", ""};
+  Ctx c(*graph, a, a.name());
   for (const char* need : {"data.pkl"})
     if (!a.has(need)) return makeError(a.name() + ": no " + need + ": not a TorchScript archive (torch.save's state dicts hold no code; save the module with torch.jit.save)");
   if (Error e = readConstants(c)) return e;

@@ -75,6 +75,7 @@ AtenFn atenHandler(const std::string& name);
 
 /// Per-archive state.
 struct Ctx {
+  Ctx(ir::Graph& g, const Archive& a, std::string f) : graph(g), archive(a), file(std::move(f)) {}
   ir::Graph& graph;
   const Archive& archive;
   std::string file;
@@ -108,6 +109,11 @@ struct Ctx {
   /// Evaluates a function of the code (`__torch__....f`).
   Expected<Val> callFunction(const std::string& qualified, std::vector<Val> args, const std::string& where);
   Expected<const CodeFile*> codeFile(const std::string& qualifier);
+  /// The model's Python source of bytes [pos, end) of code entry `entry` ("path.py:12" or, traced,
+  /// "path.py:12, in forward"), from the entry's .debug_pkl; "" when the archive does not say.
+  std::string sourceAt(const std::string& entry, size_t pos, size_t end);
+  size_t pos = 0, end = 0; ///< the bytes of the statement being evaluated, in its code file
+  std::string entry;   ///< the code file being evaluated (its archive entry)
 };
 
 /// Runs a def's body with `args` bound to its parameters (Interpreter.cpp).

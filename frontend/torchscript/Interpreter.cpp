@@ -401,6 +401,7 @@ struct Frame {
     for (const Stmt& s : body) {
       if (returned) return Error::success();
       c.where = at(s.line);
+      c.pos = s.pos, c.end = s.end;
       c.site = file.substr(file.rfind('/') + 1) + ":" + std::to_string(s.line);
       switch (s.kind) {
       case Stmt::Kind::Pass: break;
@@ -481,10 +482,18 @@ Expected<Val> evalDef(Ctx& c, const Def& d, const std::string& file, std::vector
     f.names[d.params[i]] = std::move(*v);
   }
   ++c.depth;
-  std::string saved = c.where, savedSite = c.site;
+  std::string saved = c.where, savedSite = c.site, savedEntry = c.entry;
+  size_t savedPos = c.pos, savedEnd = c.end;
+  size_t colon = file.rfind(": code/");
+  c.entry = colon == std::string::npos ? "" : file.substr(colon + 2);
   Error e = f.run(d.body);
+  if (e) { // the innermost frame names the model's own source line of the statement that failed
+    std::string msg = errorText(std::move(e));
+    std::string src = msg.find(" (model source: ") != std::string::npos || c.entry.empty() ? "" : c.sourceAt(c.entry, c.pos, c.end);
+    e = makeError(src.empty() ? msg : msg + " (model source: " + src + ")");
+  }
   --c.depth;
-  c.where = saved, c.site = savedSite;
+  c.where = saved, c.site = savedSite, c.entry = savedEntry, c.pos = savedPos, c.end = savedEnd;
   if (e) return e;
   return f.result;
 }

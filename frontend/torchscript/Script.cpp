@@ -14,6 +14,7 @@ struct Token {
   uint64_t u = 0;
   double f = 0;
   int line = 0;
+  size_t pos = 0; ///< byte offset in the file
 };
 using T = Token::Kind;
 
@@ -42,20 +43,21 @@ public:
         if (q >= t_.size()) break;
         if (col > indents.back()) {
           indents.push_back(col);
-          out_.push_back({T::Indent, "", 0, 0, line_});
+          push({T::Indent, "", 0, 0, line_});
         }
         while (col < indents.back()) {
           indents.pop_back();
-          out_.push_back({T::Dedent, "", 0, 0, line_});
+          push({T::Dedent, "", 0, 0, line_});
         }
         if (col != indents.back()) return fail("inconsistent indentation");
         lineStart = false;
       }
       char c = t_[p_];
+      start_ = p_;
       if (c == '\n') {
         ++p_;
         if (depth == 0) {
-          out_.push_back({T::Newline, "", 0, 0, line_});
+          push({T::Newline, "", 0, 0, line_});
           lineStart = true;
         }
         ++line_;
@@ -70,7 +72,7 @@ public:
       if (isalpha((unsigned char)c) || c == '_') {
         size_t q = p_;
         while (q < t_.size() && (isalnum((unsigned char)t_[q]) || t_[q] == '_')) ++q;
-        out_.push_back({T::Name, t_.substr(p_, q - p_), 0, 0, line_});
+        push({T::Name, t_.substr(p_, q - p_), 0, 0, line_});
         p_ = q;
         continue;
       }
@@ -87,7 +89,7 @@ public:
       for (const char* op : ops) {
         size_t n = strlen(op);
         if (t_.compare(p_, n, op) == 0) {
-          out_.push_back({T::Op, op, 0, 0, line_});
+          push({T::Op, op, 0, 0, line_});
           if (*op == '(' || *op == '[') ++depth;
           if ((*op == ')' || *op == ']') && --depth < 0) return fail("unbalanced '" + std::string(op) + "'");
           if (depth > kMaxDepth) return fail("brackets nest deeper than " + std::to_string(kMaxDepth));
@@ -98,9 +100,9 @@ public:
       }
       if (!matched) return fail(std::string("unexpected character '") + c + "'");
     }
-    out_.push_back({T::Newline, "", 0, 0, line_});
-    for (size_t i = 1; i < indents.size(); ++i) out_.push_back({T::Dedent, "", 0, 0, line_});
-    out_.push_back({T::End, "", 0, 0, line_});
+    push({T::Newline, "", 0, 0, line_});
+    for (size_t i = 1; i < indents.size(); ++i) push({T::Dedent, "", 0, 0, line_});
+    push({T::End, "", 0, 0, line_});
     return std::move(out_);
   }
 
@@ -112,6 +114,11 @@ private:
   std::vector<Token> out_;
 
   Error fail(const std::string& m) const { return makeError(file_ + ":" + std::to_string(line_) + ": " + m); }
+  size_t start_ = 0; ///< where the token being read starts
+  void push(Token t) {
+    t.pos = start_;
+    out_.push_back(std::move(t));
+  }
 
   Error number() {
     size_t q = p_;
@@ -135,7 +142,7 @@ private:
       tok.u = strtoull(s.c_str(), nullptr, 10);
       if (errno || tok.u > uint64_t(INT64_MAX) + 1) return fail("the integer " + s + " does not fit 64 bits");
     }
-    out_.push_back(tok);
+    push(tok);
     p_ = q;
     return Error::success();
   }
@@ -167,7 +174,7 @@ private:
       }
       s += c;
     }
-    out_.push_back({T::Str, s, 0, 0, line_});
+    push({T::Str, s, 0, 0, line_});
     return Error::success();
   }
 };
@@ -346,6 +353,7 @@ private:
       if (at(T::Newline)) { ++i_; continue; }
       auto s = stmt();
       if (!s) return s.takeError();
+      s->end = peek().pos;
       out.push_back(std::move(*s));
     }
     if (at(T::Dedent)) ++i_;
@@ -362,6 +370,7 @@ private:
   Expected<Stmt> stmt() {
     Stmt s;
     s.line = peek().line;
+    s.pos = peek().pos;
     if (isName("pass")) {
       ++i_;
       s.kind = Stmt::Kind::Pass;

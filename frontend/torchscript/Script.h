@@ -29,6 +29,7 @@ struct Stmt {
   std::unique_ptr<Expr> value;      ///< Assign/Return/Expr: the value; If: the condition; For: what it iterates
   std::vector<Stmt> then, orelse;   ///< If; For: its body in then
   int line = 0;
+  size_t pos = 0, end = 0; ///< its bytes in the code file (what its .debug_pkl maps to the model's source)
 };
 
 struct Def {

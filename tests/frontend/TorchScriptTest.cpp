@@ -171,6 +171,34 @@ TEST_F(TorchScript, AnUnknownAtenOpIsNamedWithItsArguments) {
   EXPECT_NE(e.find("code/__torch__.py:10: aten::frobnicate(Tensor, int, alpha=float) is not supported"), std::string::npos) << e;
 }
 
+TEST_F(TorchScript, ErrorsNameTheModelsSourceLineFromTheDebugRecords) {
+  auto entries = module(4, 0, {2, 2}, {2, 1}, floats({1, 2, 3, 4}));
+  std::string code = kCode;
+  code.replace(code.find("torch.sum(_0)"), 13, "torch.frobnicate(_0)");
+  entries["code/__torch__.py"] = code;
+  // ("FORMAT_WITH_STRING_TABLE", strings, ((offset, ((text indices, file index, first line), start, end), handle), ...)):
+  // the statement's record says its text starts at line 7 of /src/model.py, the range on its second line.
+  std::string first = "    def forward(self, x):\n", second = "        return torch.frobnicate(torch.matmul(x, self.weight))\n";
+  auto intlist = [](Pickle& p, std::initializer_list<int> v) {
+    p.global("torch.jit._pickle", "build_intlist").op('(').op(']').op('(');
+    for (int x : v) p.integer(x);
+    p.op('e').op('t').op('R');
+  };
+  Pickle d;
+  d.op('(').str("FORMAT_WITH_STRING_TABLE").op('(').str("").str(first).str(second).str("/src/model.py").op('t').op('(');
+  d.op('(').integer(0).op('(').op('(');
+  intlist(d, {});
+  d.integer(0).integer(0).op('t').integer(0).integer(0).op('t').integer(0).op('t');
+  d.op('(').integer((int)code.find("torch.frobnicate")).op('(').op('(');
+  intlist(d, {1, 2});
+  d.integer(3).integer(7).op('t').integer((int)first.size() + 8).integer((int)(first.size() + second.size())).op('t').integer(1).op('t');
+  d.op('t').op('t');
+  entries["code/__torch__.py.debug_pkl"] = d.done();
+  std::string e = errorOf(zipOf(entries));
+  EXPECT_NE(e.find("aten::frobnicate(Tensor) is not supported"), std::string::npos) << e;
+  EXPECT_NE(e.find("(model source: /src/model.py:8)"), std::string::npos) << e;
+}
+
 TEST_F(TorchScript, DataDependentControlFlowIsAnErrorNamingTheLine) {
   auto entries = module(4, 0, {2, 2}, {2, 1}, floats({1, 2, 3, 4}));
   std::string code = kCode;
