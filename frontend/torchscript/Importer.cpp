@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 
 namespace sgc::ts_import {
 namespace {
@@ -150,7 +151,8 @@ Expected<std::unique_ptr<ir::Graph>> importArchiveImpl(const Archive& a, const O
   // Parameters in the module's state_dict order (they were made in the order the forward read them).
   std::map<const ir::Value*, size_t> place;
   for (const auto& [py, v] : c.tensors) place[v] = c.order.count(py) ? c.order[py] : SIZE_MAX;
-  std::stable_sort(graph->params.begin(), graph->params.end(), [&](const ir::Value* x, const ir::Value* y) { return place[x] < place[y]; });
+  std::sort(graph->params.begin(), graph->params.end(),
+            [&](const ir::Value* x, const ir::Value* y) { return std::tie(place[x], x->name) < std::tie(place[y], y->name); });
   if (Error e = ir::verify(*graph)) return makeError(a.name() + ": " + errorText(std::move(e)));
   if (Error e = ir::inferShapes(*graph)) return makeError(a.name() + ": " + errorText(std::move(e)));
   return graph;
