@@ -49,29 +49,13 @@ LR = 1e3  # bench/gpu_attention_build.sh's: large, so that the step (about 1e-4 
 
 def sgc_gradients(so, wfile, name):
     """The child process: one sgc training step; prints the parameters' gradients as JSON."""
-    import ctypes
-    lib = ctypes.CDLL(os.path.abspath(so))
-    lib.sgc_last_error.restype = ctypes.c_char_p
-    def check(status, what):
-        if status:
-            sys.exit(f"{what}: {lib.sgc_last_error().decode()}")
-    from train_ctypes import DLDataType, DLDevice, DLTensor, Options
-    s = ctypes.c_void_p()
-    options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), b"cuda:0", 0, None, 120000, 0, 1)
-    check(lib.sgc_session_create(ctypes.byref(options), ctypes.byref(s)), "create")
-    check(lib.sgc_load(s, wfile.encode()), "sgc_load")
-    keep = []
-    for i, t in enumerate(gm.batch(name)):
-        n = ctypes.c_char_p()
-        lib.sgc_tensor_info(s, 0, i, ctypes.byref(n), None, None, None)
-        shape = (ctypes.c_int64 * t.dim())(*t.shape)
-        d = DLTensor(t.data_ptr(), DLDevice(1, 0), t.dim(), DLDataType(2, 32, 1), shape, None, 0)
-        keep += [t, shape, d]
-        check(lib.sgc_set_input(s, n.value, ctypes.byref(d)), "sgc_set_input")
-    loss = ctypes.c_double()
-    check(lib.sgc_train_step(s, ctypes.byref(loss)), "sgc_train_step")
-    after = wfile.replace(".safetensors", ".step1.safetensors")
-    check(lib.sgc_save(s, after.encode()), "sgc_save")
+    sys.path.insert(0, os.path.join(HERE, "..", "python"))
+    import sgc
+    with sgc.load(so).session(device="cuda:0", timeout_ms=120000) as s:
+        s.load(wfile)
+        s.step(**dict(zip(s.inputs(), gm.batch(name))))
+        after = wfile.replace(".safetensors", ".step1.safetensors")
+        s.save(after)
     p0, p1 = st.read(wfile), st.read(after)
     print(json.dumps({k: ((torch.tensor(p0[k], dtype=torch.float64) - torch.tensor(p1[k], dtype=torch.float64)) / LR).tolist() for k in sorted(p0)}))
 
@@ -114,7 +98,6 @@ def torch_sdpa(name, backend):
 
 def main():
     if sys.argv[1] == "--grads":  # the child process
-        sys.path.insert(0, os.path.join(HERE, "..", "samples"))
         sgc_gradients(*sys.argv[2:5])
         return
     out_dir = sys.argv[1]

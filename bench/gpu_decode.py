@@ -15,7 +15,7 @@
 # Both sides use the same weights: PyTorch's model (tests/decode/gpt_decoder.py, seed 0) is
 # written to a safetensors file that the library loads.
 # Usage: python3 bench/gpu_decode.py bench/out/decode [kernel,e2e,waste]
-import ctypes, json, os, subprocess, sys, time
+import json, os, subprocess, sys, time
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -24,9 +24,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "decode"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "pyutil"))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import gpt_decoder as g
+import sgc  # the Python package over the C ABI
 import st
-from decode_test import Decoder
 from gpu_train import library_env, unpacked
 
 BATCH, HEADS, HEAD_DIM, CONTEXT, KERNEL_STEPS = 64, 32, 128, 4096, 16
@@ -41,25 +42,19 @@ def weights(size, path):
 
 
 def session(so, wfile):
-    d = Decoder(so, "cuda:0")
-    d.must(d.lib.sgc_load(d.s, wfile.encode()))
-    return d
+    s = sgc.load(so).session(device="cuda:0")
+    s.load(wfile)
+    s.vocab = s.decode_info()["vocab"]
+    return s
 
 
-def logits_step(d, seqs, tokens):
-    """One decode step; the logits as a [len(seqs), vocab] array (no Python lists)."""
-    out = np.empty((len(seqs), d.vocab), np.float32)
-    st_ = d.lib.sgc_decode_step(d.s, len(seqs), (ctypes.c_int32 * len(seqs))(*seqs), (ctypes.c_int64 * len(tokens))(*tokens),
-                                out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
-    d.must(st_)
-    return out
+def logits_step(s, seqs, tokens):
+    """One decode step; the logits as a [len(seqs), vocab] array (written in place: no Python lists)."""
+    return s.decode(seqs, tokens, out=np.empty((len(seqs), s.vocab), np.float32))
 
 
-def add(d, prompt):
-    out = np.empty(d.vocab, np.float32)
-    seq = ctypes.c_int32(-1)
-    d.must(d.lib.sgc_seq_add(d.s, (ctypes.c_int64 * len(prompt))(*prompt), len(prompt), ctypes.byref(seq), out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))))
-    return seq.value, out
+def add(s, prompt):
+    return s.add(prompt, out=np.empty(s.vocab, np.float32))
 
 
 # ---- kernel: in a child process (its profile is written when its session ends) ----
@@ -70,7 +65,7 @@ def kernel_child(so, wfile, prof):
     seqs = [add(d, rng.integers(0, d.vocab, prompt).tolist())[0] for _ in range(BATCH)]
     for _ in range(KERNEL_STEPS):
         logits_step(d, seqs, rng.integers(0, d.vocab, BATCH).tolist())
-    d.lib.sgc_session_destroy(d.s)  # writes the profile
+    d.close()  # writes the profile
 
 
 def kernel(out_dir, env):
@@ -133,7 +128,7 @@ def e2e_child(so, wfile):
         in_step += time.perf_counter() - t1
         out.append(logits.argmax(axis=1).tolist())
     secs = time.perf_counter() - t0
-    d.lib.sgc_session_destroy(d.s)  # writes the profile, if asked for
+    d.close()  # writes the profile, if asked for
     print(json.dumps({"decode_s": secs, "in_decode_step_s": in_step, "tokens_per_s": BATCH * (NEW - 1) / secs, "tokens": np.array(out).T.tolist()}))
 
 
@@ -182,17 +177,17 @@ def waste(out_dir, env):
 
 def waste_child(so, wfile):
     d = session(so, wfile)
-    info = d.info()
+    info = d.decode_info()
     rng = np.random.default_rng(2)
     lengths = rng.integers(1, 897, BATCH)
     seqs = [add(d, rng.integers(0, d.vocab, n).tolist())[0] for n in lengths]
     for _ in range(64):
         logits_step(d, seqs, rng.integers(0, d.vocab, BATCH).tolist())
-    held = [d.length(s)[1] for s in seqs]
-    pages = info.blocks - d.info().free_pages
+    held = [d.length(s) for s in seqs]
+    pages = info["blocks"] - d.decode_info()["free_pages"]
     used = sum(held)
-    print(json.dumps({"tokens": used, "paged_slots": pages * info.block_size, "paged_waste": 1 - used / (pages * info.block_size),
-                      "contiguous_max_context_waste": 1 - used / (BATCH * info.max_context),
+    print(json.dumps({"tokens": used, "paged_slots": pages * info["block_size"], "paged_waste": 1 - used / (pages * info["block_size"]),
+                      "contiguous_max_context_waste": 1 - used / (BATCH * info["max_context"]),
                       "padded_to_longest_waste": 1 - used / (BATCH * max(held))}))
 
 

@@ -7,14 +7,14 @@
 # ms/step (median of 20 after 3 warm-up steps), peak memory, the first losses
 # of each side and the ratios; writes the results as JSON to $OUT/gpu_train.json.
 # Usage: python3 bench/gpu_train.py bench/out [mlp,gpt]
-import ctypes, glob, json, os, subprocess, sys, time
+import glob, json, os, subprocess, sys, time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "samples"))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import gpu_models as gm
-from train_ctypes import DLDataType, DLDevice, DLTensor, Options, share_nccl_id  # the C ABI's structs
+import sgc  # the Python package over the C ABI
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "pyutil"))
 import st  # the project's safetensors reader and writer
 
@@ -23,35 +23,37 @@ VARIANTS = [("rc", "--recompute cheap")]  # other builds of a model: NAME_rc.so,
 
 
 # ---- the sgc side, in its own process (its own CUDA context and memory) ----
+def shared_nccl_id(lib, rank, id_file, wait_s=120):
+    """Rank 0 makes the NCCL id and writes it to `id_file`; the other ranks wait for that file."""
+    if rank == 0:
+        nid = lib.nccl_unique_id()
+        if id_file:
+            open(id_file + ".tmp", "wb").write(nid)
+            os.rename(id_file + ".tmp", id_file)
+        return nid
+    deadline = time.time() + wait_s
+    while not os.path.exists(id_file):
+        if time.time() > deadline:
+            sys.exit(f"rank {rank}: no NCCL id in {id_file} after {wait_s} s")
+        time.sleep(0.01)
+    return open(id_file, "rb").read(128)
+
+
 def sgc_side(so, weights, name, comm="none", rank=0, world=1, id_file=None, kept=LOSSES):
     """comm: none, or nccl: the library's collectives through NCCL, as rank `rank` of `world` on cuda:`rank`
     (rank 0 writes the NCCL id to `id_file`, the others wait for it), on its 1/world of a batch world times the
     benchmark's. Prints one JSON line: ms/step, the first `kept` losses (the mean over the ranks), memory."""
-    lib = ctypes.CDLL(os.path.abspath(so))
-    lib.sgc_last_error.restype = ctypes.c_char_p
-
-    def check(status, what):
-        if status:
-            sys.exit(f"{what}: {lib.sgc_last_error().decode()}")
-
+    rank, world = int(rank), int(world)
     torch.cuda.set_device(rank)
     free0, total = torch.cuda.mem_get_info()
-    s = ctypes.c_void_p()
-    device = f"cuda:{rank}".encode()
-    options = Options(ctypes.sizeof(Options), lib.sgc_abi_version(), device, 0, None, 120000, rank, world)
+    lib = sgc.load(so)
+    comm_args = {}
     if comm == "nccl":
-        options.communicator = b"nccl"
-        share_nccl_id(lib, options, id_file, wait_s=120)
-    check(lib.sgc_session_create(ctypes.byref(options), ctypes.byref(s)), "create")
+        comm_args = dict(communicator="nccl", rank=rank, world_size=world, nccl_id=shared_nccl_id(lib, rank, id_file))
+    s = lib.session(device=f"cuda:{rank}", timeout_ms=120000, **comm_args)
     free1, _ = torch.cuda.mem_get_info()
     # The checkpoint holds the state_dict: keep the parameters this library has (one of two tied names).
-    names = []
-    count = ctypes.c_int32()
-    lib.sgc_tensor_count(s, 1, ctypes.byref(count))
-    for i in range(count.value):
-        n = ctypes.c_char_p()
-        lib.sgc_tensor_info(s, 1, i, ctypes.byref(n), None, None, None)
-        names.append(n.value.decode())
+    names = s.parameter_names()
     full = st.read(weights)
     missing = [n for n in names if n not in full]
     if missing:
@@ -63,32 +65,19 @@ def sgc_side(so, weights, name, comm="none", rank=0, world=1, id_file=None, kept
         sys.exit(f"{so}: PyTorch trains {len(untrained)} parameters the library does not have ({', '.join(untrained[:4])}, ...): tied at export?")
     mine = weights.replace(".safetensors", f".sgc{rank}.safetensors")
     st.write(mine, {n: full[n] for n in names})
-    check(lib.sgc_load(s, mine.encode()), "sgc_load")
-    keep = []
-    for i, t in enumerate(gm.rank_batch(name, rank, world)):
-        n = ctypes.c_char_p()
-        lib.sgc_tensor_info(s, 0, i, ctypes.byref(n), None, None, None)
-        t = t.contiguous()
-        shape = (ctypes.c_int64 * t.dim())(*t.shape)
-        dt = DLDataType(2, 32, 1) if t.dtype == torch.float32 else DLDataType(0, 64, 1)
-        d = DLTensor(t.data_ptr(), DLDevice(1, 0), t.dim(), dt, shape, None, 0)
-        keep += [t, shape, d]
-        check(lib.sgc_set_input(s, n.value, ctypes.byref(d)), "sgc_set_input")
-    loss = ctypes.c_double()
+    s.load(mine)
+    # The batch (host tensors) is given once: the steps after the first keep it.
+    inputs = dict(zip(s.inputs(), (t.contiguous() for t in gm.rank_batch(name, rank, world))))
     losses, times = [], []
     steps = 4 if os.environ.get("SGC_PROFILE") else WARM + STEPS
     for i in range(steps):
         t0 = time.perf_counter()
-        check(lib.sgc_train_step(s, ctypes.byref(loss)), "sgc_train_step")
+        losses.append(s.step(**(inputs if i == 0 else {})))
         times.append((time.perf_counter() - t0) * 1e3)
-        losses.append(loss.value)
-    desc, plan = ctypes.c_char_p(), ctypes.c_uint64()
-    lib.sgc_device_description(s, ctypes.byref(desc))
-    lib.sgc_memory_plan_bytes(s, ctypes.byref(plan))
     t = sorted(times[min(WARM, steps - 1):])
     print(json.dumps({"ms": t[len(t) // 2], "first_step_ms": times[0], "losses": losses[:kept], "peak_GiB": (free0 - free1) / 2**30,
-                      "plan_GiB": plan.value / 2**30, "device": desc.value.decode()}), flush=True)
-    lib.sgc_session_destroy(s)  # writes the profile
+                      "plan_GiB": s.memory_plan_bytes() / 2**30, "device": s.description()}), flush=True)
+    s.close()  # writes the profile
 
 
 # ---- the PyTorch side, as ../shared/bench/torch_peers.py measures it ----

@@ -21,6 +21,7 @@
 #include <memory>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -649,7 +650,17 @@ sgc_status sgc_load(sgc_session* s, const char* path) {
           if (sgc_status st = checkStep(std::string(path) + ": ", it->second.data.data())) return st;
         ++expected;
       }
-    if (file.size() != expected) return fail(SGC_ERROR_IO, std::string(path) + ": holds tensors this model does not have");
+    if (file.size() != expected) { // name what the model does not have (a PyTorch state_dict's tied aliases, its counters)
+      std::set<std::string> mine;
+      for (int kind : {SGC_TENSOR_PARAMETER, SGC_TENSOR_STATE})
+        for (int id : s->lists[kind]) mine.insert(s->prog.tensors[id].name);
+      std::string extra;
+      int listed = 0, count = 0;
+      for (const auto& [name, t] : file)
+        if (!mine.count(name) && ++count && listed < 4) extra += (listed++ ? ", " : "") + ("'" + name + "'");
+      if (count > listed) extra += " and " + std::to_string(count - listed) + " more";
+      return fail(SGC_ERROR_IO, std::string(path) + ": holds tensors this model does not have: " + extra);
+    }
     for (int kind : {SGC_TENSOR_PARAMETER, SGC_TENSOR_STATE})
       for (int id : s->lists[kind]) {
         const TensorDesc& d = s->prog.tensors[id];

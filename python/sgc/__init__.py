@@ -93,12 +93,23 @@ class Library:
         if version != _abi.ABI_VERSION:
             raise SgcError(f"{self.path}: C ABI version {version}, this package speaks {_abi.ABI_VERSION}")
 
-    def session(self, device="cpu", threads=0, stream=None):
+    def session(self, device="cpu", threads=0, stream=None, communicator=None, rank=0, world_size=1, nccl_id=None, timeout_ms=0):
         """A training session on `device` ("cpu" or "cuda:N"); `threads`: the CPU's worker threads
         (0: one a core); `stream`: on a GPU, the host's stream the session works on (a
         torch.cuda.Stream, such as torch.cuda.current_stream() inside `with torch.cuda.stream(...)`,
-        or a CUstream handle; default, or the legacy default stream: a stream of its own). Close it (or use it in a with block) to free its memory."""
-        return Session(self, device, threads, stream)
+        or a CUstream handle; default, or the legacy default stream: a stream of its own).
+        For data-parallel libraries: `communicator` "mpi" or "nccl", this process's `rank` of
+        `world_size`, the NCCL id every rank shares (`nccl_id`, 128 bytes: rank 0 makes it with
+        nccl_unique_id() and hands it to the others), `timeout_ms` for a collective (0: the
+        library's default). Close it (or use it in a with block) to free its memory."""
+        return Session(self, device, threads, stream, communicator, rank, world_size, nccl_id, timeout_ms)
+
+    def nccl_unique_id(self):
+        """A new NCCL unique id (128 bytes) for the ranks of a "nccl" communicator."""
+        buf = (ctypes.c_uint8 * 128)()
+        if self._lib.sgc_nccl_unique_id(buf):
+            raise SgcError("sgc_nccl_unique_id: " + (self._lib.sgc_last_error() or b"").decode(errors="replace"))
+        return bytes(buf)
 
     def __repr__(self):
         return f"sgc.Library({self.path!r})"
@@ -112,13 +123,18 @@ class Session:
     they are read where they lie, never copied on the host side (a GPU's are copied into the
     session's memory on its stream)."""
 
-    def __init__(self, library, device="cpu", threads=0, stream=None):
+    def __init__(self, library, device="cpu", threads=0, stream=None, communicator=None, rank=0, world_size=1, nccl_id=None, timeout_ms=0):
         self._library, self._lib, self._s = library, library._lib, ctypes.c_void_p()
         handle = getattr(stream, "cuda_stream", stream)  # a torch.cuda.Stream, or a handle
         # 0, the legacy default stream, is not one a session can share (sgc.h): the session's own
         # stream then, and CUDA inputs must be complete (torch.cuda.synchronize()) when given.
         self._stream = int(handle) if handle else None
-        opts = _abi.Options(ctypes.sizeof(_abi.Options), _abi.ABI_VERSION, device.encode(), threads, None, 0, 0, 1)
+        comm = communicator.encode() if communicator else None
+        opts = _abi.Options(ctypes.sizeof(_abi.Options), _abi.ABI_VERSION, device.encode(), threads, comm, timeout_ms, rank, world_size)
+        if nccl_id is not None:
+            if len(nccl_id) != 128:
+                raise SgcError(f"nccl_id has {len(nccl_id)} bytes, expected 128 (from nccl_unique_id())")
+            ctypes.memmove(opts.nccl_id, bytes(nccl_id), 128)
         opts.cuda_stream = self._stream
         self._check(self._lib.sgc_session_create(ctypes.byref(opts), ctypes.byref(self._s)), "sgc_session_create")
         self.device = device
@@ -158,6 +174,12 @@ class Session:
         text = ctypes.c_char_p()
         self._check(self._lib.sgc_device_description(self._open(), ctypes.byref(text)), "sgc_device_description")
         return text.value.decode()
+
+    def memory_plan_bytes(self):
+        """The bytes of the step's planned arena (on the session's device)."""
+        n = ctypes.c_uint64()
+        self._check(self._lib.sgc_memory_plan_bytes(self._open(), ctypes.byref(n)), "sgc_memory_plan_bytes")
+        return n.value
 
     # ---- steps ----
     def _feed(self, inputs):
@@ -236,12 +258,21 @@ class Session:
             out[name] = np.frombuffer(memory, dtype=np_dtype).reshape(shape)
         return out
 
-    def load_state_dict(self, tensors):
-        """Overwrites parameters (or state) by name from {name: tensor}; every name must be one of
-        the session's, dtype and shape as the session holds it."""
+    def load_state_dict(self, tensors, strict=True):
+        """Overwrites parameters (or state) by name from {name: tensor}, dtype and shape as the
+        session holds them. With strict (the default) every name must be one of the session's;
+        with strict=False names it lacks are left out (a PyTorch state_dict's tied aliases and
+        counters, say) and, as torch's load_state_dict, it returns (missing, unexpected): the
+        parameters not given and the names left out."""
+        known = set(self._tensors(_abi.TENSOR_PARAMETER)) | set(self._tensors(_abi.TENSOR_STATE))
+        unexpected = sorted(n for n in tensors if n not in known)
         for name, value in tensors.items():
-            with dl_tensor(value, name) as tensor:
-                self._check(self._lib.sgc_set_tensor(self._open(), name.encode(), ctypes.byref(tensor)), f"parameter '{name}'")
+            if strict or name in known:
+                with dl_tensor(value, name) as tensor:
+                    self._check(self._lib.sgc_set_tensor(self._open(), name.encode(), ctypes.byref(tensor)), f"parameter '{name}'")
+        if not strict:
+            missing = sorted(n for n in self._tensors(_abi.TENSOR_PARAMETER) if n not in tensors)
+            return missing, unexpected
 
     def save(self, path):
         """Writes the parameters and optimizer state to a safetensors file (atomically)."""
@@ -263,11 +294,19 @@ class Session:
         vocab = self.decode_info()["vocab"]
         return (ctypes.c_float * (max(rows, 1) * vocab))(), vocab
 
-    def add(self, prompt, greedy=False):
+    @staticmethod
+    def _out(out, rows, vocab):
+        """A caller's float32 numpy array of [rows, vocab] (or [vocab] for one row) to write logits into."""
+        if out.dtype.name != "float32" or out.size != rows * vocab or not out.flags["C_CONTIGUOUS"] or not out.flags["WRITEABLE"]:
+            raise ValueError(f"out must be a writable C-contiguous float32 array of {rows} x {vocab}, got {out.dtype} {out.shape}")
+        return out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+
+    def add(self, prompt, greedy=False, out=None):
         """Adds a sequence and prefills its prompt (token ids); returns (seq, the logits of the
         prompt's last token), or with greedy=True (seq, its greedy next token), chosen where the
-        step runs (no logits come back). SgcError with status 10 (out of pages) when the cache is
-        full."""
+        step runs (no logits come back). With `out` (a float32 numpy array of vocab) the logits
+        are written there and it is returned instead of a list. SgcError with status 10 (out of
+        pages) when the cache is full."""
         ids = (ctypes.c_int64 * len(prompt))(*prompt)
         seq = ctypes.c_int32()
         if greedy:
@@ -275,6 +314,10 @@ class Session:
             self._check(self._lib.sgc_seq_add_greedy(self._open(), ids, len(prompt), ctypes.byref(seq), ctypes.byref(nxt), None),
                         "sgc_seq_add_greedy")
             return seq.value, nxt.value
+        if out is not None:
+            ptr = self._out(out, 1, self.decode_info()["vocab"])
+            self._check(self._lib.sgc_seq_add(self._open(), ids, len(prompt), ctypes.byref(seq), ptr), "sgc_seq_add")
+            return seq.value, out
         logits, vocab = self._logits(1)
         self._check(self._lib.sgc_seq_add(self._open(), ids, len(prompt), ctypes.byref(seq), logits), "sgc_seq_add")
         return seq.value, list(logits[:vocab])
@@ -295,10 +338,11 @@ class Session:
         self._check(self._lib.sgc_seq_length(self._open(), seq, ctypes.byref(n)), "sgc_seq_length")
         return n.value
 
-    def decode(self, seqs, tokens, greedy=False):
+    def decode(self, seqs, tokens, greedy=False, out=None):
         """One decoding step: appends tokens[i] to sequence seqs[i]; returns each one's next-token
         logits (a list of vocab floats each), or with greedy=True each one's greedy next token,
-        chosen where the step runs."""
+        chosen where the step runs. With `out` (a float32 numpy array of len(seqs) x vocab) the
+        logits are written there and it is returned: no Python lists for large vocabularies."""
         if len(seqs) != len(tokens):
             raise ValueError(f"decode: {len(seqs)} sequences but {len(tokens)} tokens")
         s = (ctypes.c_int32 * len(seqs))(*seqs)
@@ -307,6 +351,10 @@ class Session:
             nxt = (ctypes.c_int64 * len(seqs))()
             self._check(self._lib.sgc_decode_step_greedy(self._open(), len(seqs), s, t, nxt, None), "sgc_decode_step_greedy")
             return list(nxt)
+        if out is not None:
+            ptr = self._out(out, len(seqs), self.decode_info()["vocab"])
+            self._check(self._lib.sgc_decode_step(self._open(), len(seqs), s, t, ptr), "sgc_decode_step")
+            return out
         logits, vocab = self._logits(len(seqs))
         self._check(self._lib.sgc_decode_step(self._open(), len(seqs), s, t, logits), "sgc_decode_step")
         return [list(logits[i * vocab:(i + 1) * vocab]) for i in range(len(seqs))]

@@ -58,6 +58,7 @@ def declare(lib):
         "sgc_model_hash": (c.c_int, [session, P(c.c_char_p)]),
         "sgc_device_description": (c.c_int, [session, P(c.c_char_p)]),
         "sgc_memory_plan_bytes": (c.c_int, [session, P(c.c_uint64)]),
+        "sgc_nccl_unique_id": (c.c_int, [P(c.c_uint8)]),
         "sgc_tensor_count": (c.c_int, [session, c.c_int, P(c.c_int32)]),
         "sgc_tensor_info": (c.c_int, [session, c.c_int, c.c_int32, P(c.c_char_p), P(DLDataType), P(c.c_int32), P(P(c.c_int64))]),
         "sgc_set_input": (c.c_int, [session, c.c_char_p, P(DLTensor)]),

@@ -45,6 +45,8 @@ want = [json.loads(line)["loss"] for line in out.splitlines()]
 # The same losses as sgc train (it prints 9 significant digits), from numpy batches.
 with lib.session() as s:
     assert s.inputs() == {"x": ("float32", (32, 16)), "labels": ("int64", (32,))}, s.inputs()
+    plan = subprocess.run([sgc_bin, "inspect", so], capture_output=True, text=True, check=True).stdout
+    assert f"memory plan: {s.memory_plan_bytes():,} bytes" in plan, (s.memory_plan_bytes(), plan[:400])
     got = [s.step(**batch(i)) for i in range(5)]
     assert [float(f"{x:.9g}") for x in got] == want, (got, want)
     # Parameters out and back in: the checkpoint's values; zeroed weights change the loss, restored ones restore it.
@@ -140,10 +142,19 @@ if torch is not None:
         child = s.fork(seq)
         a, b = s.decode([seq, child], [want_ids[0][0]] * 2)
         assert a == b and s.length(child) == len(prompts[0]) + 1
+        rows = s.decode([seq, child], [want_ids[0][1]] * 2, out=np.empty((2, len(a)), np.float32))  # into the caller's array
+        assert rows.shape == (2, len(a)) and np.array_equal(rows[0], rows[1]) and int(rows[0].argmax()) == want_ids[0][2], rows[:, :4]
         s.free(seq), s.free(child)
         info = s.decode_info()
         assert info["live_seqs"] == 0 and info["free_pages"] == info["blocks"], info
     decoded = f"generate equal to sgc generate ({sum(map(len, want_ids))} tokens), sampling reproducible, fork"
+
+# Communicator options: a malformed NCCL id is refused before the library sees it.
+try:
+    lib.session(communicator="nccl", nccl_id=b"short")
+    raise AssertionError("took a 5-byte NCCL id")
+except sgc.SgcError as e:
+    assert "expected 128" in str(e), e
 
 # A failed compile says why.
 try:
