@@ -587,6 +587,38 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
   return ks;
 }
 
+/// ArgMax / ArgMin along a contiguous last axis, a warp per row: each lane keeps the best of its
+/// columns (lane, lane + 32, ...), the first (select_last_index: the last) where it meets an
+/// equal; then the warp agrees on the best value, and on the least (greatest) column holding it.
+/// Columns travel through the f32 warp reduction exactly: rows shorter than 2^24. As the
+/// serial form, a lane's first element is its best until one beats it, so a row of -inf gives 0.
+std::optional<std::vector<Kernel>> argReduceGpu(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  AxisRows r(shapeOf(x), axisOf(n, x->type.rank(), 0));
+  int64_t rows = r.outer * r.inner, d = r.d;
+  if (r.inner != 1 || d < 32 || d >= (int64_t(1) << 24) || computeType(x->type.dtype) != Scalar::F32) return std::nullopt;
+  bool isMax = n.op == ir::Op::ArgMax, last = n.getInt("select_last_index", 0);
+  Scalar t = Scalar::F32;
+  B b(name);
+  int e = b.newLoopVar(), j = b.newLoopVar(), best = b.newLocal(), arg = b.newLocal(), v = b.newLocal(), top = b.newLocal();
+  WarpRows lanes{b, e, d, 1};
+  ExprRef col = lanes.col(j), none = B::c(last ? -1.0 : (double)d, t);
+  ExprRef valid = lt(col, B::i(d));
+  ExprRef beats = isMax ? (last ? ge(local(v, t), local(best, t)) : gt(local(v, t), local(best, t)))
+                        : (last ? le(local(v, t), local(best, t)) : lt(local(v, t), local(best, t)));
+  ExprRef better = binary(KOp::And, valid, binary(KOp::Or, beats, eq(local(arg, t), none)));
+  ExprRef safe = select(valid, B::add(B::mul(lanes.row(), B::i(d)), col), B::i(0)); // a column past the row reads its start
+  std::vector<StmtRef> step{let(v, b.ld(x, safe)), set(arg, select(better, cast(col, t), local(arg, t))),
+                            set(best, select(better, local(v, t), local(best, t)))};
+  ExprRef holder = select(binary(KOp::And, eq(local(best, t), local(top, t)), binary(KOp::Ne, local(arg, t), none)), local(arg, t), none);
+  std::vector<StmtRef> body{let(best, B::c(isMax ? -INFINITY : INFINITY, t)), let(arg, none),
+                            loop(j, (d + 31) / 32, false, std::move(step)),
+                            let(top, warpReduce(isMax ? KOp::Max : KOp::Min, local(best, t))),
+                            set(arg, warpReduce(last ? KOp::Max : KOp::Min, holder)),
+                            when(b, eq(lanes.lane(), B::i(0)), {b.st(y, lanes.row(), cast(local(arg, t), Scalar::I64))})};
+  return std::vector<Kernel>{warpKernel(b, e, rows, std::move(body))};
+}
+
 } // namespace
 
 Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name, const ir::Node& n) {
@@ -597,6 +629,7 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
   case Op::Softmax: case Op::LogSoftmax: case Op::SoftmaxGrad: case Op::LayerNormalization: case Op::LayerNormGrad:
     return lowerRowGroupGpu(name, RowGroup{{}, &n, {}, true, {}});
   case Op::SceLossGrad: return sceGpu(name, n);
+  case Op::ArgMax: case Op::ArgMin: return argReduceGpu(name, n);
   case Op::FusedAttention: case Op::FusedAttentionGrad: return attentionGpu(name, n);
   case Op::PagedAttention: return pagedAttentionGpu(name, n);
   case Op::SoftmaxCrossEntropyLoss:
