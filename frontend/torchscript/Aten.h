@@ -1,4 +1,4 @@
-// Helpers shared by the aten handlers (AtenMath.cpp, AtenShape.cpp, AtenNN.cpp).
+// Helpers shared by the aten handlers (AtenMath.cpp, AtenShape.cpp, AtenMovement.cpp, AtenNN.cpp).
 #pragma once
 #include "frontend/torchscript/Internal.h"
 
