@@ -110,7 +110,9 @@ def median_ms(fn, warm=3, iters=10):
 
 
 # ---- e2e ----
-def e2e_child(so, wfile):
+def e2e_child(so, wfile, mode="logits"):
+    """Greedy decoding of 64 prompts: with mode "logits" the host takes each step's logits and its
+    argmax; with "greedy" the step hands back one token a sequence (sgc_decode_step_greedy)."""
     d = session(so, wfile)
     rng = np.random.default_rng(1)
     prompts = rng.integers(0, d.vocab, (BATCH, PROMPT))
@@ -124,6 +126,10 @@ def e2e_child(so, wfile):
     in_step = 0.0
     for _ in range(NEW - 1):
         t1 = time.perf_counter()
+        if mode == "greedy":
+            out.append(d.decode(seqs, out[-1], greedy=True))
+            in_step += time.perf_counter() - t1
+            continue
         logits = logits_step(d, seqs, out[-1])
         in_step += time.perf_counter() - t1
         out.append(logits.argmax(axis=1).tolist())
@@ -140,6 +146,10 @@ def e2e(out_dir, env):
     if proc.returncode:
         return {"error": proc.stderr[-2000:]}
     sgc = json.loads(proc.stdout.splitlines()[-1])
+    proc = subprocess.run([sys.executable, __file__, "--e2e-child", so, wfile, "greedy"], capture_output=True, text=True, env=env)
+    if proc.returncode:
+        return {"error": proc.stderr[-2000:]}
+    greedy = json.loads(proc.stdout.splitlines()[-1])
     prof = os.path.join(os.environ.get("OUT", "."), "gpt2_profile.tsv")  # the decode steps' launches, without a CUDA graph
     subprocess.run([sys.executable, __file__, "--e2e-child", so, wfile], capture_output=True, text=True,
                    env=dict(env, SGC_PROFILE=prof, SGC_PROFILE_FROM=str(BATCH * -(-PROMPT // 64))))
@@ -162,7 +172,9 @@ def e2e(out_dir, env):
     eager = torch.cat(out, 1).tolist()
     same = np.mean([a == b for x, y in zip(sgc["tokens"], eager) for a, b in zip(x, y)])
     first = np.mean([x[0] == y[0] for x, y in zip(sgc["tokens"], eager)])
-    return {"sgc_in_decode_step_s": sgc["in_decode_step_s"], "sgc_decode_s": sgc["decode_s"], "eager_decode_s": secs, "sgc_tokens_per_s": sgc["tokens_per_s"], "eager_tokens_per_s": BATCH * (NEW - 1) / secs, "ratio": sgc["tokens_per_s"] / (BATCH * (NEW - 1) / secs),
+    return {"sgc_greedy_tokens_per_s": greedy["tokens_per_s"], "sgc_greedy_in_decode_step_s": greedy["in_decode_step_s"],
+            "greedy_same_tokens_as_logits": greedy["tokens"] == sgc["tokens"],
+            "sgc_in_decode_step_s": sgc["in_decode_step_s"], "sgc_decode_s": sgc["decode_s"], "eager_decode_s": secs, "sgc_tokens_per_s": sgc["tokens_per_s"], "eager_tokens_per_s": BATCH * (NEW - 1) / secs, "ratio": sgc["tokens_per_s"] / (BATCH * (NEW - 1) / secs),
             "same_tokens": same, "same_first_token": first}
 
 
@@ -195,7 +207,7 @@ def main():
     if sys.argv[1] == "--kernel-child":
         return kernel_child(*sys.argv[2:4], sys.argv[4])
     if sys.argv[1] == "--e2e-child":
-        return e2e_child(*sys.argv[2:4])
+        return e2e_child(*sys.argv[2:5])
     if sys.argv[1] == "--waste-child":
         return waste_child(*sys.argv[2:4])
     out_dir, parts = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "kernel,e2e,waste").split(",")
