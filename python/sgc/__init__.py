@@ -1,7 +1,7 @@
 """sgc from Python: compile a model into a training library, load it, and train.
 
     import sgc
-    sgc.compile("model.onnx", "train.so", optimizer="adamw", lr=1e-3, target="cpu")
+    sgc.compile("model.onnx", "train.so", optimizer="adamw", lr=1e-3, target="cpu")   # or a traced .pt
     lib = sgc.load("train.so")
     with lib.session() as s:
         for x, y in batches:
@@ -60,11 +60,13 @@ def _flag_args(flags):
 
 
 def compile(model, output, *, sgc=None, **flags):
-    """Compiles `model` (an ONNX file) into the training library `output` with `sgc compile`.
+    """Compiles `model` (an ONNX file or a TorchScript archive) into the training library `output`
+    with `sgc compile`.
 
     Flags are sgc compile's, with underscores for dashes: optimizer="adamw", lr=1e-3,
     weight_decay=0.01, precision="bf16", target="cpu,sm_90", dim={"B": 16}, recompute="cheap",
-    stats=True. Returns `output`; raises SgcError with sgc's message when it fails."""
+    stats=True, input_type="input_ids=i64[2,16]" (an archive without traced inputs). Returns
+    `output`; raises SgcError with sgc's message when it fails."""
     cmd = [_sgc_binary(sgc), "compile", os.fspath(model), "-o", os.fspath(output), "--quiet"] + _flag_args(flags)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
