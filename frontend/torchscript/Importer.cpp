@@ -115,6 +115,7 @@ Expected<std::unique_ptr<ir::Graph>> importArchiveImpl(const Archive& a, const O
   auto fwd = (*cls)->methods.find("forward");
   if (fwd == (*cls)->methods.end()) return makeError(a.name() + ": " + root->s + " has no forward method");
   const Def& d = fwd->second;
+  if (d.params.empty()) return makeError(a.name() + ": " + root->s + ".forward takes no self: not a module's method");
   auto traced = tracedTypes(c);
   if (!traced) return traced.takeError();
   Val self;
@@ -123,6 +124,7 @@ Expected<std::unique_ptr<ir::Graph>> importArchiveImpl(const Archive& a, const O
   std::vector<Val> args{self};
   for (size_t i = 1; i < d.params.size(); ++i) {
     const std::string& n = d.params[i];
+    if (d.types[i] != "Tensor" && !d.types[i].empty()) return makeError(a.name() + ": the forward's argument '" + n + "' is " + d.types[i] + ": only tensor arguments are supported");
     auto it = opt.inputTypes.find(n);
     ir::Type t;
     if (it != opt.inputTypes.end()) t = it->second;
@@ -130,7 +132,6 @@ Expected<std::unique_ptr<ir::Graph>> importArchiveImpl(const Archive& a, const O
     else
       return makeError(a.name() + ": the forward's argument '" + n + "' (" + d.types[i] +
                        ") has no type: the archive keeps no traced inputs; give it with --input-type " + n + "=TYPE (e.g. i64[2,16])");
-    if (d.types[i] != "Tensor" && !d.types[i].empty()) return makeError(a.name() + ": the forward's argument '" + n + "' is " + d.types[i] + ": only tensor arguments are supported");
     args.push_back(Val::tensor(graph->addInput(n, t)));
   }
   for (const auto& [n, t] : opt.inputTypes)

@@ -215,6 +215,13 @@ TEST_F(TorchScript, AnArgumentWithoutATypeNamesTheFlag) {
   EXPECT_NE(e.find("--input-type x="), std::string::npos) << e;
 }
 
+TEST_F(TorchScript, AForwardWithoutSelfIsAnError) {
+  auto entries = module(4, 0, {2, 2}, {2, 1}, floats({1, 2, 3, 4}));
+  entries["code/__torch__.py"] = "class M(Module):\n  __parameters__ = []\n  def forward() -> Tensor:\n    return 1\n";
+  std::string e = errorOf(zipOf(entries)); // typed inputs name an argument such a forward cannot have
+  EXPECT_NE(e.find("__torch__.M.forward takes no self"), std::string::npos) << e;
+}
+
 TEST_F(TorchScript, ACodeFileThatDoesNotParseNamesItsLine) {
   auto entries = module(4, 0, {2, 2}, {2, 1}, floats({1, 2, 3, 4}));
   entries["code/__torch__.py"] = std::string(kCode) + "  def broken(self):\n    x = (1, \n";
