@@ -10,7 +10,10 @@
 # same runs go through the reference interpreter too (float64). An export that
 # cannot be trained as PyTorch trains the module (the dynamo exporter's
 # optimizer folds BatchNormalization into the convolutions as in inference)
-# must be refused with an error that says so.
+# must be refused with an error that says so. The models' TorchScript archives
+# (saved by torch 2.11 and 1.13) train the same way; each must also name its
+# parameters as the module's named_parameters() and train within 1e-5 of the
+# model's legacy ONNX export.
 #
 # Usage: /usr/bin/python3 train_models.py SGC WORKDIR [--interp] [--only NAME[.EXPORT]] [--json OUT]
 import argparse, itertools, json, os, subprocess, sys, time, zipfile
