@@ -185,7 +185,9 @@ Expected<Val> atenAddmm(Call& c) {
   }
   return wrap(c.c.op(Op::Add, {prod, bias}));
 }
-Expected<Val> atenLayerNorm(Call& c) {
+/// layer_norm's node with `outputs` results (1: y; 3: y, mean, 1 / std with the reduced dims kept);
+/// a missing weight is ones.
+Expected<std::vector<ir::Value*>> layerNorm(Call& c, int outputs) {
   auto n = normArgs(c);
   if (!n) return n.takeError();
   auto b = c.tensorOr(3, "bias");
@@ -195,20 +197,15 @@ Expected<Val> atenLayerNorm(Call& c) {
   ir::Value* scale = n->weight ? n->weight : c.c.constant(ir::Tensor::fromF64(n->x->type.dtype, n->shape, std::vector<double>(count, 1)), "ones");
   std::vector<ir::Value*> ins{n->x, scale};
   if (*b) ins.push_back(*b);
-  return wrap(c.c.op(Op::LayerNormalization, ins, {{"axis", -(int64_t)n->shape.size()}, {"epsilon", c.realOr(4, "eps", 1e-5)}}));
+  return c.c.ops(Op::LayerNormalization, ins, outputs, {{"axis", -(int64_t)n->shape.size()}, {"epsilon", c.realOr(4, "eps", 1e-5)}});
 }
-/// (y, mean, 1 / std) with the statistics' reduced dims kept.
+Expected<Val> atenLayerNorm(Call& c) {
+  auto outs = layerNorm(c, 1);
+  if (!outs) return outs.takeError();
+  return tensorVal((*outs)[0]);
+}
 Expected<Val> atenNativeLayerNorm(Call& c) {
-  auto n = normArgs(c);
-  if (!n) return n.takeError();
-  auto b = c.tensorOr(3, "bias");
-  if (!b) return b.takeError();
-  int64_t count = 1;
-  for (int64_t d : n->shape) count *= d;
-  ir::Value* scale = n->weight ? n->weight : c.c.constant(ir::Tensor::fromF64(n->x->type.dtype, n->shape, std::vector<double>(count, 1)), "ones");
-  std::vector<ir::Value*> ins{n->x, scale};
-  if (*b) ins.push_back(*b);
-  auto outs = c.c.ops(Op::LayerNormalization, ins, 3, {{"axis", -(int64_t)n->shape.size()}, {"epsilon", c.realOr(4, "eps", 1e-5)}});
+  auto outs = layerNorm(c, 3);
   if (!outs) return outs.takeError();
   return Val::list({tensorVal((*outs)[0]), tensorVal((*outs)[1]), tensorVal((*outs)[2])}, true);
 }
