@@ -8,13 +8,21 @@
 #   e2e     greedy decoding with the GPT-2-small-size decoder (gpt2.so, bf16) at batch 64: 64
 #           prompts of 128 tokens, then 128 decode steps; tokens per second of the decode steps,
 #           against the same model in PyTorch eager (bf16, its past_key_values cache grown by cat).
+#   hf      Hugging Face GPT-2 at GPT-2 small's size (bench/export_hf_gpt2.py: exported as a plain
+#           causal LM, compiled with --mode decode into hf_gpt2.so, hf_gpt2_t128.so with 128 tokens
+#           a step) against transformers' own `generate` on the same weights, greedy, bf16, 64
+#           prompts of 128 tokens and 128 new tokens: wall time of the whole call, prefill included,
+#           median of 3 after a warm-up, with its dynamic cache and with cache_implementation=
+#           "static" (which compiles the step with torch.compile). Also the time to the first token
+#           of a 1024-token prompt, and the prefill that prefix caching saves when 64 requests
+#           share a 512-token system prompt.
 #   waste   the cache memory allocated but unused for 64 sequences of mixed lengths (1..896 tokens,
 #           plus 64 decoded): paged (16-token pages) against a contiguous cache per sequence of the
 #           max context, and one padded to the batch's longest sequence.
 #
 # Both sides use the same weights: PyTorch's model (tests/decode/gpt_decoder.py, seed 0) is
 # written to a safetensors file that the library loads.
-# Usage: python3 bench/gpu_decode.py bench/out/decode [kernel,e2e,waste]
+# Usage: python3 bench/gpu_decode.py bench/out/decode [kernel,e2e,hf,waste]
 import json, os, subprocess, sys, time
 import numpy as np
 import torch
@@ -178,6 +186,120 @@ def e2e(out_dir, env):
             "same_tokens": same, "same_first_token": first}
 
 
+# ---- hf: Hugging Face's model and its generate ----
+HF_PROMPT, HF_NEW, SYSTEM, SUFFIX = 128, 128, 512, 64
+
+
+def hf_model():
+    sys.path.insert(0, HERE)
+    import export_hf_gpt2
+    return export_hf_gpt2.model()
+
+
+def hf_child(so, wfile):
+    """sgc's side: greedy decoding of 64 prompts (adds, then steps), timed whole as generate is;
+    the first token of a 1024-token prompt; 64 requests with one 512-token system prompt."""
+    d = session(so, wfile)
+    rng = np.random.default_rng(3)
+    # Freed prompts' pages stay cached: each run has prompts of its own (the first, untimed, is the
+    # one transformers' generate gets too), and so has each first-token run.
+    runs = [rng.integers(0, d.vocab, (BATCH, HF_PROMPT)).tolist() for _ in range(4)]
+
+    def generate(prompts):
+        seqs, out = [], []
+        for p in prompts:
+            seq, nxt = d.add(p, greedy=True)
+            seqs.append(seq)
+            out.append([nxt])
+        for _ in range(HF_NEW - 1):
+            for o, t in zip(out, d.decode(seqs, [o[-1] for o in out], greedy=True)):
+                o.append(t)
+        for seq in seqs:
+            d.free(seq)
+        return out
+
+    times, tokens = [], None
+    for prompts in runs:
+        t0 = time.perf_counter()
+        got = generate(prompts)
+        times.append(time.perf_counter() - t0)
+        tokens = tokens or got
+    secs = sorted(times[1:])[1]
+    ttft = []
+    for _ in range(4):
+        long = rng.integers(0, d.vocab, 1024).tolist()
+        t0 = time.perf_counter()
+        seq, _ = d.add(long, greedy=True)
+        ttft.append(time.perf_counter() - t0)
+        d.free(seq)
+    prefix = {}
+    for shared in (False, True):  # fresh system prompts, so no earlier run's pages are found
+        system = rng.integers(0, d.vocab, SYSTEM).tolist()
+        t0 = time.perf_counter()
+        seqs = [d.add((system if shared else rng.integers(0, d.vocab, SYSTEM).tolist()) + rng.integers(0, d.vocab, SUFFIX).tolist(),
+                      greedy=True)[0] for _ in range(BATCH)]
+        prefix["shared_s" if shared else "distinct_s"] = time.perf_counter() - t0
+        prefix["pages_held_shared" if shared else "pages_held_distinct"] = d.decode_info()["blocks"] - d.decode_info()["free_pages"]
+        for seq in seqs:
+            d.free(seq)
+    print(json.dumps({"generate_s": secs, "tokens_per_s": BATCH * HF_NEW / secs, "ttft_1024_s": sorted(ttft[1:])[1], "prefix": prefix,
+                      "tokens": tokens}))
+
+
+def hf(out_dir, env):
+    m = hf_model()
+    res = {}
+    for name in ("hf_gpt2", "hf_gpt2_t128"):
+        so = unpacked(os.path.join(out_dir, name + ".so"))
+        if not os.path.exists(so):
+            continue
+        wfile = os.path.join(out_dir, "hf_gpt2.safetensors")
+        if not os.path.exists(wfile):
+            names = sgc.load(so).session().parameter_names()
+            sd = m.state_dict()
+            st.write(wfile, {n: sd[n[2:]].detach().numpy() for n in names})  # the export's names: "m." + state_dict's
+        proc = subprocess.run([sys.executable, __file__, "--hf-child", so, wfile], capture_output=True, text=True, env=env)
+        res[name] = json.loads(proc.stdout.splitlines()[-1]) if proc.returncode == 0 else {"error": proc.stderr[-2000:]}
+    m = m.to("cuda").to(torch.bfloat16)
+    rng = np.random.default_rng(3)
+    prompts = torch.tensor(rng.integers(0, 50257, (BATCH, HF_PROMPT)), device="cuda")
+    mask = torch.ones_like(prompts)
+    for impl in ("dynamic", "static"):
+        kw = dict(attention_mask=mask, max_new_tokens=HF_NEW, min_new_tokens=HF_NEW, do_sample=False, pad_token_id=0)
+        if impl == "static":
+            kw["cache_implementation"] = "static"
+        times = []
+        with torch.no_grad():
+            for _ in range(4):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                out = m.generate(prompts, **kw)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+        secs = sorted(times[1:])[1]
+        toks = out[:, HF_PROMPT:].tolist()
+        res["generate_" + impl] = {"generate_s": secs, "tokens_per_s": BATCH * HF_NEW / secs, "first_call_s": times[0]}
+        for name in ("hf_gpt2", "hf_gpt2_t128"):
+            if "tokens" in res.get(name, {}):
+                got = res[name]["tokens"]
+                res[name]["same_tokens_as_" + impl] = float(np.mean([a == b for x, y in zip(got, toks) for a, b in zip(x, y)]))
+                res[name]["same_first_token_as_" + impl] = float(np.mean([x[0] == y[0] for x, y in zip(got, toks)]))
+                res[name]["ratio_to_" + impl] = res[name]["tokens_per_s"] / res["generate_" + impl]["tokens_per_s"]
+    long = torch.tensor(rng.integers(0, 50257, (1, 1024)), device="cuda")
+    ttft = []
+    with torch.no_grad():
+        for _ in range(4):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            m.generate(long, attention_mask=torch.ones_like(long), max_new_tokens=1, do_sample=False, pad_token_id=0)
+            torch.cuda.synchronize()
+            ttft.append(time.perf_counter() - t0)
+    res["generate_ttft_1024_s"] = sorted(ttft[1:])[1]
+    for name in ("hf_gpt2", "hf_gpt2_t128"):
+        res.get(name, {}).pop("tokens", None)
+    return res
+
+
 def waste(out_dir, env):
     so = unpacked(os.path.join(out_dir, "gpt2.so"))
     wfile = os.path.join(out_dir, "gpt2_init.safetensors")
@@ -208,13 +330,15 @@ def main():
         return kernel_child(*sys.argv[2:4], sys.argv[4])
     if sys.argv[1] == "--e2e-child":
         return e2e_child(*sys.argv[2:5])
+    if sys.argv[1] == "--hf-child":
+        return hf_child(*sys.argv[2:4])
     if sys.argv[1] == "--waste-child":
         return waste_child(*sys.argv[2:4])
     out_dir, parts = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "kernel,e2e,waste").split(",")
     env = library_env()
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     for part in parts:
-        res[part] = {"kernel": kernel, "e2e": e2e, "waste": waste}[part](out_dir, env)
+        res[part] = {"kernel": kernel, "e2e": e2e, "hf": hf, "waste": waste}[part](out_dir, env)
         print(part, json.dumps(res[part]), flush=True)
     json.dump(res, open(os.path.join(os.environ.get("OUT", "."), "gpu_decode.json"), "w"), indent=1)
 

@@ -613,6 +613,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
           *operand = it->second;
           *trans = !*trans;
         }
+      kir::foldBatchIntoRows(*gemm);
       nlohmann::json& launch = launches.back();
       launch["gemm"] = gemmJson(*gemm, tensorId);
       if (const ir::Value* bias = gemmBias(group, *gemm)) launch["gemm"]["bias"] = tensorId.at(bias->name);

@@ -183,6 +183,13 @@ std::optional<GemmShape> gemmShape(const std::vector<const ir::Node*>& group) {
   return s;
 }
 
+void foldBatchIntoRows(GemmShape& s) {
+  if (s.batch == 1 || s.strideB != 0 || s.transA || s.strideA != s.m * s.k) return;
+  s.m *= s.batch;
+  s.batch = 1;
+  s.strideA = 0;
+}
+
 Expected<std::optional<Kernel>> lowerProductEpilogue(const std::string& name, const std::vector<const ir::Node*>& group) {
   const ir::Node& n = *group[0];
   bool scaled = n.op == ir::Op::Gemm && (n.getFloat("alpha", 1) != 1 || n.input(2));

@@ -37,6 +37,12 @@ struct GemmShape {
 /// f16 operands whose batch dims are the result's or absent.
 std::optional<GemmShape> gemmShape(const std::vector<const ir::Node*>& group);
 
+/// A batch of products sharing b, with a's matrices stacked untransposed, as
+/// one product of batch x m rows: a decoder's [tokens, 1, k] by its [k, n]
+/// weight is one [tokens, k] x [k, n] GEMM, not `tokens` matrix-vector ones
+/// that each read the whole weight.
+void foldBatchIntoRows(GemmShape& s);
+
 /// What `group` computes on top of its product (Gemm's alpha and C, the
 /// elementwise chain), as a kernel that rewrites the product in y in place,
 /// one element per parallel iteration; none when the product is all.

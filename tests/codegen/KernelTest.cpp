@@ -301,10 +301,11 @@ void referenceGemm(const kir::GemmShape& s, const ir::Tensor& a, const ir::Tenso
 } // namespace
 
 TEST(Kernel, GemmShapeAndEpilogueMatchInterpreter) {
-  // The GPU form of a product group: the GEMM its GemmShape describes, then the epilogue kernel in place.
+  // The GPU form of a product group: the GEMM its GemmShape describes, then the epilogue kernel in
+  // place; also with the batch folded into rows where b is shared (foldedM: the rows then, or 0).
   struct {
     const char* ir;
-    int64_t m, n, k, batch, strideA, strideB;
+    int64_t m, n, k, batch, strideA, strideB, foldedM;
   } cases[] = {
       {R"(graph @g { input %x : f32[5, 7]
     input %w : f32[6, 7]
@@ -313,21 +314,21 @@ TEST(Kernel, GemmShapeAndEpilogueMatchInterpreter) {
     %h : ?[*] = Gemm(%x, %w, %bias) {transB = 1, alpha = 0.5}
     %e : ?[*] = Erf(%h)
     %y : ?[*] = Add(%e, %one)
-    output %y })", 5, 6, 7, 1, 0, 0},
+    output %y })", 5, 6, 7, 1, 0, 0, 0},
       {R"(graph @g { input %x : f32[7, 5]
     input %w : f32[7, 6]
     %y : ?[*] = Gemm(%x, %w) {transA = 1}
-    output %y })", 5, 6, 7, 1, 0, 0},
+    output %y })", 5, 6, 7, 1, 0, 0, 0},
       {R"(graph @g { input %x : f32[2, 3, 4, 5]
     input %w : f32[5, 6]
     input %r : f32[2, 3, 4, 6]
     %h : ?[*] = MatMul(%x, %w)
     %y : ?[*] = Add(%r, %h)
-    output %y })", 4, 6, 5, 6, 20, 0},
+    output %y })", 4, 6, 5, 6, 20, 0, 24},
       {R"(graph @g { input %q : f32[2, 3, 4, 5]
     input %k : f32[2, 3, 5, 4]
     %y : ?[*] = MatMul(%q, %k)
-    output %y })", 4, 4, 5, 6, 20, 20},
+    output %y })", 4, 4, 5, 6, 20, 20, 0},
   };
   for (auto& c : cases) {
     auto g = ir::parse(c.ir, "gemm");
@@ -339,27 +340,32 @@ TEST(Kernel, GemmShapeAndEpilogueMatchInterpreter) {
     ASSERT_TRUE(shape.has_value()) << c.ir;
     EXPECT_EQ(std::vector<int64_t>({shape->m, shape->n, shape->k, shape->batch, shape->strideA, shape->strideB}),
               std::vector<int64_t>({c.m, c.n, c.k, c.batch, c.strideA, c.strideB}));
+    kir::GemmShape folded = *shape;
+    kir::foldBatchIntoRows(folded);
+    EXPECT_EQ(std::vector<int64_t>({folded.m, folded.batch}), c.foldedM ? std::vector<int64_t>({c.foldedM, 1}) : std::vector<int64_t>({c.m, c.batch}));
     auto in = randomInputs(**g, 7, -1, 1);
     auto want = ir::run(**g, in);
     ASSERT_TRUE(!!want) << errorText(want.takeError());
-    ir::Tensor y(ir::DType::F32, shape->y->type.shape());
-    referenceGemm(*shape, in.at(shape->a->name), in.at(shape->b->name), y);
     auto epilogue = kir::lowerProductEpilogue("k", group);
     ASSERT_TRUE(!!epilogue) << errorText(epilogue.takeError());
     ASSERT_EQ(epilogue->has_value(), group.size() > 1 || group[0]->inputs.size() > 2);
-    if (*epilogue) {
-      std::vector<void*> args;
-      for (const kir::BufferArg& b : (**epilogue).buffers) {
-        ir::Value* v = (*g)->findValue(b.name);
-        args.push_back(b.written ? y.bytes.data() : v->kind == ir::ValueKind::Input ? in.at(b.name).bytes.data() : const_cast<uint8_t*>(v->data->bytes.data()));
+    for (const kir::GemmShape& gemm : {*shape, folded}) {
+      ir::Tensor y(ir::DType::F32, shape->y->type.shape());
+      referenceGemm(gemm, in.at(shape->a->name), in.at(shape->b->name), y);
+      if (*epilogue) {
+        std::vector<void*> args;
+        for (const kir::BufferArg& b : (**epilogue).buffers) {
+          ir::Value* v = (*g)->findValue(b.name);
+          args.push_back(b.written ? y.bytes.data() : v->kind == ir::ValueKind::Input ? in.at(b.name).bytes.data() : const_cast<uint8_t*>(v->data->bytes.data()));
+        }
+        Jit jit({**epilogue});
+        auto fn = jit.fn("k");
+        ASSERT_TRUE(fn);
+        fn(args.data(), 0, (**epilogue).body->extent);
       }
-      Jit jit({**epilogue});
-      auto fn = jit.fn("k");
-      ASSERT_TRUE(fn);
-      fn(args.data(), 0, (**epilogue).body->extent);
+      const ir::Tensor& ref = want->at("y");
+      for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(y.getF(i), ref.getF(i), 1e-5 * (1 + std::fabs(ref.getF(i)))) << c.ir;
     }
-    const ir::Tensor& ref = want->at("y");
-    for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(y.getF(i), ref.getF(i), 1e-5 * (1 + std::fabs(ref.getF(i)))) << c.ir;
   }
   // A batch broadcast over part of the dims is no strided batch: the product stays on our kernel.
   auto g = ir::parse("graph @g { input %a : f32[2, 1, 4, 5]\n input %b : f32[1, 3, 5, 6]\n %y : ?[*] = MatMul(%a, %b)\n output %y }", "b");
