@@ -7,7 +7,9 @@
 #           128] cache: bytes of cache read per second, and the ratio.
 #   e2e     greedy decoding with the GPT-2-small-size decoder (gpt2.so, bf16) at batch 64: 64
 #           prompts of 128 tokens, then 128 decode steps; tokens per second of the decode steps,
-#           against the same model in PyTorch eager (bf16, its past_key_values cache grown by cat).
+#           against the same model in PyTorch eager (bf16, its past_key_values cache grown by cat);
+#           sgc's greedy tokens also chosen on the device, and tokens sampled there (temperature 0.8,
+#           top-k 50, top-p 0.95).
 #   hf      Hugging Face GPT-2 at GPT-2 small's size (bench/export_hf_gpt2.py: exported as a plain
 #           causal LM, compiled with --mode decode into hf_gpt2.so, hf_gpt2_t128.so with 128 tokens
 #           a step) against transformers' own `generate` on the same weights, greedy, bf16, 64
@@ -40,6 +42,7 @@ from gpu_train import library_env, unpacked
 
 BATCH, HEADS, HEAD_DIM, CONTEXT, KERNEL_STEPS = 64, 32, 128, 4096, 16
 PROMPT, NEW = 128, 128
+SAMPLE = {"temperature": 0.8, "top_k": 50, "top_p": 0.95, "seed": 1}  # e2e's sampled run, drawn where the step runs
 
 
 def weights(size, path):
@@ -134,8 +137,8 @@ def e2e_child(so, wfile, mode="logits"):
     in_step = 0.0
     for _ in range(NEW - 1):
         t1 = time.perf_counter()
-        if mode == "greedy":
-            out.append(d.decode(seqs, out[-1], greedy=True))
+        if mode in ("greedy", "sample"):
+            out.append(d.decode(seqs, out[-1], greedy=True) if mode == "greedy" else d.decode(seqs, out[-1], sample=SAMPLE))
             in_step += time.perf_counter() - t1
             continue
         logits = logits_step(d, seqs, out[-1])
@@ -158,9 +161,15 @@ def e2e(out_dir, env):
     if proc.returncode:
         return {"error": proc.stderr[-2000:]}
     greedy = json.loads(proc.stdout.splitlines()[-1])
+    proc = subprocess.run([sys.executable, __file__, "--e2e-child", so, wfile, "sample"], capture_output=True, text=True, env=env)
+    if proc.returncode:
+        return {"error": proc.stderr[-2000:]}
+    sampled = json.loads(proc.stdout.splitlines()[-1])
     prof = os.path.join(os.environ.get("OUT", "."), "gpt2_profile.tsv")  # the decode steps' launches, without a CUDA graph
     subprocess.run([sys.executable, __file__, "--e2e-child", so, wfile], capture_output=True, text=True,
                    env=dict(env, SGC_PROFILE=prof, SGC_PROFILE_FROM=str(BATCH * -(-PROMPT // 64))))
+    subprocess.run([sys.executable, __file__, "--e2e-child", so, wfile, "sample"], capture_output=True, text=True,  # the sampled steps' too
+                   env=dict(env, SGC_PROFILE=prof.replace(".tsv", "_sampled.tsv"), SGC_PROFILE_FROM=str(BATCH * -(-PROMPT // 64))))
     m = m.to("cuda").to(torch.bfloat16)
     rng = np.random.default_rng(1)
     prompts = torch.tensor(rng.integers(0, m.wte.num_embeddings, (BATCH, PROMPT)), device="cuda")
@@ -181,6 +190,7 @@ def e2e(out_dir, env):
     same = np.mean([a == b for x, y in zip(sgc["tokens"], eager) for a, b in zip(x, y)])
     first = np.mean([x[0] == y[0] for x, y in zip(sgc["tokens"], eager)])
     return {"sgc_greedy_tokens_per_s": greedy["tokens_per_s"], "sgc_greedy_in_decode_step_s": greedy["in_decode_step_s"],
+            "sgc_sampled_tokens_per_s": sampled["tokens_per_s"], "sgc_sampled_in_decode_step_s": sampled["in_decode_step_s"],
             "greedy_same_tokens_as_logits": greedy["tokens"] == sgc["tokens"],
             "sgc_in_decode_step_s": sgc["in_decode_step_s"], "sgc_decode_s": sgc["decode_s"], "eager_decode_s": secs, "sgc_tokens_per_s": sgc["tokens_per_s"], "eager_tokens_per_s": BATCH * (NEW - 1) / secs, "ratio": sgc["tokens_per_s"] / (BATCH * (NEW - 1) / secs),
             "same_tokens": same, "same_first_token": first}

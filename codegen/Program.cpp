@@ -672,7 +672,8 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     prog["decode"] = {{"tokens", decode->tokens}, {"seqs", decode->seqs}, {"block_size", decode->blockSize}, {"blocks", decode->blocks},
                       {"max_blocks", decode->maxBlocks}, {"max_context", decode->maxContext}, {"ids", id(decode->ids)}, {"positions", id(decode->positions)},
                       {"logits", id(g.outputs[0]->name)}, {"tables", id("sgc.kv.tables")}, {"seq", id("sgc.kv.seq")},
-                      {"pos", id("sgc.kv.pos")}, {"pools", pools}, {"next", id(decode->next)}};
+                      {"pos", id("sgc.kv.pos")}, {"pools", pools}, {"next", id(decode->next)},
+                      {"sample", {id("sgc.sample.temperature"), id("sgc.sample.top_k"), id("sgc.sample.top_p"), id("sgc.sample.seed")}}};
   }
   p.programJson = prog.dump();
   return p;

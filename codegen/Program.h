@@ -56,7 +56,7 @@ enum class Weights { Embedded, External, None };
 struct DecodeSpec {
   int64_t tokens = 0, seqs = 0, blockSize = 0, blocks = 0, maxBlocks = 0, maxContext = 0;
   std::string ids, positions; ///< the model's token and position inputs (positions: "" when none)
-  std::string next;           ///< the output of each row's greedy next token (its logits' argmax)
+  std::string next;           ///< the output of each row's next token (Sample of its logits, fed sgc.sample.*)
   std::vector<std::string> pools; ///< each layer's cache
 };
 

@@ -135,11 +135,15 @@ Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const
                       : !shape.empty() && shape[0] == o.tokens && (shape.size() != 3 || shape[1] == 1) && shape.size() <= 3;
   if (!ir::isFloat(logits->type.dtype) || !rows)
     return makeError(model + ": output %" + logits->name + " must be logits [batch, sequence, vocabulary], is " + ir::toString(logits->type));
-  // The greedy next token of each row, on the device: a host that takes only these copies tokens
-  // x 8 bytes instead of the logits (sgc_decode_step_greedy).
-  ir::Node* next = g.addNode(ir::Op::ArgMax, {g.outputs[0]}, 1, "sgc.next", {"sgc.next"});
-  next->attrs["axis"] = int64_t(-1);
-  next->attrs["keepdims"] = int64_t(0);
+  // The next token of each row, chosen on the device, greedy or sampled with each row's own
+  // temperature, top-k, top-p and seed (counted by the token's position): a host that takes only
+  // these copies tokens x 8 bytes instead of the logits (sgc_decode_step_sample).
+  std::vector<ir::Value*> sampling{g.outputs[0]};
+  for (auto [name, dtype] : {std::pair{"sgc.sample.temperature", ir::DType::F32}, std::pair{"sgc.sample.top_k", ir::DType::I32},
+                             std::pair{"sgc.sample.top_p", ir::DType::F32}, std::pair{"sgc.sample.seed", ir::DType::I64}})
+    sampling.push_back(g.addInput(name, ir::Type::of(dtype, {o.tokens})));
+  sampling.push_back(g.findValue("sgc.kv.pos"));
+  ir::Node* next = g.addNode(ir::Op::Sample, sampling, 1, "sgc.next", {"sgc.next"});
   g.outputs.push_back(next->outputs[0]);
   if (Error e = ir::inferShapes(g)) return makeError(model + ": " + errorText(std::move(e)));
   spec.next = "sgc.next";

@@ -1,8 +1,10 @@
-// sgc generate gen.so: greedy decoding over the C ABI of a library compiled
-// with --mode decode. Prompts are admitted while the cache has a slot and
-// pages for them (continuous batching: a sequence joins as soon as it fits
-// and leaves when it is done); when a step runs out of pages the newest
-// sequence is preempted and later prefilled again from its tokens so far.
+// sgc generate gen.so: greedy or sampled decoding over the C ABI of a library
+// compiled with --mode decode, the tokens chosen where the step runs. Prompts
+// are admitted while the cache has a slot and pages for them (continuous
+// batching: a sequence joins as soon as it fits and leaves when it is done);
+// when a step runs out of pages the newest sequence is preempted and later
+// prefilled again from its tokens so far (its draws, counted by position, the
+// same).
 // Prints one JSON line per prompt, in prompt order: its generated ids.
 #include "driver/Args.h"
 #include "driver/Common.h"
@@ -18,11 +20,16 @@ namespace sgc::driver {
 namespace {
 
 const CommandSpec kSpec{
-    "generate", "sgc generate gen.so --prompt-ids 1,2,3 [--prompt-ids ...] --max-new-tokens N [--device cpu|cuda:N]",
-    "Greedy decoding with a library compiled by `sgc compile --mode decode`: each prompt's next\n"
-    "tokens, decoded together. Prints one JSON line per prompt: {\"prompt\": i, \"ids\": [...]}.",
+    "generate", "sgc generate gen.so --prompt-ids 1,2,3 [--prompt-ids ...] --max-new-tokens N [--temperature T --top-k K --top-p P --seed S]",
+    "Decoding with a library compiled by `sgc compile --mode decode`: each prompt's next tokens,\n"
+    "decoded together, greedy or sampled where the step runs (prompt i draws with seed S * 1000003 + i:\n"
+    "the same command gives the same tokens). Prints one JSON line per prompt: {\"prompt\": i, \"ids\": [...]}.",
     {{"prompt-ids", "IDS", "a prompt's token ids, comma-separated (repeat for more prompts)"},
      {"max-new-tokens", "N", "tokens to generate per prompt (fewer when a sequence reaches the max context)"},
+     {"temperature", "T", "0 (default): greedy; else sample from softmax(logits / T)"},
+     {"top-k", "K", "sample from the K most likely tokens only (default 0: all)"},
+     {"top-p", "P", "then from the fewest most likely whose probability reaches P (default 1: all)"},
+     {"seed", "S", "the draws' seed (default 0)"},
      {"device", "DEV", "cpu (default) or cuda:N"},
      {"threads", "N", "CPU threads (default: one per core)"},
      {"load", "FILE", "load the parameters from a safetensors checkpoint first"},
@@ -32,6 +39,7 @@ struct Request {
   size_t index;
   std::vector<int64_t> tokens; ///< the prompt, then the generated ids
   size_t prompt;
+  sgc_sampling sampling;
   int32_t seq = -1;
   size_t generated() const { return tokens.size() - prompt; }
 };
@@ -64,11 +72,19 @@ int generateMain(int argc, char** argv) {
   char* stop = nullptr;
   long long maxNew = std::strtoll(args->get("max-new-tokens").c_str(), &stop, 10);
   if (*stop || maxNew < 1 || maxNew > (1 << 30)) return reportError("--max-new-tokens expects a positive integer");
+  double temperature = std::strtod(args->get("temperature", "0").c_str(), &stop), topP = 1;
+  if (*stop) return reportError("--temperature expects a number");
+  topP = std::strtod(args->get("top-p", "1").c_str(), &stop);
+  if (*stop) return reportError("--top-p expects a number");
+  long long topK = std::strtoll(args->get("top-k", "0").c_str(), &stop, 10);
+  if (*stop || topK < 0 || topK > INT32_MAX) return reportError("--top-k expects a non-negative integer");
+  unsigned long long seed = std::strtoull(args->get("seed", "0").c_str(), &stop, 10);
+  if (*stop) return reportError("--seed expects a non-negative integer");
   std::deque<Request> pending;
   for (size_t i = 0; i < prompts.size(); ++i) {
     auto ids = parseIds(prompts[i]);
     if (!ids) return reportError(ids.takeError());
-    pending.push_back({i, *ids, ids->size()});
+    pending.push_back({i, *ids, ids->size(), {(float)temperature, (int32_t)topK, (float)topP, seed * 1000003ull + i}});
   }
   Api api;
   if (Error e = loadApi(path, api)) return reportError(std::move(e));
@@ -84,8 +100,9 @@ int generateMain(int argc, char** argv) {
   if (args->has("load") && api.sgc_load(s, args->get("load").c_str())) return failed("loading " + args->get("load"));
   sgc_decode_info info;
   if (api.sgc_decode_info_get(s, &info)) return failed("not a decoding library");
-  std::vector<int64_t> next(info.max_seqs); // the greedy tokens, chosen where the step runs: no logits come back
+  std::vector<int64_t> next(info.max_seqs); // the tokens, chosen where the step runs: no logits come back
   std::vector<Request> active, done;
+  std::vector<sgc_sampling> sampling;
   std::vector<int32_t> seqs;
   std::vector<int64_t> tokens;
   int64_t decoded = 0;
@@ -100,7 +117,7 @@ int generateMain(int argc, char** argv) {
   while (!pending.empty() || !active.empty()) {
     while (!pending.empty()) { // admit what fits
       Request& r = pending.front();
-      sgc_status st = api.sgc_seq_add_greedy(s, r.tokens.data(), (int32_t)r.tokens.size(), &r.seq, next.data(), nullptr);
+      sgc_status st = api.sgc_seq_add_sample(s, r.tokens.data(), (int32_t)r.tokens.size(), &r.sampling, &r.seq, next.data(), nullptr);
       if (st == SGC_ERROR_OUT_OF_PAGES && !active.empty()) break;
       if (st) return failed("prompt " + std::to_string(r.index));
       r.tokens.push_back(next[0]);
@@ -110,9 +127,9 @@ int generateMain(int argc, char** argv) {
       pending.pop_front();
     }
     if (active.empty()) continue;
-    seqs.clear(), tokens.clear();
-    for (const Request& r : active) seqs.push_back(r.seq), tokens.push_back(r.tokens.back());
-    sgc_status st = api.sgc_decode_step_greedy(s, (int32_t)seqs.size(), seqs.data(), tokens.data(), next.data(), nullptr);
+    seqs.clear(), tokens.clear(), sampling.clear();
+    for (const Request& r : active) seqs.push_back(r.seq), tokens.push_back(r.tokens.back()), sampling.push_back(r.sampling);
+    sgc_status st = api.sgc_decode_step_sample(s, (int32_t)seqs.size(), seqs.data(), tokens.data(), sampling.data(), next.data(), nullptr);
     if (st == SGC_ERROR_OUT_OF_PAGES && active.size() > 1) { // preempt the newest: it is prefilled again later
       Request r = std::move(active.back());
       active.pop_back();

@@ -15,7 +15,7 @@ using namespace sgc::rt;
 
 DecodeState::DecodeState(const Decode& d, uint64_t logitsBytes)
     : pages((int32_t)d.blocks, (int32_t)d.blockSize, (int32_t)d.seqs, (int32_t)d.maxBlocks), ids(d.tokens), positions(d.tokens), seq(d.tokens),
-      pos(d.tokens), narrow(d.tokens), logits(logitsBytes), next(d.tokens) {
+      pos(d.tokens), narrow(d.tokens), logits(logitsBytes), next(d.tokens), temperature(d.tokens), topP(d.tokens), topK(d.tokens), seed(d.tokens) {
   copies.reserve(d.seqs);
   shared.reserve(d.seqs);
 }
@@ -83,14 +83,39 @@ sgc_status checkWanted(const sgc_session* s, const int64_t* next, const float* l
   return SGC_OK;
 }
 
+/// The sampling parameters: checked, of a library that has them (`what` names the call and entry).
+sgc_status checkSampling(const sgc_session* s, const sgc_sampling* p, int32_t count, const char* what) {
+  if (!p) return SGC_OK;
+  if (s->prog.decode->temperature < 0)
+    return fail(SGC_ERROR_INVALID_ARGUMENT, std::string(what) + ": this library was compiled by an sgc without sampling: compile it again");
+  for (int32_t i = 0; i < count; ++i) {
+    const sgc_sampling& q = p[i];
+    std::string at = std::string(what) + ": sampling[" + std::to_string(i) + "]";
+    if (!std::isfinite(q.temperature) || q.temperature < 0)
+      return fail(SGC_ERROR_INVALID_ARGUMENT, at + ".temperature is " + std::to_string(q.temperature) + ": expected 0 (greedy) or more, finite");
+    if (q.top_k < 0) return fail(SGC_ERROR_INVALID_ARGUMENT, at + ".top_k is " + std::to_string(q.top_k) + ": expected 0 (all) or more");
+    if (!(q.top_p > 0 && q.top_p <= 1)) return fail(SGC_ERROR_INVALID_ARGUMENT, at + ".top_p is " + std::to_string(q.top_p) + ": expected (0, 1]");
+  }
+  return SGC_OK;
+}
+
+/// Stages row `row`'s sampling (NULL: greedy).
+void stageSampling(DecodeState& st, size_t row, const sgc_sampling* p) {
+  sgc_sampling q = p ? *p : sgc_sampling{0, 0, 1, 0};
+  st.temperature[row] = q.temperature, st.topK[row] = q.top_k, st.topP[row] = q.top_p, st.seed[row] = q.seed;
+}
+
 /// Runs the first n staged tokens (the rest unused) and reads what is wanted of them.
 bool runTokens(sgc_session* s, size_t n, Wanted wanted, std::string& error) {
   DecodeState& st = *s->decode;
   const Decode& d = *s->prog.decode;
-  for (size_t i = n; i < st.ids.size(); ++i) st.ids[i] = 0, st.positions[i] = 0, st.seq[i] = -1, st.pos[i] = 0;
+  for (size_t i = n; i < st.ids.size(); ++i) st.ids[i] = 0, st.positions[i] = 0, st.seq[i] = -1, st.pos[i] = 0, stageSampling(st, i, nullptr);
   if (!writeInts(s, d.ids, st.ids.data(), st.ids.size(), error)) return false;
   if (d.positions >= 0 && !writeInts(s, d.positions, st.positions.data(), st.positions.size(), error)) return false;
   if (!s->write(d.seq, st.seq.data(), error) || !s->write(d.pos, st.pos.data(), error) || !s->write(d.tables, st.pages.tables().data(), error))
+    return false;
+  if (d.temperature >= 0 && (!s->write(d.temperature, st.temperature.data(), error) || !s->write(d.topK, st.topK.data(), error) ||
+                             !s->write(d.topP, st.topP.data(), error) || !s->write(d.seed, st.seed.data(), error)))
     return false;
   if (!runStep(s, true, error)) return false;
   if (wanted.logits && !s->read(d.logits, st.logits.data(), error)) return false;
@@ -187,9 +212,10 @@ sgc_status sgc_decode_info_get(const sgc_session* s, sgc_decode_info* info) {
 
 namespace {
 
-/// sgc_seq_add and sgc_seq_add_greedy: the prompt's last token's greedy next token to `next`,
-/// its logits to `logits` (either may be NULL).
-sgc_status addSequence(sgc_session* s, const int64_t* prompt, int32_t length, int32_t* seq, int64_t* next, float* logits) {
+/// sgc_seq_add, sgc_seq_add_greedy and sgc_seq_add_sample: the prompt's last token's next token
+/// (chosen by `sampling`; NULL: greedy) to `next`, its logits to `logits` (either may be NULL).
+sgc_status addSequence(sgc_session* s, const int64_t* prompt, int32_t length, const sgc_sampling* sampling, int32_t* seq, int64_t* next,
+                       float* logits) {
   return guarded([&]() -> sgc_status {
     const Decode& d = *s->prog.decode;
     if (!prompt || !seq) return fail(SGC_ERROR_INVALID_ARGUMENT, "prompt and seq must not be NULL");
@@ -213,7 +239,10 @@ sgc_status addSequence(sgc_session* s, const int64_t* prompt, int32_t length, in
     size_t n = 0;
     for (int32_t start = shared; start < length; start += (int32_t)d.tokens) { // the rest of the prompt in steps of `tokens`
       n = std::min<size_t>(d.tokens, length - start);
-      for (size_t i = 0; i < n; ++i) st.ids[i] = prompt[start + i], st.positions[i] = start + (int64_t)i, st.seq[i] = slot, st.pos[i] = start + (int32_t)i;
+      for (size_t i = 0; i < n; ++i) {
+        st.ids[i] = prompt[start + i], st.positions[i] = start + (int64_t)i, st.seq[i] = slot, st.pos[i] = start + (int32_t)i;
+        stageSampling(st, i, sampling);
+      }
       bool last = start + (int32_t)d.tokens >= length; // only the last chunk's last row is handed back
       if (!runTokens(s, n, {last && logits, last && next}, error)) {
         st.pages.release(slot);
@@ -228,9 +257,10 @@ sgc_status addSequence(sgc_session* s, const int64_t* prompt, int32_t length, in
   });
 }
 
-/// sgc_decode_step and sgc_decode_step_greedy: each sequence's greedy next token to `next`, its
-/// logits to `logits` (either may be NULL).
-sgc_status decodeStep(sgc_session* s, int32_t count, const int32_t* seqs, const int64_t* tokens, int64_t* next, float* logits) {
+/// sgc_decode_step, sgc_decode_step_greedy and sgc_decode_step_sample: each sequence's next token
+/// (chosen by sampling[i]; NULL: greedy) to `next`, its logits to `logits` (either may be NULL).
+sgc_status decodeStep(sgc_session* s, int32_t count, const int32_t* seqs, const int64_t* tokens, const sgc_sampling* sampling, int64_t* next,
+                      float* logits) {
   return guarded([&]() -> sgc_status {
     const Decode& d = *s->prog.decode;
     DecodeState& st = *s->decode;
@@ -254,6 +284,7 @@ sgc_status decodeStep(sgc_session* s, int32_t count, const int32_t* seqs, const 
       for (size_t i = 0; i < n; ++i) {
         int32_t q = seqs[start + i], p = st.pages.length(q) - 1;
         st.ids[i] = tokens[start + i], st.positions[i] = p, st.seq[i] = q, st.pos[i] = p;
+        stageSampling(st, i, sampling ? sampling + start + i : nullptr);
       }
       if (!runTokens(s, n, {logits != nullptr, next != nullptr}, error)) return fail(SGC_ERROR_DEVICE, error);
       for (size_t i = 0; i < n; ++i) {
@@ -271,25 +302,42 @@ extern "C" {
 
 sgc_status sgc_seq_add(sgc_session* s, const int64_t* prompt, int32_t length, int32_t* seq, float* logits) {
   if (sgc_status st = decoding(s, "sgc_seq_add")) return st;
-  return addSequence(s, prompt, length, seq, nullptr, logits);
+  return addSequence(s, prompt, length, nullptr, seq, nullptr, logits);
 }
 
 sgc_status sgc_seq_add_greedy(sgc_session* s, const int64_t* prompt, int32_t length, int32_t* seq, int64_t* next, float* logits) {
   if (sgc_status st = decoding(s, "sgc_seq_add_greedy")) return st;
   if (sgc_status st = checkWanted(s, next, logits, "sgc_seq_add_greedy")) return st;
-  return addSequence(s, prompt, length, seq, next, logits);
+  return addSequence(s, prompt, length, nullptr, seq, next, logits);
+}
+
+sgc_status sgc_seq_add_sample(sgc_session* s, const int64_t* prompt, int32_t length, const sgc_sampling* sampling, int32_t* seq, int64_t* next,
+                              float* logits) {
+  if (sgc_status st = decoding(s, "sgc_seq_add_sample")) return st;
+  if (sgc_status st = checkWanted(s, next, logits, "sgc_seq_add_sample")) return st;
+  if (sgc_status st = checkSampling(s, sampling, 1, "sgc_seq_add_sample")) return st;
+  return addSequence(s, prompt, length, sampling, seq, next, logits);
 }
 
 sgc_status sgc_decode_step(sgc_session* s, int32_t count, const int32_t* seqs, const int64_t* tokens, float* logits) {
   if (sgc_status st = decoding(s, "sgc_decode_step")) return st;
   if (!logits) return fail(SGC_ERROR_INVALID_ARGUMENT, "sgc_decode_step: logits must not be NULL (sgc_decode_step_greedy hands back tokens)");
-  return decodeStep(s, count, seqs, tokens, nullptr, logits);
+  return decodeStep(s, count, seqs, tokens, nullptr, nullptr, logits);
 }
 
 sgc_status sgc_decode_step_greedy(sgc_session* s, int32_t count, const int32_t* seqs, const int64_t* tokens, int64_t* next, float* logits) {
   if (sgc_status st = decoding(s, "sgc_decode_step_greedy")) return st;
   if (sgc_status st = checkWanted(s, next, logits, "sgc_decode_step_greedy")) return st;
-  return decodeStep(s, count, seqs, tokens, next, logits);
+  return decodeStep(s, count, seqs, tokens, nullptr, next, logits);
+}
+
+sgc_status sgc_decode_step_sample(sgc_session* s, int32_t count, const int32_t* seqs, const int64_t* tokens, const sgc_sampling* sampling,
+                                  int64_t* next, float* logits) {
+  if (sgc_status st = decoding(s, "sgc_decode_step_sample")) return st;
+  if (sgc_status st = checkWanted(s, next, logits, "sgc_decode_step_sample")) return st;
+  if (count >= 1 && count <= s->prog.decode->seqs) // else decodeStep refuses the count, reading nothing
+    if (sgc_status st = checkSampling(s, sampling, count, "sgc_decode_step_sample")) return st;
+  return decodeStep(s, count, seqs, tokens, sampling, next, logits);
 }
 
 sgc_status sgc_seq_fork(sgc_session* s, int32_t seq, int32_t* child) {

@@ -136,6 +136,11 @@ bool parseDecode(const nlohmann::json& j, const Program& p, Decode& d, std::stri
   d.ids = j.at("ids"), d.positions = j.at("positions"), d.logits = j.at("logits"), d.tables = j.at("tables"), d.seq = j.at("seq"), d.pos = j.at("pos");
   d.pools = j.at("pools").get<std::vector<int>>();
   d.next = j.value("next", -1);
+  if (j.contains("sample")) {
+    auto ids = j.at("sample").get<std::vector<int>>();
+    if (ids.size() != 4) return fail(error, "decode: bad sampling inputs");
+    d.temperature = ids[0], d.topK = ids[1], d.topP = ids[2], d.seed = ids[3];
+  }
   const int64_t limit = 1 << 30;
   for (int64_t v : {d.tokens, d.seqs, d.blockSize, d.blocks, d.maxBlocks})
     if (v < 1 || v > limit) return fail(error, "decode: sizes out of range");
@@ -154,6 +159,9 @@ bool parseDecode(const nlohmann::json& j, const Program& p, Decode& d, std::stri
   d.vocab = logits->shape.back();
   if (d.next >= 0 && (!validTensor(p, d.next) || p.tensors[d.next].dtype != "I64" || p.tensors[d.next].bytes != (uint64_t)d.tokens * 8))
     return fail(error, "decode: bad next tokens");
+  if (d.temperature >= 0 && (!isTensor(p, d.temperature, {"F32"}, {d.tokens}) || !isTensor(p, d.topK, {"I32"}, {d.tokens}) ||
+                            !isTensor(p, d.topP, {"F32"}, {d.tokens}) || !isTensor(p, d.seed, {"I64"}, {d.tokens}) || d.next < 0))
+    return fail(error, "decode: bad sampling inputs");
   if (d.pools.empty()) return fail(error, "decode: no cache");
   for (int pool : d.pools)
     if (!isTensor(p, pool, {"F32", "BF16", "F16"}, {d.blocks, 2, d.blockSize, -1, -1}) || p.tensors[pool].kind != TensorKind::State)

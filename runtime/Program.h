@@ -99,7 +99,8 @@ struct Launch {
 struct Decode {
   int64_t tokens = 0, seqs = 0, blockSize = 0, blocks = 0, maxBlocks = 0, maxContext = 0, vocab = 0;
   int ids = -1, positions = -1, logits = -1, tables = -1, seq = -1, pos = -1; ///< tensor ids (positions: -1 when none)
-  int next = -1; ///< each row's greedy next token, i64 [tokens] (-1: a library compiled before it)
+  int next = -1; ///< each row's next token, i64 [tokens] (-1: a library compiled before it)
+  int temperature = -1, topK = -1, topP = -1, seed = -1; ///< each row's sampling inputs, [tokens] (-1: greedy only)
   std::vector<int> pools;
 };
 

@@ -45,7 +45,10 @@ struct DecodeState {
   std::vector<int32_t> seq, pos;       ///< [tokens]
   std::vector<int32_t> narrow;         ///< [tokens]: ids or positions of an I32 input
   std::vector<uint8_t> logits;         ///< the logits tensor's bytes
-  std::vector<int64_t> next;           ///< [tokens]: each row's greedy next token
+  std::vector<int64_t> next;           ///< [tokens]: each row's next token
+  std::vector<float> temperature, topP; ///< [tokens]: each row's sampling (temperature 0: greedy)
+  std::vector<int32_t> topK;           ///< [tokens]
+  std::vector<uint64_t> seed;          ///< [tokens]
   std::vector<std::pair<int32_t, int32_t>> copies; ///< pages to copy on write before a step
   std::vector<int32_t> shared;         ///< a step's shared last pages (see pagesForStep)
   DecodeState(const Decode& d, uint64_t logitsBytes);

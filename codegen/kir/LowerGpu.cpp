@@ -19,6 +19,7 @@
 namespace sgc::kir {
 
 Expected<std::vector<Kernel>> lowerLossGpu(const std::string& name, const ir::Node& n); // LowerMath.cpp
+Expected<std::optional<std::vector<Kernel>>> sampleGpu(const std::string& name, const ir::Node& n); // LowerSample.cpp
 
 namespace {
 using B = Builder;
@@ -630,6 +631,7 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
     return lowerRowGroupGpu(name, RowGroup{{}, &n, {}, true, {}});
   case Op::SceLossGrad: return sceGpu(name, n);
   case Op::ArgMax: case Op::ArgMin: return argReduceGpu(name, n);
+  case Op::Sample: return sampleGpu(name, n);
   case Op::FusedAttention: case Op::FusedAttentionGrad: return attentionGpu(name, n);
   case Op::PagedAttention: return pagedAttentionGpu(name, n);
   case Op::SoftmaxCrossEntropyLoss:

@@ -61,6 +61,26 @@ Error inferArgReduce(InferCtx& c) {
   return Error::success();
 }
 
+Error inferSample(InferCtx& c) {
+  const Type& x = c.in[0];
+  c.out[0] = Type::unranked(DType::I64);
+  if (!x.ranked) return Error::success();
+  if (x.rank() < 1 || !isFloat(x.dtype)) return c.fail("logits must be a float tensor of rank 1 or more");
+  std::vector<Dim> rows(x.dims.begin(), x.dims.end() - 1);
+  c.out[0] = Type::ranked_(DType::I64, rows);
+  std::optional<int64_t> count = Type::ranked_(x.dtype, rows).staticNumel();
+  const char* names[] = {"temperature", "top_k", "top_p", "seed", "counter"};
+  for (size_t i = 1; i < 6; ++i) {
+    const Type& t = c.in[i];
+    bool wantFloat = i == 1 || i == 3;
+    if (t.ranked && (wantFloat ? !isFloat(t.dtype) : !isInteger(t.dtype)))
+      return c.fail(std::string(names[i - 1]) + " must be " + (wantFloat ? "a float" : "an integer") + " tensor");
+    if (count && t.ranked && t.staticNumel() && *t.staticNumel() != *count)
+      return c.fail(std::string(names[i - 1]) + " must hold one value per row of the logits (" + std::to_string(*count) + ")");
+  }
+  return Error::success();
+}
+
 Error inferLayerNorm(InferCtx& c) {
   const Type& x = c.in[0];
   c.setAll(x);

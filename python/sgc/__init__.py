@@ -12,9 +12,7 @@ Pure Python over the library's C ABI (ctypes); numpy and torch are optional. Eve
 the ABI is an SgcError carrying the library's own message (sgc_last_error).
 """
 import ctypes
-import math
 import os
-import random
 import shutil
 import subprocess
 
@@ -303,18 +301,32 @@ class Session:
             raise ValueError(f"out must be a writable C-contiguous float32 array of {rows} x {vocab}, got {out.dtype} {out.shape}")
         return out.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
 
-    def add(self, prompt, greedy=False, out=None):
+    @staticmethod
+    def _sampling(sample, count):
+        """sample: None, one dict of temperature, top_k, top_p and seed (every row), or `count` of them."""
+        if sample is None:
+            return None
+        rows = [sample] * count if isinstance(sample, dict) else list(sample)
+        if len(rows) != count:
+            raise ValueError(f"sample: {len(rows)} entries for {count} sequences")
+        arr = (_abi.Sampling * count)()
+        for a, r in zip(arr, rows):
+            a.temperature, a.top_k, a.top_p, a.seed = r.get("temperature", 1.0), r.get("top_k", 0), r.get("top_p", 1.0), r.get("seed", 0)
+        return arr
+
+    def add(self, prompt, greedy=False, out=None, sample=None):
         """Adds a sequence and prefills its prompt (token ids); returns (seq, the logits of the
         prompt's last token), or with greedy=True (seq, its greedy next token), chosen where the
-        step runs (no logits come back). With `out` (a float32 numpy array of vocab) the logits
-        are written there and it is returned instead of a list. SgcError with status 10 (out of
-        pages) when the cache is full."""
+        step runs (no logits come back), or with `sample` (a dict of temperature, top_k, top_p and
+        seed) (seq, its sampled next token), drawn where the step runs. With `out` (a float32
+        numpy array of vocab) the logits are written there and it is returned instead of a list.
+        SgcError with status 10 (out of pages) when the cache is full."""
         ids = (ctypes.c_int64 * len(prompt))(*prompt)
         seq = ctypes.c_int32()
-        if greedy:
+        if greedy or sample is not None:
             nxt = ctypes.c_int64()
-            self._check(self._lib.sgc_seq_add_greedy(self._open(), ids, len(prompt), ctypes.byref(seq), ctypes.byref(nxt), None),
-                        "sgc_seq_add_greedy")
+            self._check(self._lib.sgc_seq_add_sample(self._open(), ids, len(prompt), self._sampling(sample, 1), ctypes.byref(seq),
+                                                     ctypes.byref(nxt), None), "sgc_seq_add_sample")
             return seq.value, nxt.value
         if out is not None:
             ptr = self._out(out, 1, self.decode_info()["vocab"])
@@ -340,18 +352,22 @@ class Session:
         self._check(self._lib.sgc_seq_length(self._open(), seq, ctypes.byref(n)), "sgc_seq_length")
         return n.value
 
-    def decode(self, seqs, tokens, greedy=False, out=None):
+    def decode(self, seqs, tokens, greedy=False, out=None, sample=None):
         """One decoding step: appends tokens[i] to sequence seqs[i]; returns each one's next-token
         logits (a list of vocab floats each), or with greedy=True each one's greedy next token,
-        chosen where the step runs. With `out` (a float32 numpy array of len(seqs) x vocab) the
-        logits are written there and it is returned: no Python lists for large vocabularies."""
+        or with `sample` (one dict of temperature, top_k, top_p and seed for all, or one per
+        sequence) each one's sampled next token, both chosen where the step runs. A draw depends
+        on the seed, the position and the logits alone. With `out` (a float32 numpy array of
+        len(seqs) x vocab) the logits are written there and it is returned: no Python lists for
+        large vocabularies."""
         if len(seqs) != len(tokens):
             raise ValueError(f"decode: {len(seqs)} sequences but {len(tokens)} tokens")
         s = (ctypes.c_int32 * len(seqs))(*seqs)
         t = (ctypes.c_int64 * len(tokens))(*tokens)
-        if greedy:
+        if greedy or sample is not None:
             nxt = (ctypes.c_int64 * len(seqs))()
-            self._check(self._lib.sgc_decode_step_greedy(self._open(), len(seqs), s, t, nxt, None), "sgc_decode_step_greedy")
+            self._check(self._lib.sgc_decode_step_sample(self._open(), len(seqs), s, t, self._sampling(sample, len(seqs)), nxt, None),
+                        "sgc_decode_step_sample")
             return list(nxt)
         if out is not None:
             ptr = self._out(out, len(seqs), self.decode_info()["vocab"])
@@ -364,34 +380,19 @@ class Session:
     def generate(self, prompts, max_new_tokens, temperature=0.0, top_k=0, top_p=1.0, seed=0):
         """Decodes up to `max_new_tokens` new tokens for each prompt (lists of token ids), all of
         them batched in each step, and returns the new ids of each. temperature 0 is greedy (the
-        first of equal maxima, as sgc generate); otherwise tokens are sampled from the softmax of
-        logits / temperature, cut to the top_k largest (0: all) and to the smallest set whose
-        probability reaches top_p, with prompt i's generator seeded from (seed, i): the same call
-        gives the same tokens. Greedy tokens are chosen where the step runs (no logits come
-        back); sampling runs on the host for now. A sequence also stops at the
-        library's max_context; when the cache runs out of pages, the newest sequence waits and is
-        prefilled again later."""
+        first of equal maxima); otherwise tokens are sampled from the softmax of logits /
+        temperature, cut to the top_k largest (0: all) and then to the fewest largest whose
+        probability reaches top_p, prompt i drawing with seed * 1000003 + i. Both are chosen where
+        the step runs (no logits come back), as sgc generate chooses them: the same call gives
+        sgc generate's tokens, and the same tokens again. A sequence also stops at the library's
+        max_context; when the cache runs out of pages, the newest sequence waits and is
+        prefilled again later (its draws, counted by position, do not change)."""
         info = self.decode_info()
-        rngs = [random.Random(seed * 1_000_003 + i) for i in range(len(prompts))]
         out = [[] for _ in prompts]
         if max_new_tokens < 1:
             return out
-
-        greedy = temperature <= 0
-
-        def pick(i, logits):  # greedy: the step chose it already
-            if greedy:
-                return logits
-            order = sorted(range(len(logits)), key=lambda v: -logits[v])[:top_k or None]
-            top = logits[order[0]]
-            weights = [math.exp((logits[v] - top) / temperature) for v in order]
-            total, kept, acc = sum(weights), [], 0.0
-            for v, w in zip(order, weights):
-                kept.append((v, w))
-                acc += w / total
-                if acc >= top_p:
-                    break
-            return rngs[i].choices([v for v, _ in kept], [w for _, w in kept])[0]
+        sampling = [{"temperature": max(temperature, 0.0), "top_k": top_k, "top_p": top_p, "seed": (seed * 1_000_003 + i) % (1 << 64)}
+                    for i in range(len(prompts))]
 
         def done(i):
             return len(out[i]) >= max_new_tokens or len(prompts[i]) + len(out[i]) >= info["max_context"]
@@ -402,13 +403,13 @@ class Session:
                 while pending:  # admit what fits
                     i = pending[0]
                     try:
-                        seq, logits = self.add(list(prompts[i]) + out[i], greedy)
+                        seq, nxt = self.add(list(prompts[i]) + out[i], sample=sampling[i])
                     except SgcError as e:
                         if e.status == _abi.OUT_OF_PAGES and active:
                             break
                         raise
                     pending.pop(0)
-                    out[i].append(pick(i, logits))
+                    out[i].append(nxt)
                     if done(i):
                         self.free(seq)
                     else:
@@ -417,7 +418,7 @@ class Session:
                     continue
                 order = list(active)
                 try:
-                    rows = self.decode([active[i] for i in order], [out[i][-1] for i in order], greedy)
+                    rows = self.decode([active[i] for i in order], [out[i][-1] for i in order], sample=[sampling[i] for i in order])
                 except SgcError as e:
                     if e.status != _abi.OUT_OF_PAGES or len(active) < 2:
                         raise
@@ -425,8 +426,8 @@ class Session:
                     self.free(active.pop(newest))
                     pending.insert(0, newest)
                     continue
-                for i, logits in zip(order, rows):
-                    out[i].append(pick(i, logits))
+                for i, nxt in zip(order, rows):
+                    out[i].append(nxt)
                     if done(i):
                         self.free(active.pop(i))
         finally:

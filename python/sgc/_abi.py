@@ -36,6 +36,10 @@ class DecodeInfo(ctypes.Structure):
                [(n, ctypes.c_uint64) for n in ("pool_bytes", "table_bytes", "free_list_bytes")]
 
 
+class Sampling(ctypes.Structure):
+    _fields_ = [("temperature", ctypes.c_float), ("top_k", ctypes.c_int32), ("top_p", ctypes.c_float), ("seed", ctypes.c_uint64)]
+
+
 OUT_OF_PAGES = 10
 
 
@@ -74,6 +78,8 @@ def declare(lib):
         "sgc_decode_step": (c.c_int, [session, c.c_int32, P(c.c_int32), P(c.c_int64), P(c.c_float)]),
         "sgc_seq_add_greedy": (c.c_int, [session, P(c.c_int64), c.c_int32, P(c.c_int32), P(c.c_int64), P(c.c_float)]),
         "sgc_decode_step_greedy": (c.c_int, [session, c.c_int32, P(c.c_int32), P(c.c_int64), P(c.c_int64), P(c.c_float)]),
+        "sgc_seq_add_sample": (c.c_int, [session, P(c.c_int64), c.c_int32, P(Sampling), P(c.c_int32), P(c.c_int64), P(c.c_float)]),
+        "sgc_decode_step_sample": (c.c_int, [session, c.c_int32, P(c.c_int32), P(c.c_int64), P(Sampling), P(c.c_int64), P(c.c_float)]),
         "sgc_get_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_set_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_tensor_view": (c.c_int, [session, c.c_char_p, P(DLTensor)]),

@@ -4,7 +4,7 @@
 # parameters, writes checkpoints, and turns every ABI failure into an SgcError with the library's
 # message.
 # Usage: test_package.py SGC SOURCE_DIR
-import json, os, shutil, subprocess, sys, tempfile
+import json, math, os, shutil, subprocess, sys, tempfile
 
 sgc_bin, src = sys.argv[1], sys.argv[2]
 work = tempfile.mkdtemp()
@@ -138,6 +138,31 @@ if torch is not None:
         sampled = s.generate(prompts[:2], 10, temperature=1.0, top_k=20, top_p=0.9, seed=7)
         assert sampled == s.generate(prompts[:2], 10, temperature=1.0, top_k=20, top_p=0.9, seed=7) and sampled != want_ids[:2]
         assert s.generate(prompts[:1], 10, temperature=1.0, top_k=1) == [want_ids[0][:10]]
+        # The draws are sgc generate's, and a prompt's do not depend on what else the steps run.
+        flags = ["--temperature", "1", "--top-k", "20", "--top-p", "0.9", "--seed", "7"]
+        cli = subprocess.run([sgc_bin, "generate", gen, "--max-new-tokens", "10"] + flags +
+                             [a for p in prompts[:2] for a in ("--prompt-ids", ",".join(map(str, p)))], capture_output=True, text=True, check=True).stdout
+        assert sampled == [json.loads(line)["ids"] for line in cli.splitlines()], (sampled, cli)
+        assert s.generate(prompts[:1], 10, temperature=1.0, top_k=20, top_p=0.9, seed=7) == sampled[:1]
+        # Over many draws at one step (seeds 0..3999, the prompt's pages shared after the first),
+        # the frequencies fit softmax(logits / 0.7) over the top 8 (chi-square, p = 0.001).
+        seq, logits = s.add(prompts[1])
+        s.free(seq)
+        order = sorted(range(len(logits)), key=lambda v: -logits[v])[:8]
+        w = [math.exp((logits[v] - logits[order[0]]) / 0.7) for v in order]
+        counts = dict.fromkeys(order, 0)
+        for k in range(4000):
+            seq, nxt = s.add(prompts[1], sample={"temperature": 0.7, "top_k": 8, "seed": k})
+            s.free(seq)
+            counts[nxt] += 1  # a token outside the top 8 fails here
+        chi2 = sum((counts[v] - 4000 * x / sum(w)) ** 2 / (4000 * x / sum(w)) for v, x in zip(order, w))
+        assert chi2 < 24.32, (chi2, counts, w)
+        for bad, what in (({"temperature": -1.0}, "temperature"), ({"top_k": -2}, "top_k"), ({"top_p": 0.0}, "top_p")):
+            try:
+                s.decode([0], [1], sample=bad)
+                raise AssertionError(f"took {bad}")
+            except sgc.SgcError as e:
+                assert what in str(e) and e.status == 1, e
         seq, logits = s.add(prompts[0])
         child = s.fork(seq)
         a, b = s.decode([seq, child], [want_ids[0][0]] * 2)
@@ -147,7 +172,8 @@ if torch is not None:
         s.free(seq), s.free(child)
         info = s.decode_info()
         assert info["live_seqs"] == 0 and info["free_pages"] == info["blocks"], info
-    decoded = f"generate equal to sgc generate ({sum(map(len, want_ids))} tokens), sampling reproducible, fork"
+    decoded = (f"generate equal to sgc generate ({sum(map(len, want_ids))} tokens), sampling reproducible and sgc generate's, "
+               f"4000 draws fit the softmax (chi-square {chi2:.1f}), fork")
 
 # Communicator options: a malformed NCCL id is refused before the library sees it.
 try:

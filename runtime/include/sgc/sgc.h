@@ -221,6 +221,24 @@ SGC_API sgc_status sgc_seq_add_greedy(sgc_session* session, const int64_t* promp
  * SGC_ERROR_INVALID_ARGUMENT. */
 SGC_API sgc_status sgc_decode_step_greedy(sgc_session* session, int32_t count, const int32_t* seqs, const int64_t* tokens, int64_t* next,
                                           float* logits);
+/** How a sequence's next token is chosen where the step runs (sgc_seq_add_sample,
+ * sgc_decode_step_sample), as Hugging Face's warpers choose it. */
+typedef struct sgc_sampling {
+  float temperature; /* 0: greedy (the first maximum of the logits); else a draw from softmax(logits / temperature) */
+  int32_t top_k;     /* keep the top_k largest logits, and any equal to the last of them; 0: all */
+  float top_p;       /* then the fewest largest whose probability reaches top_p (ties at the cut stay), in (0, 1]; 1: all */
+  uint64_t seed;     /* the token after position p is a function of (seed, p, the logits) alone: reproducible,
+                        whatever else the step runs */
+} sgc_sampling;
+/** sgc_seq_add_greedy with the token chosen by `sampling` (NULL: greedy). A temperature below 0
+ * or not finite, top_k below 0 or top_p outside (0, 1] is SGC_ERROR_INVALID_ARGUMENT (nothing
+ * changed); so is a library compiled before sampling existed. */
+SGC_API sgc_status sgc_seq_add_sample(sgc_session* session, const int64_t* prompt, int32_t length, const sgc_sampling* sampling,
+                                      int32_t* seq, int64_t* next, float* logits);
+/** sgc_decode_step_greedy with each sequence's token chosen by sampling[i] (`sampling`: NULL,
+ * greedy for all, or count entries), checked as sgc_seq_add_sample checks it. */
+SGC_API sgc_status sgc_decode_step_sample(sgc_session* session, int32_t count, const int32_t* seqs, const int64_t* tokens,
+                                          const sgc_sampling* sampling, int64_t* next, float* logits);
 /** Checks the cache's bookkeeping: every page free or held, reference counts equal to the block
  * tables' entries, no page leaked. SGC_ERROR_INTERNAL with what is wrong. */
 SGC_API sgc_status sgc_kv_check(const sgc_session* session);
