@@ -21,31 +21,41 @@ ir::Value* splitHeads(Build& b, ir::Value* x, int64_t heads) {
   return b.op(Op::Transpose, {r}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
 }
 
-/// The keys (or values) [B, Hkv, T, D] repeated for groups of `groups` query heads.
-ir::Value* repeatHeads(Build& b, ir::Value* k, const std::vector<int64_t>& s, int64_t groups) {
+/// The keys (or values) [B, Hkv, T, D] repeated for groups of `groups` query heads (B and T may
+/// be symbolic).
+ir::Value* repeatHeads(Build& b, ir::Value* k, int64_t kvHeads, int64_t dim, int64_t groups) {
   if (groups == 1) return k;
   ir::Value* u = b.op(Op::Unsqueeze, {k, b.ints({2})});
-  ir::Value* e = b.op(Op::Expand, {u, b.ints({s[0], s[1], groups, s[2], s[3]})});
-  return b.op(Op::Reshape, {e, b.ints({s[0], s[1] * groups, s[2], s[3]})});
+  ir::Value* e = b.op(Op::Expand, {u, b.ints({1, 1, groups, 1, 1})});
+  return b.op(Op::Reshape, {e, b.ints({0, kvHeads * groups, -1, dim})});
 }
 
 ir::Value* both(Build& b, ir::Value* a, ir::Value* c) { return a ? b.op(Op::And, {a, c}) : c; }
 
 struct Geometry {
-  int64_t batch, sq, st, pastLen;
+  int64_t sq, st, pastLen; ///< sq, st: -1 when symbolic
+  ir::Value *q, *k;        ///< whose shapes give sq and st then
 };
+
+/// 0, 1, ..., n - 1 as an i64 [n] (n = dim d of v when `n` is -1, computed from its shape).
+ir::Value* positions(Build& b, int64_t n, ir::Value* v, int64_t d) {
+  if (n >= 0) {
+    std::vector<int64_t> iv(n);
+    for (int64_t i = 0; i < n; ++i) iv[i] = i;
+    return b.c.graph.addConst(b.c.graph.uniqueName(b.name + "/positions"), ir::Tensor::fromI64(ir::DType::I64, {n}, iv));
+  }
+  ir::Value* length = b.op(Op::Squeeze, {b.dimOf(v, d), b.ints({0})});
+  return b.op(Op::Range, {b.int64(0), length, b.int64(1)});
+}
 
 /// Which keys each query may see, as a boolean [B|1, 1, Sq, St] (nullptr: all): the causal
 /// frontier j <= p and the windows p - left <= j <= p + right at the query's absolute position
 /// p = offset + i, and the external cache's padding j < nonpad[b].
 ir::Value* allowedKeys(Build& b, const onnx::NodeProto& n, const Geometry& g, ir::Value* nonpad) {
-  std::vector<int64_t> iv(g.sq), jv(g.st);
-  for (int64_t i = 0; i < g.sq; ++i) iv[i] = i;
-  for (int64_t j = 0; j < g.st; ++j) jv[j] = j;
-  ir::Value* j = b.c.graph.addConst(b.c.graph.uniqueName(b.name + "/j"), ir::Tensor::fromI64(ir::DType::I64, {1, g.st}, jv));
-  ir::Value* p = b.c.graph.addConst(b.c.graph.uniqueName(b.name + "/i"), ir::Tensor::fromI64(ir::DType::I64, {g.sq, 1}, iv));
-  ir::Value* perBatch = nonpad ? b.op(Op::Reshape, {nonpad, b.ints({g.batch, 1, 1, 1})}) : nullptr;
-  if (perBatch) p = b.op(Op::Add, {p, b.op(Op::Sub, {perBatch, b.int64(g.sq)})});
+  ir::Value* j = b.op(Op::Unsqueeze, {positions(b, g.st, g.k, 2), b.ints({0})});
+  ir::Value* p = b.op(Op::Unsqueeze, {positions(b, g.sq, g.q, 2), b.ints({1})});
+  ir::Value* perBatch = nonpad ? b.op(Op::Reshape, {nonpad, b.ints({-1, 1, 1, 1})}) : nullptr;
+  if (perBatch) p = b.op(Op::Add, {p, b.op(Op::Sub, {perBatch, g.sq >= 0 ? b.int64(g.sq) : b.dimOf(g.q, 2)})});
   else if (g.pastLen) p = b.op(Op::Add, {p, b.int64(g.pastLen)});
   int64_t left = intAttr(n, "left_window_size", -1), right = intAttr(n, "right_window_size", -1);
   ir::Value* allowed = nullptr;
@@ -63,13 +73,17 @@ Expected<ir::Value*> attentionBias(Build& b, const onnx::NodeProto& n, const Geo
   ir::Value *zero = b.scalarLike(0, like), *ninf = b.scalarLike(-INFINITY, like);
   ir::Value* bias = allowed ? b.op(Op::Where, {allowed, zero, ninf}) : nullptr;
   if (!mask) return bias;
-  auto ms = b.shape(mask);
-  if (!ms) return ms.takeError();
+  auto ms = b.dims(mask);
+  bool known = ms && !ms->empty() && ms->back() >= 0 && g.st >= 0;
+  if (!ms) llvm::consumeError(ms.takeError()); // a rank only known at run time: padded then
   ir::Value* m = mask->type.dtype == ir::DType::Bool ? b.op(Op::Where, {mask, zero, ninf}) : mask;
-  if (!ms->empty() && ms->back() < g.st) {
-    std::vector<int64_t> pads(2 * ms->size(), 0);
-    pads.back() = g.st - ms->back();
-    m = b.op(Op::Pad, {m, b.ints(pads), ninf});
+  if (known && ms->back() < g.st) {
+    m = b.op(Op::Pad, {m, b.ints({0, g.st - ms->back()}), ninf, b.ints({-1})});
+  } else if (!known && !(ms && ms->empty())) { // padded by what the shapes say at run time (often nothing)
+    ir::Value* last = b.op(Op::Gather, {b.op(Op::Shape, {mask}), b.ints({-1})}, {{"axis", int64_t(0)}});
+    ir::Value* missing = b.op(Op::Sub, {g.st >= 0 ? b.ints({g.st}) : b.dimOf(g.k, 2), last});
+    ir::Value* pads = b.op(Op::Concat, {b.ints({0}), missing}, {{"axis", int64_t(0)}});
+    m = b.op(Op::Pad, {m, pads, ninf, b.ints({-1})});
   }
   return bias ? b.op(Op::Add, {bias, m}) : m;
 }
@@ -83,7 +97,7 @@ Error importAttention(ImportCtx& c, const onnx::NodeProto& n, const std::string&
   std::vector<ir::Value*>& in = *inputs;
   if (!in[0] || !in[1] || !in[2]) return c.fail("Q, K and V are required");
   if ((in[4] == nullptr) != (in[5] == nullptr)) return c.fail("past_key and past_value go together");
-  auto q0 = b.shape(in[0]);
+  auto q0 = b.dims(in[0]); // batch and sequence may be symbolic; heads and head sizes may not
   if (!q0) return q0.takeError();
   bool threeD = q0->size() == 3;
   ir::Value *q = in[0], *k = in[1], *v = in[2];
@@ -103,14 +117,22 @@ Error importAttention(ImportCtx& c, const onnx::NodeProto& n, const std::string&
   }
   b.output(n, 1, k);
   b.output(n, 2, v);
-  auto qs = b.shape(q), ks = b.shape(k), vs = b.shape(v);
+  auto qs = b.dims(q), ks = b.dims(k), vs = b.dims(v);
   if (!qs) return qs.takeError();
   if (!ks) return ks.takeError();
   if (!vs) return vs.takeError();
-  if (qs->size() != 4 || ks->size() != 4 || (*qs)[1] % (*ks)[1]) return c.fail("query heads must be a multiple of key heads, in 3-D or 4-D inputs");
-  int64_t groups = (*qs)[1] / (*ks)[1];
-  k = repeatHeads(b, k, *ks, groups);
-  v = repeatHeads(b, v, *vs, groups);
+  if (qs->size() != 4 || ks->size() != 4 || vs->size() != 4) return c.fail("Q, K and V must be 3-D or 4-D");
+  for (const auto* s : {&*ks, &*vs})
+    if ((*s)[1] < 1 || (*s)[3] < 1)
+      return c.fail("the head counts and head sizes of K and V must be static, are " + ir::toString(k->type) + " and " + ir::toString(v->type));
+  if ((*qs)[1] > 0 && (*qs)[1] % (*ks)[1]) return c.fail("query heads must be a multiple of key heads");
+  // Query heads not known yet (a shape computed at run time): the product broadcasts the key
+  // heads, which is the repetition when there is one key head or as many as query heads, and a
+  // shape error at compile time otherwise.
+  int64_t groups = (*qs)[1] > 0 ? (*qs)[1] / (*ks)[1] : 1;
+  if ((*qs)[3] < 0) (*qs)[3] = (*ks)[3];
+  k = repeatHeads(b, k, (*ks)[1], (*ks)[3], groups);
+  v = repeatHeads(b, v, (*vs)[1], (*vs)[3], groups);
   double scale = floatAttr(n, "scale", 1 / std::sqrt((double)qs->back()));
   ir::Value* s = b.scalarLike(std::sqrt(scale), q);
   ir::Value* kt = b.op(Op::Transpose, {b.op(Op::Mul, {k, s})}, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}});
@@ -123,7 +145,7 @@ Error importAttention(ImportCtx& c, const onnx::NodeProto& n, const std::string&
     scores = b.op(Op::Mul, {cap, b.op(Op::Tanh, {b.op(Op::Div, {scores, cap})})});
   }
   if (mode == 1) qk = scores;
-  auto bias = attentionBias(b, n, Geometry{(*qs)[0], (*qs)[2], (*ks)[2], pastLen}, q, in[3], in[6]);
+  auto bias = attentionBias(b, n, Geometry{(*qs)[2], (*ks)[2], pastLen, q, k}, q, in[3], in[6]);
   if (!bias) return bias.takeError();
   if (*bias) scores = b.op(Op::Add, {scores, *bias});
   if (mode == 2) qk = scores;

@@ -35,6 +35,19 @@ Expected<std::vector<int64_t>> Build::shape(ir::Value* v) {
   return v->type.shape();
 }
 
+Expected<std::vector<int64_t>> Build::dims(ir::Value* v) {
+  if (!v->type.isStatic())
+    if (Error e = ir::inferShapes(c.graph)) return e;
+  if (!v->type.ranked) return c.fail("the rank of %" + v->name + " is not known when the model is read");
+  std::vector<int64_t> out;
+  for (const ir::Dim& d : v->type.dims) out.push_back(d.isStatic() ? d.value : -1);
+  return out;
+}
+
+ir::Value* Build::dimOf(ir::Value* v, int64_t d) {
+  return op(ir::Op::Gather, {op(ir::Op::Shape, {v}), ints({d})}, {{"axis", int64_t(0)}});
+}
+
 void Build::output(const onnx::NodeProto& n, int i, ir::Value* v) {
   if (i >= n.output_size() || n.output(i).empty()) return;
   c.values[n.output(i)] = op(ir::Op::Identity, {v}, {}, n.output(i));

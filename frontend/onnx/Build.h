@@ -19,6 +19,11 @@ struct Build {
   ir::Value* scalarLike(double v, ir::Value* like);
   /// The static shape of `v` from the graph read so far (errors name the node when unknown).
   Expected<std::vector<int64_t>> shape(ir::Value* v);
+  /// The dims of `v`, each its size when static, -1 when not (a symbolic batch or sequence): the
+  /// rank must be known.
+  Expected<std::vector<int64_t>> dims(ir::Value* v);
+  /// Dim `d` of `v` as an i64 [1] computed from its shape at run time (constant once it is static).
+  ir::Value* dimOf(ir::Value* v, int64_t d);
   /// Binds ONNX output `i` of `n` (when present) to `v`, renamed after it through an Identity.
   void output(const onnx::NodeProto& n, int i, ir::Value* v);
 };

@@ -20,7 +20,7 @@ Error rmsNormalization(ImportCtx& c, const onnx::NodeProto& n, const std::string
   if (!x) return x.takeError();
   if (!scale) return scale.takeError();
   if (!*x || !*scale) return c.fail("X and scale are required");
-  auto xs = b.shape(*x);
+  auto xs = b.dims(*x); // the rank alone: batch and sequence may be symbolic
   if (!xs) return xs.takeError();
   int64_t r = (int64_t)xs->size(), axis = intAttr(n, "axis", -1);
   if (axis < -r || axis >= r) return c.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
@@ -46,15 +46,16 @@ Error rotaryEmbedding(ImportCtx& c, const onnx::NodeProto& n, const std::string&
   if (!inputs) return inputs.takeError();
   std::vector<ir::Value*>& in = *inputs;
   if (!in[0] || !in[1] || !in[2]) return c.fail("X, cos_cache and sin_cache are required");
-  auto xs = b.shape(in[0]);
+  auto xs = b.dims(in[0]); // batch and sequence may be symbolic
   if (!xs) return xs.takeError();
   ir::Value* x = in[0];
   if (xs->size() == 4) x = b.op(Op::Transpose, {x}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
   else if (xs->size() == 3 && intAttr(n, "num_heads", 0) > 0) x = b.op(Op::Reshape, {x, b.ints({0, 0, intAttr(n, "num_heads", 0), -1})});
   else return c.fail("X must be [B, H, S, D], or [B, S, H * D] with num_heads");
-  auto s = b.shape(x); // [B, S, H, D]
+  auto s = b.dims(x); // [B, S, H, D]
   if (!s) return s.takeError();
   int64_t D = (*s)[3], R = intAttr(n, "rotary_embedding_dim", 0);
+  if (D < 0) return c.fail("the head size of X must be static");
   if (R == 0) R = D;
   if (R % 2 || R > D) return c.fail("rotary_embedding_dim must be even and at most the head size");
   auto slice = [&](ir::Value* v, int64_t from, int64_t to, int64_t step) {
@@ -77,13 +78,13 @@ Error rotaryEmbedding(ImportCtx& c, const onnx::NodeProto& n, const std::string&
   if (interleaved) {
     ir::Value* pairs = b.op(Op::Concat, {b.op(Op::Unsqueeze, {real, b.ints({-1})}), b.op(Op::Unsqueeze, {imag, b.ints({-1})})},
                             {{"axis", int64_t(-1)}});
-    out = b.op(Op::Reshape, {pairs, b.ints({(*s)[0], (*s)[1], (*s)[2], R})});
+    out = b.op(Op::Reshape, {pairs, b.ints({0, 0, 0, R})});
   } else {
     out = b.op(Op::Concat, {real, imag}, {{"axis", int64_t(-1)}});
   }
   if (R < D) out = b.op(Op::Concat, {out, slice(x, R, D, 1)}, {{"axis", int64_t(-1)}});
   if (xs->size() == 4) out = b.op(Op::Transpose, {out}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
-  else out = b.op(Op::Reshape, {out, b.ints(*xs)});
+  else out = b.op(Op::Reshape, {out, b.ints({0, 0, -1})});
   b.output(n, 0, out);
   return Error::success();
 }

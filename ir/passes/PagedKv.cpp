@@ -20,8 +20,11 @@ int64_t concatAxis(const Node& n) {
   return a < 0 ? a + r : a;
 }
 
-/// A constant's value, when it holds one floating-point number.
+/// A constant's value, when it holds one floating-point number (or is a CastLike of one into
+/// another float type, as the importer writes its scalars: folded only once the types are known).
 std::optional<double> scalar(const Value* v) {
+  const Node* p = v ? v->producer : nullptr;
+  if (p && p->op == Op::CastLike && isFloat(v->type.dtype)) v = p->inputs[0];
   if (!v || v->kind != ValueKind::Const || !isFloat(v->type.dtype) || v->data->numel() != 1) return std::nullopt;
   return v->data->getF(0);
 }
@@ -31,6 +34,7 @@ struct Matcher {
   std::map<const Value*, std::vector<Node*>> readers;
   std::set<const Value*> caches; ///< past inputs read by a Concat into a present output
   double scale = 1;
+  const Node* rowMax = nullptr; ///< a guard's ReduceMax of the masked scores, their one other reader
 
   explicit Matcher(Graph& graph) : g(graph) {
     for (const auto& n : g.nodes())
@@ -51,6 +55,7 @@ struct Matcher {
     if (!v || !seen.insert(v).second) return false;
     if (v->kind == ValueKind::Input) return v->name != "sgc.kv.pos";
     if (!v->producer || v->producer->op == Op::Shape) return false;
+    if (v->producer->op == Op::CastLike) return readsInputs(v->producer->inputs[0], seen); // the other operand gives only its dtype
     return std::any_of(v->producer->inputs.begin(), v->producer->inputs.end(), [&](const Value* in) { return readsInputs(in, seen); });
   }
 
@@ -64,8 +69,12 @@ struct Matcher {
     for (;;) {
       Value* v = n->outputs[0];
       auto rs = readers.find(v);
-      if (rs == readers.end() || rs->second.size() != 1) return stopped(*n, "its scores to be read once, by a scale, a mask or the softmax");
-      Node* next = rs->second[0];
+      std::vector<Node*> next1;
+      if (rs != readers.end())
+        for (Node* r : rs->second) // a guard's row maxima, and CastLikes that take only the scores' dtype, read them too
+          if (r != rowMax && !(r->op == Op::CastLike && r->inputs[0] != v)) next1.push_back(r);
+      if (next1.size() != 1) return stopped(*n, "its scores to be read once, by a scale, a mask or the softmax");
+      Node* next = next1[0];
       if (next->op == Op::Softmax) {
         int64_t axis = next->getInt("axis", -1);
         if (axis != -1 && axis != 3) return stopped(*next, "a softmax over the keys (the last axis)");
@@ -133,12 +142,21 @@ struct Matcher {
   /// does not multiply a softmax's probabilities.
   Expected<std::optional<std::vector<Node*>>> matchPlain(Node& pv, PagedKvOptions o, std::vector<Value*>& pools) {
     using None = std::optional<std::vector<Node*>>;
-    if (pv.op != Op::MatMul || pv.inputs[0]->type.rank() != 4) return None();
+    if (pv.op != Op::MatMul || (pv.inputs[0]->type.ranked && pv.inputs[0]->type.rank() != 4)) return None(); // unranked: behind a mask of unknown rank
     Node* soft = pv.inputs[0]->producer;
-    if (soft && soft->op == Op::Where && soft->inputs.size() == 3) { // the guard: Where(IsNaN(p), 0, p)
-      Node* isnan = soft->inputs[0]->producer;
-      Node* p = soft->inputs[2]->producer;
-      if (isnan && isnan->op == Op::IsNaN && isnan->inputs[0] == soft->inputs[2] && scalar(soft->inputs[1]) == 0.0 && p) soft = p;
+    if (soft && soft->op == Op::CastLike && soft->inputs[0]->type.dtype == soft->outputs[0]->type.dtype) soft = soft->inputs[0]->producer;
+    rowMax = nullptr;
+    if (soft && soft->op == Op::Where && soft->inputs.size() == 3 && scalar(soft->inputs[1]) == 0.0) {
+      // The guards of fully masked rows: Where(IsNaN(p), 0, p) (the exporters'), or
+      // Where(ReduceMax(s) == -inf, 0, Softmax(s)) (ONNX Attention's, as the importer writes it).
+      Node *cond = soft->inputs[0]->producer, *p = soft->inputs[2]->producer;
+      if (cond && cond->op == Op::IsNaN && cond->inputs[0] == soft->inputs[2] && p) soft = p;
+      Node* max = cond && cond->op == Op::Equal ? cond->inputs[0]->producer : nullptr;
+      if (max && max->op == Op::ReduceMax && scalar(cond->inputs[1]) && std::isinf(*scalar(cond->inputs[1])) && *scalar(cond->inputs[1]) < 0 &&
+          p && p->op == Op::Softmax && max->inputs[0] == p->inputs[0]) {
+        soft = p;
+        rowMax = max; // the scores' other reader
+      }
     }
     if (!soft || soft->op != Op::Softmax) return None();
     Node* qk = scoresProduct(soft);
@@ -185,6 +203,7 @@ struct Matcher {
 
   /// The attention block whose value product is `pv`, rewritten; none when pv is no such product.
   Expected<std::optional<std::vector<Node*>>> match(Node& pv, PagedKvOptions o, std::vector<Value*>& pools) {
+    rowMax = nullptr;
     if (o.plain) return matchPlain(pv, o, pools);
     if (pv.op != Op::MatMul || !isCacheConcat(pv.inputs[1])) return std::optional<std::vector<Node*>>();
     Node *vcat = pv.inputs[1]->producer, *soft = pv.inputs[0]->producer;
