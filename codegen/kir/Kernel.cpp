@@ -2,6 +2,7 @@
 #include "codegen/kir/Kernel.h"
 
 #include <cstring>
+#include <unordered_map>
 
 #include <algorithm>
 #include <cassert>
@@ -260,28 +261,40 @@ int vectorWidthFor(const Kernel& k) {
 
 namespace {
 
-void keyOf(const Expr& e, std::string& out) {
-  uint64_t value;
-  std::memcpy(&value, &e.value, sizeof value);
-  out += "(" + std::to_string((int)e.kind) + " " + std::to_string((int)e.type) + " " + std::to_string(value) + " " +
-         std::to_string(e.bits) + " " + std::to_string(e.id) + " " + std::to_string((int)e.op);
-  for (const ExprRef& a : e.args) keyOf(*a, out);
-  out += ")";
-}
+/// The key's writer: each expression node in full the first time, then as "#n" (its order of
+/// first visit), so that a subexpression used twice at every level does not double the key.
+struct KeyWriter {
+  std::string out;
+  std::unordered_map<const Expr*, size_t> seen;
 
-void keyOf(const Stmt& s, std::string& out) {
-  out += "[" + std::to_string((int)s.kind) + " " + std::to_string(s.id) + " " + std::to_string(s.buffer) + " " + std::to_string(s.extent) + " " +
-         std::to_string(s.parallel);
-  for (const ExprRef* e : {&s.index, &s.value}) {
-    out += *e ? "" : " -";
-    if (*e) keyOf(**e, out);
+  void expr(const Expr& e) {
+    auto [it, fresh] = seen.emplace(&e, seen.size());
+    if (!fresh) {
+      out += "#" + std::to_string(it->second);
+      return;
+    }
+    uint64_t value;
+    std::memcpy(&value, &e.value, sizeof value);
+    out += "(" + std::to_string((int)e.kind) + " " + std::to_string((int)e.type) + " " + std::to_string(value) + " " +
+           std::to_string(e.bits) + " " + std::to_string(e.id) + " " + std::to_string((int)e.op);
+    for (const ExprRef& a : e.args) expr(*a);
+    out += ")";
   }
-  for (const StmtRef& b : s.body) keyOf(*b, out);
-  out += " |";
-  for (const ExprRef& o : s.operands) keyOf(*o, out);
-  for (int a : s.acc) out += " " + std::to_string(a);
-  out += "]";
-}
+
+  void stmt(const Stmt& s) {
+    out += "[" + std::to_string((int)s.kind) + " " + std::to_string(s.id) + " " + std::to_string(s.buffer) + " " + std::to_string(s.extent) +
+           " " + std::to_string(s.parallel);
+    for (const ExprRef* e : {&s.index, &s.value}) {
+      out += *e ? "" : " -";
+      if (*e) expr(**e);
+    }
+    for (const StmtRef& b : s.body) stmt(*b);
+    out += " |";
+    for (const ExprRef& o : s.operands) expr(*o);
+    for (int a : s.acc) out += " " + std::to_string(a);
+    out += "]";
+  }
+};
 
 } // namespace
 
@@ -292,8 +305,9 @@ std::string contentKey(const Kernel& k) {
   out += std::to_string(k.numLoopVars) + " " + std::to_string(k.numLocals) + " " + std::to_string(k.gpuOnly) + " " +
          std::to_string(k.threads) + " " + std::to_string(k.minBlocks) + "\n";
   for (const SharedArray& a : k.shared) out += "shared " + std::to_string((int)a.dtype) + ":" + std::to_string(a.count) + "\n";
-  keyOf(*k.body, out);
-  return out;
+  KeyWriter w;
+  w.stmt(*k.body);
+  return out + w.out;
 }
 
 std::string print(const Kernel& k) {

@@ -2,6 +2,7 @@
 // reference interpreter computes: each case is JIT-compiled for the CPU and
 // run on random inputs; the same kernels' PTX assembles with ptxas for sm_90
 // and sm_80 (SKIP when the CUDA toolkit is absent).
+#include "codegen/kir/Builder.h"
 #include "codegen/kir/Lower.h"
 #include "codegen/kir/LowerOps.h"
 #include "codegen/llvm/Emitter.h"
@@ -834,6 +835,14 @@ TEST(Kernel, ContentKeyIgnoresNamesNotConstants) {
   EXPECT_NE(kir::contentKey(a), kir::contentKey(c));
   b.threads = 128;
   EXPECT_NE(kir::contentKey(a), kir::contentKey(b));
+  // An expression using its subexpression twice at each of 40 levels (2^40 leaves as a tree)
+  // is keyed once per node: a shared node is written in full the first time, then referred to.
+  kir::Builder d("d");
+  int i = d.newLoopVar();
+  kir::ExprRef x = kir::loopVar(i);
+  for (int level = 0; level < 40; ++level) x = kir::binary(kir::KOp::Add, x, x);
+  kir::Kernel deep = d.finish(kir::loop(i, 8, true, {kir::let(d.newLocal(), x)}));
+  EXPECT_LT(kir::contentKey(deep).size(), 40u * 64);
 }
 
 // Shared memory (codegen/kir/Kernel.h): a block stages a buffer by asynchronous copies, waits,
