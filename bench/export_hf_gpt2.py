@@ -14,8 +14,10 @@ import json, os, sys
 
 import onnx
 import torch
-import torch.nn as nn
 from onnx import external_data_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "decode"))
+from export_hf_decoders import Logits  # noqa: E402  the tests' wrapper: input_ids in, logits out, no cache
 
 DATA = "hf_gpt2.onnx.data"
 
@@ -30,15 +32,6 @@ def model():
         for p in m.parameters():
             p.add_(torch.randn(p.shape, generator=noise) * 0.02)
     return m
-
-
-class Logits(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids):
-        return self.m(input_ids=input_ids, use_cache=False).logits
 
 
 def main():
