@@ -5,6 +5,7 @@
 #include "driver/DecodeStep.h"
 #include "driver/TrainingFlags.h"
 
+#include "codegen/DecodeBuckets.h"
 #include "codegen/MemoryPlan.h"
 #include "codegen/Package.h"
 #include "codegen/Progress.h"
@@ -136,7 +137,7 @@ std::string canonicalFlags(const Args& a) {
   std::string s;
   for (const char* f : {"dim", "input-type", "target", "weights", "recompute", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
                         "clip-grad-norm", "loss", "freeze", "precision", "attention", "data-parallel", "bucket-mb", "ranks", "mode",
-                        "kv-block-size", "max-seqs", "max-context", "kv-blocks", "kv-budget-mb", "max-tokens", "kv-cache-dtype", "input-ids", "position-ids"})
+                        "kv-block-size", "max-seqs", "max-context", "kv-blocks", "kv-budget-mb", "max-tokens", "token-buckets", "kv-cache-dtype", "input-ids", "position-ids"})
     if (a.has(f)) s += std::string("--") + f + "=" + a.get(f) + "\n";
   return s;
 }
@@ -151,6 +152,26 @@ std::vector<std::string> splitList(const std::string& s) {
     start = end + 1;
   }
   return r;
+}
+
+/// The token buckets of a decode step (codegen/DecodeBuckets.h), each compiled from the model anew
+/// and added to `program`; 0, or the command's status.
+int addTokenBuckets(codegen::CompiledProgram& program, const codegen::DecodeSpec& spec, const Args& args, const std::string& model, double lr,
+                    codegen::Progress& progress) {
+  auto buckets = tokenBuckets(args, spec);
+  if (!buckets) return reportError(buckets.takeError());
+  for (int64_t tokens : *buckets) {
+    progress.stage("token bucket of " + std::to_string(tokens) + " tokens");
+    auto g = loadModel(model, args.get("input-type", ""));
+    if (!g) return reportError(g.takeError());
+    auto bucketSpec = buildDecodeStep(**g, args, model, tokens);
+    if (!bucketSpec) return reportError(bucketSpec.takeError());
+    if (Error e = ir::expandResize(**g)) return reportError(model + ": " + errorText(std::move(e)));
+    auto bucket = codegen::buildProgram(**g, canonicalFlags(args), lr, codegen::Weights::None, "", &*bucketSpec);
+    if (!bucket) return reportError(model + ": token bucket " + std::to_string(tokens) + ": " + errorText(bucket.takeError()));
+    if (Error e = codegen::addDecodeBucket(program, std::move(*bucket))) return reportError(model + ": " + errorText(std::move(e)));
+  }
+  return 0;
 }
 
 } // namespace
@@ -222,6 +243,8 @@ int compileMain(int argc, char** argv) {
   auto program = codegen::buildProgram(**g, canonicalFlags(*args), *lr, mode, mode == codegen::Weights::External ? weightsFile : "",
                                        decode ? &*decode : nullptr);
   if (!program) return reportError(model + ": " + errorText(program.takeError()));
+  if (decode)
+    if (int st = addTokenBuckets(*program, *decode, *args, model, *lr, progress)) return st;
   progress.done();
   if (args->has("stats")) fputs(codegen::programStats(*program).c_str(), stderr);
   if (emit == "kernels") return emitText(codegen::printSchedule(*program), *args);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace sgc::driver {
 namespace {
@@ -56,18 +57,44 @@ std::vector<OptionSpec> decodeFlagSpecs() {
           {"kv-blocks", "N", "decode: pages in the cache (default: enough for every sequence at max context)"},
           {"kv-budget-mb", "M", "decode: the cache's size in MiB instead of --kv-blocks"},
           {"max-tokens", "N", "decode: tokens one step runs, prompt tokens and decoded ones (default: max(S, block size))"},
+          {"token-buckets", "LIST", "decode: smaller steps also compiled, run when a call has that few tokens (default: S when --max-tokens >= 2 S; none)"},
           {"kv-cache-dtype", "T", "decode: f32 or bf16, the cache's dtype (default: bf16 with --precision bf16, else f32)"},
           {"input-ids", "NAME", "decode: the model's token input (default input_ids)"},
           {"position-ids", "NAME", "decode: the model's position input (default position_ids; optional)"}};
 }
 
-Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const std::string& model) {
+Expected<std::vector<int64_t>> tokenBuckets(const Args& a, const codegen::DecodeSpec& spec) {
+  std::vector<int64_t> buckets;
+  if (!a.has("token-buckets")) {
+    if (spec.tokens >= 2 * spec.seqs) buckets.push_back(spec.seqs);
+    return buckets;
+  }
+  std::string list = a.get("token-buckets");
+  if (list == "none") return buckets;
+  for (size_t start = 0; start <= list.size();) {
+    size_t end = std::min(list.find(',', start), list.size());
+    std::string item = list.substr(start, end - start);
+    char* stop = nullptr;
+    long long v = std::strtoll(item.c_str(), &stop, 10);
+    if (item.empty() || *stop || v < 1 || v >= spec.tokens)
+      return makeError("--token-buckets " + list + ": '" + item + "' is not a token count from 1 to --max-tokens - 1 = " + std::to_string(spec.tokens - 1) +
+                       " (or give none)");
+    buckets.push_back(v);
+    start = end + 1;
+  }
+  std::sort(buckets.begin(), buckets.end());
+  if (std::adjacent_find(buckets.begin(), buckets.end()) != buckets.end()) return makeError("--token-buckets " + list + " names a count twice");
+  return buckets;
+}
+
+Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const std::string& model, int64_t bucketTokens) {
   auto block = countFlag(a, "kv-block-size", 16), seqs = countFlag(a, "max-seqs", 8), context = countFlag(a, "max-context", 0);
   if (!block) return block.takeError();
   if (!seqs) return seqs.takeError();
   if (!context) return context.takeError();
   auto tokens = countFlag(a, "max-tokens", std::max(*seqs, *block));
   if (!tokens) return tokens.takeError();
+  if (bucketTokens) *tokens = bucketTokens;
   if (a.has("kv-blocks") && a.has("kv-budget-mb")) return makeError("--kv-blocks and --kv-budget-mb size the same cache: give one");
   ir::PagedKvOptions o;
   o.tokens = *tokens, o.seqs = *seqs, o.blockSize = *block;

@@ -15,7 +15,12 @@ std::vector<OptionSpec> decodeFlagSpecs();
 
 /// Rewrites `g` (a decoder with past_key_values inputs) into the decode step the flags size,
 /// with static shapes, and returns what the runtime needs to run it. `model` names the file in
-/// errors.
-Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const std::string& model);
+/// errors. `tokens` (0: --max-tokens) is the rows of the step: a token bucket's.
+Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const std::string& model, int64_t tokens = 0);
+
+/// The token buckets (--token-buckets; see codegen/DecodeBuckets.h) of a step of `spec.tokens`
+/// rows, ascending: by default max-seqs when --max-tokens is at least twice it (decoding steps
+/// then run at their size, prefill at the full one); "none" for none.
+Expected<std::vector<int64_t>> tokenBuckets(const Args& a, const codegen::DecodeSpec& spec);
 
 } // namespace sgc::driver

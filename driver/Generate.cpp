@@ -5,6 +5,7 @@
 // when a step runs out of pages the newest sequence is preempted and later
 // prefilled again from its tokens so far (its draws, counted by position, the
 // same).
+// Prompts admitted together are prefilled together (sgc_seqs_add).
 // Prints one JSON line per prompt, in prompt order: its generated ids.
 #include "driver/Args.h"
 #include "driver/Common.h"
@@ -103,7 +104,7 @@ int generateMain(int argc, char** argv) {
   std::vector<int64_t> next(info.max_seqs); // the tokens, chosen where the step runs: no logits come back
   std::vector<Request> active, done;
   std::vector<sgc_sampling> sampling;
-  std::vector<int32_t> seqs;
+  std::vector<int32_t> seqs, lengths;
   std::vector<int64_t> tokens;
   int64_t decoded = 0;
   auto t0 = std::chrono::steady_clock::now();
@@ -115,16 +116,32 @@ int generateMain(int argc, char** argv) {
     done.push_back(std::move(r));
   };
   while (!pending.empty() || !active.empty()) {
-    while (!pending.empty()) { // admit what fits
-      Request& r = pending.front();
-      sgc_status st = api.sgc_seq_add_sample(s, r.tokens.data(), (int32_t)r.tokens.size(), &r.sampling, &r.seq, next.data(), nullptr);
+    // Admit what fits, prefilled together: as many as there are free slots, halved while the
+    // pages run short.
+    for (size_t k = std::min(pending.size(), (size_t)info.max_seqs - active.size()); k > 0;) {
+      tokens.clear(), lengths.clear(), sampling.clear();
+      for (size_t i = 0; i < k; ++i) {
+        const Request& r = pending[i];
+        tokens.insert(tokens.end(), r.tokens.begin(), r.tokens.end()), lengths.push_back((int32_t)r.tokens.size()), sampling.push_back(r.sampling);
+      }
+      seqs.resize(k);
+      sgc_status st = api.sgc_seqs_add(s, (int32_t)k, tokens.data(), lengths.data(), sampling.data(), seqs.data(), next.data(), nullptr);
+      if (st == SGC_ERROR_OUT_OF_PAGES && k > 1) {
+        k /= 2;
+        continue;
+      }
       if (st == SGC_ERROR_OUT_OF_PAGES && !active.empty()) break;
-      if (st) return failed("prompt " + std::to_string(r.index));
-      r.tokens.push_back(next[0]);
-      ++decoded;
-      if (finished(r)) retire(std::move(r));
-      else active.push_back(std::move(r));
-      pending.pop_front();
+      if (st) return failed("prompt " + std::to_string(pending.front().index));
+      for (size_t i = 0; i < k; ++i) {
+        Request r = std::move(pending.front());
+        pending.pop_front();
+        r.seq = seqs[i];
+        r.tokens.push_back(next[i]);
+        ++decoded;
+        if (finished(r)) retire(std::move(r));
+        else active.push_back(std::move(r));
+      }
+      k = std::min(pending.size(), (size_t)info.max_seqs - active.size());
     }
     if (active.empty()) continue;
     seqs.clear(), tokens.clear(), sampling.clear();

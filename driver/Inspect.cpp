@@ -89,9 +89,7 @@ int inspectLibrary(const std::string& path, const std::string& svgPath) {
   std::string error;
   if (!rt::parseProgram(json->data(), json->size(), UINT64_MAX, p, error)) return reportError(path + ": a bad program: " + error);
   printf("library: %s (%s, program hash %s)\n", path.c_str(), p.decode ? "decoding step" : "training step", p.hash.c_str());
-  uint64_t total = 0;
-  for (uint64_t r : p.regions) total += r;
-  printf("memory plan: %s bytes\n", withCommas((int64_t)total).c_str());
+  printf("memory plan: %s bytes\n", withCommas((int64_t)rt::planBytes(p)).c_str());
   for (int r = 0; r < rt::kNumRegions; ++r) printf("  %-12s %16s bytes\n", rt::kRegionNames[r], withCommas((int64_t)p.regions[r]).c_str());
   printf("kernels: %d, launches per step: %zu, weights: %s\n", p.numKernels, p.launches.size(), p.weightsMode.c_str());
   if (!svgPath.empty()) {
@@ -115,6 +113,10 @@ int inspectLibrary(const std::string& path, const std::string& svgPath) {
          (long long)d.maxBlocks);
   printf("  free list     %16s bytes  (host: a page id and a reference count per page, a length per sequence)\n",
          withCommas(d.blocks * 8 + d.seqs * 4).c_str());
+  for (const rt::Program& b : p.buckets)
+    printf("token bucket: %lld tokens per step, %zu launches; its own inputs %s bytes and constants %s bytes, activations %s bytes (shared)\n",
+           (long long)b.decode->tokens, b.launches.size(), withCommas((int64_t)b.regions[0]).c_str(), withCommas((int64_t)b.regions[3]).c_str(),
+           withCommas((int64_t)b.regions[5]).c_str());
   return 0;
 }
 

@@ -18,7 +18,7 @@ namespace sgc::driver {
 #define SGC_LATER_FUNCTIONS(X)                                                                                                          \
   X(sgc_decode_info_get) X(sgc_seq_add) X(sgc_seq_fork) X(sgc_seq_free) X(sgc_seq_length) X(sgc_decode_step) X(sgc_kv_check)          \
   X(sgc_program_json) X(sgc_memory_plan_bytes) X(sgc_trace_next_step) X(sgc_seq_add_greedy) X(sgc_decode_step_greedy)            \
-  X(sgc_seq_add_sample) X(sgc_decode_step_sample)
+  X(sgc_seq_add_sample) X(sgc_decode_step_sample) X(sgc_seqs_add)
 
 struct Api {
   void* handle = nullptr;

@@ -238,9 +238,11 @@ bool CudaDevice::beginCapture(std::string& error) {
   return check(api_->cuStreamBeginCapture(stream_, kCaptureThreadLocal), "cuStreamBeginCapture", error);
 }
 
-bool CudaDevice::endCapture(std::string& error) {
-  if (!check(api_->cuStreamEndCapture(stream_, &graph_), "capturing the step as a CUDA graph", error)) return false;
-  return check(api_->cuGraphInstantiate(&graphExec_, graph_, 0), "cuGraphInstantiate", error);
+bool CudaDevice::endCapture(size_t slot, std::string& error) {
+  if (graphs_.size() <= slot) graphs_.resize(slot + 1);
+  Graph& g = graphs_[slot];
+  if (!check(api_->cuStreamEndCapture(stream_, &g.graph), "capturing the step as a CUDA graph", error)) return false;
+  return check(api_->cuGraphInstantiate(&g.exec, g.graph, 0), "cuGraphInstantiate", error);
 }
 
 bool CudaDevice::recordEvent(size_t slot, std::string& error, bool onCommStream) {
@@ -310,12 +312,14 @@ uint64_t CudaDevice::scratch(uint64_t bytes, std::string& error) {
 void CudaDevice::dropGraph() {
   if (stream_) api_->cuStreamSynchronize(stream_);
   if (commStream_) api_->cuStreamSynchronize(commStream_);
-  if (graphExec_) api_->cuGraphExecDestroy(graphExec_);
-  if (graph_) api_->cuGraphDestroy(graph_);
-  graphExec_ = graph_ = nullptr;
+  for (Graph& g : graphs_) {
+    if (g.exec) api_->cuGraphExecDestroy(g.exec);
+    if (g.graph) api_->cuGraphDestroy(g.graph);
+  }
+  graphs_.clear();
 }
 
-bool CudaDevice::replay(std::string& error) { return check(api_->cuGraphLaunch(graphExec_, stream_), "cuGraphLaunch", error); }
+bool CudaDevice::replay(size_t slot, std::string& error) { return check(api_->cuGraphLaunch(graphs_[slot].exec, stream_), "cuGraphLaunch", error); }
 
 bool CudaDevice::synchronize(std::string& error) { return check(api_->cuStreamSynchronize(stream_), "the step on the GPU", error); }
 

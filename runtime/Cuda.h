@@ -49,12 +49,13 @@ public:
   /// y gets g.gelu's result and `aux` the product (see CublasLt::prepare).
   int prepareGemm(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, bool gelu, uint64_t aux, std::string& error);
   bool gemm(int plan, uint64_t a, uint64_t b, uint64_t y, std::string& error);
-  /// Records what is enqueued between the two calls as a CUDA graph; replay() launches it.
+  /// Records what is enqueued between the two calls as CUDA graph `slot` (one per step program: a
+  /// decode library's token buckets have their own); replay(slot) launches it.
   bool beginCapture(std::string& error);
-  bool endCapture(std::string& error);
-  bool captured() const { return graphExec_ != nullptr; }
-  bool replay(std::string& error);
-  /// Waits for the device and destroys the captured graph (before what it references goes: NCCL
+  bool endCapture(size_t slot, std::string& error);
+  bool captured(size_t slot) const { return slot < graphs_.size() && graphs_[slot].exec; }
+  bool replay(size_t slot, std::string& error);
+  /// Waits for the device and destroys the captured graphs (before what they reference goes: NCCL
   /// keeps a communicator whose work a graph holds until that graph is destroyed).
   void dropGraph();
   bool synchronize(std::string& error);
@@ -89,8 +90,10 @@ private:
   void* forkEvent_ = nullptr;
   std::vector<void*> joinEvents_;
   uint64_t scratch_ = 0, scratchBytes_ = 0;
-  void* graph_ = nullptr;
-  void* graphExec_ = nullptr;
+  struct Graph {
+    void *graph = nullptr, *exec = nullptr;
+  };
+  std::vector<Graph> graphs_; ///< by slot
   int device_ = 0;
   uint64_t arena_ = 0, workspace_ = 0, workspaceBytes_ = 0;
   std::vector<void*> functions_, events_;

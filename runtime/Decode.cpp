@@ -46,12 +46,20 @@ float narrowToFloat(uint16_t h, bool bf16) {
   return sign ? -f : f;
 }
 
-/// Writes an integer staging array into an I64 or I32 input.
-bool writeInts(sgc_session* s, int id, const int64_t* v, size_t n, std::string& error) {
-  if (s->prog.tensors[id].dtype == "I64") return s->write(id, v, error);
+/// Writes an integer staging array into an I64 or I32 input of `at`.
+bool writeInts(sgc_session* s, const StepArena& at, int id, const int64_t* v, size_t n, std::string& error) {
+  if (at.prog->tensors[id].dtype == "I64") return s->write(at, id, v, error);
   std::vector<int32_t>& narrow = s->decode->narrow;
   narrow.assign(v, v + n);
-  return s->write(id, narrow.data(), error);
+  return s->write(at, id, narrow.data(), error);
+}
+
+/// The step program that runs n tokens: the smallest token bucket that holds them, else the step.
+const StepArena& stepFor(const sgc_session* s, size_t n) {
+  const std::vector<StepArena>& steps = s->decode->steps;
+  for (size_t b = 1; b < steps.size(); ++b)
+    if ((size_t)steps[b].prog->decode->tokens >= n) return steps[b];
+  return steps[0];
 }
 
 /// Copies the pages of pending copies on write, in every layer's pool.
@@ -105,21 +113,24 @@ void stageSampling(DecodeState& st, size_t row, const sgc_sampling* p) {
   st.temperature[row] = q.temperature, st.topK[row] = q.top_k, st.topP[row] = q.top_p, st.seed[row] = q.seed;
 }
 
-/// Runs the first n staged tokens (the rest unused) and reads what is wanted of them.
+/// Runs the first n staged tokens (the rest unused), in the smallest step program that holds
+/// them, and reads what is wanted of them.
 bool runTokens(sgc_session* s, size_t n, Wanted wanted, std::string& error) {
   DecodeState& st = *s->decode;
-  const Decode& d = *s->prog.decode;
-  for (size_t i = n; i < st.ids.size(); ++i) st.ids[i] = 0, st.positions[i] = 0, st.seq[i] = -1, st.pos[i] = 0, stageSampling(st, i, nullptr);
-  if (!writeInts(s, d.ids, st.ids.data(), st.ids.size(), error)) return false;
-  if (d.positions >= 0 && !writeInts(s, d.positions, st.positions.data(), st.positions.size(), error)) return false;
-  if (!s->write(d.seq, st.seq.data(), error) || !s->write(d.pos, st.pos.data(), error) || !s->write(d.tables, st.pages.tables().data(), error))
+  const StepArena& at = stepFor(s, n);
+  const Decode& d = *at.prog->decode;
+  for (size_t i = n; i < (size_t)d.tokens; ++i) st.ids[i] = 0, st.positions[i] = 0, st.seq[i] = -1, st.pos[i] = 0, stageSampling(st, i, nullptr);
+  if (!writeInts(s, at, d.ids, st.ids.data(), d.tokens, error)) return false;
+  if (d.positions >= 0 && !writeInts(s, at, d.positions, st.positions.data(), d.tokens, error)) return false;
+  if (!s->write(at, d.seq, st.seq.data(), error) || !s->write(at, d.pos, st.pos.data(), error) ||
+      !s->write(at, d.tables, st.pages.tables().data(), error))
     return false;
-  if (d.temperature >= 0 && (!s->write(d.temperature, st.temperature.data(), error) || !s->write(d.topK, st.topK.data(), error) ||
-                             !s->write(d.topP, st.topP.data(), error) || !s->write(d.seed, st.seed.data(), error)))
+  if (d.temperature >= 0 && (!s->write(at, d.temperature, st.temperature.data(), error) || !s->write(at, d.topK, st.topK.data(), error) ||
+                             !s->write(at, d.topP, st.topP.data(), error) || !s->write(at, d.seed, st.seed.data(), error)))
     return false;
-  if (!runStep(s, true, error)) return false;
-  if (wanted.logits && !s->read(d.logits, st.logits.data(), error)) return false;
-  return !wanted.next || s->read(d.next, st.next.data(), error);
+  if (!runStepOf(s, at, error)) return false;
+  if (wanted.logits && !s->read(at, d.logits, st.logits.data(), error)) return false;
+  return !wanted.next || s->read(at, d.next, st.next.data(), error);
 }
 
 /// Row `row` of the staged logits as floats.
@@ -212,47 +223,79 @@ sgc_status sgc_decode_info_get(const sgc_session* s, sgc_decode_info* info) {
 
 namespace {
 
-/// sgc_seq_add, sgc_seq_add_greedy and sgc_seq_add_sample: the prompt's last token's next token
-/// (chosen by `sampling`; NULL: greedy) to `next`, its logits to `logits` (either may be NULL).
-sgc_status addSequence(sgc_session* s, const int64_t* prompt, int32_t length, const sgc_sampling* sampling, int32_t* seq, int64_t* next,
-                       float* logits) {
+/// sgc_seqs_add and the single-prompt calls: `count` prompts (concatenated in `tokens`, lengths[i]
+/// each) take slots and pages, their tokens run together (in request order, packed into as few
+/// steps as they fill), and each prompt's last token's next token (chosen by sampling[i]; NULL:
+/// greedy) goes to next[i], its logits to logits + i * vocab (either may be NULL). Prefixes are
+/// shared with the sequences live before the call. All or nothing.
+sgc_status addSequences(sgc_session* s, int32_t count, const int64_t* tokens, const int32_t* lengths, const sgc_sampling* sampling, int32_t* seqs,
+                        int64_t* next, float* logits) {
   return guarded([&]() -> sgc_status {
     const Decode& d = *s->prog.decode;
-    if (!prompt || !seq) return fail(SGC_ERROR_INVALID_ARGUMENT, "prompt and seq must not be NULL");
-    if (length < 1 || length > d.maxContext)
-      return fail(SGC_ERROR_INVALID_ARGUMENT, "a prompt of " + std::to_string(length) + " tokens: expected 1 to max_context = " + std::to_string(d.maxContext));
-    for (int32_t i = 0; i < length; ++i)
-      if (sgc_status st = checkToken(s, prompt[i])) return st;
+    if (count < 1 || count > d.seqs || !tokens || !lengths || !seqs)
+      return fail(SGC_ERROR_INVALID_ARGUMENT, "expected 1 to max_seqs = " + std::to_string(d.seqs) + " prompts, and non-NULL prompts, lengths and seqs");
+    std::vector<const int64_t*> prompt(count);
+    int64_t at = 0;
+    for (int32_t i = 0; i < count; at += lengths[i++]) {
+      if (lengths[i] < 1 || lengths[i] > d.maxContext)
+        return fail(SGC_ERROR_INVALID_ARGUMENT, "a prompt of " + std::to_string(lengths[i]) + " tokens: expected 1 to max_context = " + std::to_string(d.maxContext));
+      prompt[i] = tokens + at;
+      for (int32_t t = 0; t < lengths[i]; ++t)
+        if (sgc_status st = checkToken(s, prompt[i][t])) return st;
+    }
     if (!s->paramsLoaded) return fail(SGC_ERROR_INVALID_ARGUMENT, "the parameters are not loaded: this library was compiled with --weights none; call sgc_load first");
     DecodeState& st = *s->decode;
-    int32_t slot = st.pages.addSequence();
-    if (slot < 0) return fail(SGC_ERROR_OUT_OF_PAGES, "all " + std::to_string(d.seqs) + " sequence slots are live");
-    int32_t shared = st.pages.sharePrefix(slot, prompt, length); // pages of a live sequence's identical prefix
-    int32_t need = st.pages.pagesNeeded(slot, length - shared);
-    if (need > st.pages.freePages()) {
-      st.pages.release(slot);
-      return fail(SGC_ERROR_OUT_OF_PAGES, "a prompt of " + std::to_string(length) + " tokens needs " + std::to_string(need) + " pages; " +
-                                              std::to_string(st.pages.freePages()) + " are free");
+    std::vector<int32_t> slot, shared;
+    auto releaseAll = [&] {
+      for (int32_t q : slot) st.pages.release(q);
+    };
+    for (int32_t i = 0; i < count; ++i) { // slots and pages for all, or for none
+      int32_t q = st.pages.addSequence();
+      if (q < 0) {
+        releaseAll();
+        return fail(SGC_ERROR_OUT_OF_PAGES, "all " + std::to_string(d.seqs) + " sequence slots are live");
+      }
+      slot.push_back(q);
+      shared.push_back(st.pages.sharePrefix(q, prompt[i], lengths[i])); // pages of a live sequence's identical prefix
+      int32_t need = st.pages.pagesNeeded(q, lengths[i] - shared[i]);
+      if (need > st.pages.freePages()) {
+        int32_t free = st.pages.freePages();
+        releaseAll();
+        return fail(SGC_ERROR_OUT_OF_PAGES, "a prompt of " + std::to_string(lengths[i]) + " tokens needs " + std::to_string(need) + " pages; " +
+                                                std::to_string(free) + " are free" + (count > 1 ? " after the prompts before it" : ""));
+      }
+      st.pages.append(q, lengths[i] - shared[i], st.copies);
     }
-    st.pages.append(slot, length - shared, st.copies);
     std::string error;
+    std::vector<std::pair<int32_t, size_t>> ends; // the prompts whose last token this step runs, and its row
     size_t n = 0;
-    for (int32_t start = shared; start < length; start += (int32_t)d.tokens) { // the rest of the prompt in steps of `tokens`
-      n = std::min<size_t>(d.tokens, length - start);
-      for (size_t i = 0; i < n; ++i) {
-        st.ids[i] = prompt[start + i], st.positions[i] = start + (int64_t)i, st.seq[i] = slot, st.pos[i] = start + (int32_t)i;
-        stageSampling(st, i, sampling);
+    auto run = [&] {
+      bool wantsLogits = logits && !ends.empty(), wantsNext = next && !ends.empty();
+      if (!runTokens(s, n, {wantsLogits, wantsNext}, error)) return false;
+      for (auto [i, row] : ends) {
+        if (logits) logitsRow(s, row, logits + (size_t)i * d.vocab);
+        if (next) next[i] = st.next[row];
       }
-      bool last = start + (int32_t)d.tokens >= length; // only the last chunk's last row is handed back
-      if (!runTokens(s, n, {last && logits, last && next}, error)) {
-        st.pages.release(slot);
-        return fail(SGC_ERROR_DEVICE, error);
+      ends.clear(), n = 0;
+      return true;
+    };
+    bool ok = true;
+    for (int32_t i = 0; i < count && ok; ++i)
+      for (int32_t t = shared[i]; t < lengths[i] && ok; ++t) { // the rest of each prompt, packed into steps of `tokens` rows
+        st.ids[n] = prompt[i][t], st.positions[n] = t, st.seq[n] = slot[i], st.pos[n] = t;
+        stageSampling(st, n, sampling ? sampling + i : nullptr);
+        if (t == lengths[i] - 1) ends.push_back({i, n});
+        if (++n == (size_t)d.tokens) ok = run();
       }
+    if (ok && n) ok = run(); // the last, partly filled step
+    if (!ok) {
+      releaseAll();
+      return fail(SGC_ERROR_DEVICE, error);
     }
-    st.pages.remember(slot, prompt, length);
-    if (logits) logitsRow(s, n - 1, logits);
-    if (next) *next = st.next[n - 1];
-    *seq = slot;
+    for (int32_t i = 0; i < count; ++i) {
+      st.pages.remember(slot[i], prompt[i], lengths[i]);
+      seqs[i] = slot[i];
+    }
     return SGC_OK;
   });
 }
@@ -302,13 +345,13 @@ extern "C" {
 
 sgc_status sgc_seq_add(sgc_session* s, const int64_t* prompt, int32_t length, int32_t* seq, float* logits) {
   if (sgc_status st = decoding(s, "sgc_seq_add")) return st;
-  return addSequence(s, prompt, length, nullptr, seq, nullptr, logits);
+  return addSequences(s, 1, prompt, &length, nullptr, seq, nullptr, logits);
 }
 
 sgc_status sgc_seq_add_greedy(sgc_session* s, const int64_t* prompt, int32_t length, int32_t* seq, int64_t* next, float* logits) {
   if (sgc_status st = decoding(s, "sgc_seq_add_greedy")) return st;
   if (sgc_status st = checkWanted(s, next, logits, "sgc_seq_add_greedy")) return st;
-  return addSequence(s, prompt, length, nullptr, seq, next, logits);
+  return addSequences(s, 1, prompt, &length, nullptr, seq, next, logits);
 }
 
 sgc_status sgc_seq_add_sample(sgc_session* s, const int64_t* prompt, int32_t length, const sgc_sampling* sampling, int32_t* seq, int64_t* next,
@@ -316,7 +359,17 @@ sgc_status sgc_seq_add_sample(sgc_session* s, const int64_t* prompt, int32_t len
   if (sgc_status st = decoding(s, "sgc_seq_add_sample")) return st;
   if (sgc_status st = checkWanted(s, next, logits, "sgc_seq_add_sample")) return st;
   if (sgc_status st = checkSampling(s, sampling, 1, "sgc_seq_add_sample")) return st;
-  return addSequence(s, prompt, length, sampling, seq, next, logits);
+  return addSequences(s, 1, prompt, &length, sampling, seq, next, logits);
+}
+
+sgc_status sgc_seqs_add(sgc_session* s, int32_t count, const int64_t* tokens, const int32_t* lengths, const sgc_sampling* sampling, int32_t* seqs,
+                        int64_t* next, float* logits) {
+  if (sgc_status st = decoding(s, "sgc_seqs_add")) return st;
+  if (next && s->prog.decode->next < 0)
+    return fail(SGC_ERROR_INVALID_ARGUMENT, "sgc_seqs_add: this library was compiled by an sgc without greedy tokens: compile it again");
+  if (count >= 1 && count <= s->prog.decode->seqs) // else addSequences refuses the count, reading nothing
+    if (sgc_status st = checkSampling(s, sampling, count, "sgc_seqs_add")) return st;
+  return addSequences(s, count, tokens, lengths, sampling, seqs, next, logits);
 }
 
 sgc_status sgc_decode_step(sgc_session* s, int32_t count, const int32_t* seqs, const int64_t* tokens, float* logits) {

@@ -25,8 +25,8 @@ struct Range {
 
 } // namespace
 
-GpuStep::GpuStep(const Program& prog, CudaDevice& gpu, std::vector<uint64_t> address)
-    : prog_(prog), gpu_(gpu), address_(std::move(address)) {}
+GpuStep::GpuStep(const Program& prog, CudaDevice& gpu, std::vector<uint64_t> address, size_t slot)
+    : prog_(prog), gpu_(gpu), address_(std::move(address)), slot_(slot) {}
 
 GpuStep::~GpuStep() {
   if (!profile_.empty()) writeProfile();
@@ -34,7 +34,8 @@ GpuStep::~GpuStep() {
 
 bool GpuStep::prepare(std::string& error) {
   const char* graphs = std::getenv("SGC_CUDA_GRAPHS");
-  if (const char* profile = std::getenv("SGC_PROFILE")) profile_ = profile;
+  if (const char* profile = std::getenv("SGC_PROFILE")) // a token bucket's beside it, as FILE.tokensN
+    profile_ = std::string(profile) + (slot_ ? ".tokens" + std::to_string(prog_.decode->tokens) : "");
   if (const char* from = std::getenv("SGC_PROFILE_FROM")) profileFrom_ = std::max(0, std::atoi(from));
   useGraphs_ = !(graphs && std::string(graphs) == "0") && profile_.empty();
   gemmPlans_.assign(prog_.launches.size(), -1);
@@ -167,18 +168,18 @@ bool GpuStep::enqueue(bool train, std::string& error) {
 
 bool GpuStep::run(bool train, std::string& error) {
   if (!train || traceNext_) return enqueue(train, error) && (!comm_ || comm_->idle(error)); // launch by launch
-  bool capture = useGraphs_ && !gpu_.captured() && trainSteps_++ >= 1;
+  bool capture = useGraphs_ && !gpu_.captured(slot_) && trainSteps_++ >= 1;
   if (capture) {
     if (!gpu_.beginCapture(error)) return false;
     std::string ignored;
     if (!enqueue(true, error)) {
-      gpu_.endCapture(ignored);
+      gpu_.endCapture(slot_, ignored);
       return false;
     }
-    if (!gpu_.endCapture(error)) return false;
+    if (!gpu_.endCapture(slot_, error)) return false;
   }
-  if (gpu_.captured()) {
-    if (!gpu_.replay(error)) return false;
+  if (gpu_.captured(slot_)) {
+    if (!gpu_.replay(slot_, error)) return false;
   } else if (!enqueue(true, error)) {
     return false;
   }
@@ -188,7 +189,7 @@ bool GpuStep::run(bool train, std::string& error) {
 std::string GpuStep::description() const {
   int gemms = (int)std::count_if(gemmPlans_.begin(), gemmPlans_.end(), [](int p) { return p >= 0; });
   return gpu_.description() + "; " + std::to_string(gemms) + " GEMMs through cuBLASLt; CUDA graph: " +
-         (!useGraphs_ ? "off" : gpu_.captured() ? "replayed" : "from the second training step");
+         (!useGraphs_ ? "off" : gpu_.captured(slot_) ? "replayed" : "from the second training step");
 }
 
 void GpuStep::writeProfile() const {

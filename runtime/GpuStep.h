@@ -20,8 +20,9 @@ namespace sgc::rt {
 
 class GpuStep {
 public:
-  /// `address`: each tensor's device address, by tensor id.
-  GpuStep(const Program& prog, CudaDevice& gpu, std::vector<uint64_t> address);
+  /// `address`: each tensor's device address, by tensor id; `slot`: its CUDA graph's (0 for the
+  /// library's step, 1 + i for a decode library's token bucket i).
+  GpuStep(const Program& prog, CudaDevice& gpu, std::vector<uint64_t> address, size_t slot = 0);
   ~GpuStep();
   /// Reads the environment and prepares a cuBLASLt plan for each GEMM (when the library is loaded).
   bool prepare(std::string& error);
@@ -56,6 +57,7 @@ private:
   const Program& prog_;
   CudaDevice& gpu_;
   std::vector<uint64_t> address_;
+  size_t slot_;
   std::vector<int> gemmPlans_; ///< per launch, its cuBLASLt plan (-1: our kernel)
   std::vector<bool> epilogueInGemm_; ///< per launch, whether its plan computes what its epilogue kernel does (a bias, a GELU)
   std::vector<bool> geluInGemm_; ///< per launch, whether its plan computes its GELU (into Gemm::Gelu::result)

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 
 namespace sgc::rt {
 namespace {
@@ -205,25 +206,47 @@ std::vector<std::vector<int>> collectiveWaits(const Program& p, const std::vecto
   return waits;
 }
 
-uint64_t regionOffsets(const Program& p, uint64_t offsets[kNumRegions]) {
+uint64_t planBytes(const Program& p) {
+  uint64_t total = 0, activations = p.regions[5];
+  for (uint64_t r : p.regions) total += r;
+  for (const Program& b : p.buckets) {
+    total += b.regions[0] + b.regions[3];
+    activations = std::max(activations, b.regions[5]);
+  }
+  return total + activations - p.regions[5];
+}
+
+uint64_t regionOffsets(const Program& p, uint64_t offsets[kNumRegions], std::vector<std::array<uint64_t, kNumRegions>>* buckets) {
+  auto rounded = [](uint64_t bytes) { return (bytes + 63) / 64 * 64; };
   uint64_t total = 0;
   for (int r = 0; r < kNumRegions; ++r) {
     offsets[r] = total;
-    total += (p.regions[r] + 63) / 64 * 64;
+    uint64_t bytes = p.regions[r];
+    if (r == 5)
+      for (const Program& b : p.buckets) bytes = std::max(bytes, b.regions[r]); // one activations region for all
+    total += rounded(bytes);
+  }
+  if (!buckets) return total;
+  buckets->clear();
+  for (const Program& b : p.buckets) {
+    auto& at = buckets->emplace_back();
+    std::copy(offsets, offsets + kNumRegions, at.begin());
+    for (int r : {0, 3}) { // inputs, constants: its own
+      at[r] = total;
+      total += rounded(b.regions[r]);
+    }
   }
   return total;
 }
 
-bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program& p, std::string& error) {
-  nlohmann::json j = nlohmann::json::parse(json, json + size, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(error, "not JSON");
+namespace {
+
+/// One program's fields but its kernels (p.numKernels and p.kernelNames are set).
+bool parseBody(const nlohmann::json& j, uint64_t weightsBytes, Program& p, std::string& error) {
   try {
     p.abi = j.at("abi");
     p.hash = j.at("hash");
     p.alignment = j.at("alignment");
-    p.numKernels = j.at("kernels");
-    p.kernelNames = j.at("kernel_names").get<std::vector<std::string>>();
-    if ((int)p.kernelNames.size() != p.numKernels) return fail(error, "kernel names do not match the kernel count");
     auto regions = j.at("regions");
     if (regions.size() != kNumRegions) return fail(error, "wrong number of regions");
     for (int r = 0; r < kNumRegions; ++r) p.regions[r] = regions[r];
@@ -265,6 +288,63 @@ bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program&
       if (!parseDecode(j.at("decode"), p, *p.decode, error)) return false;
     } else if (!validTensor(p, p.loss) || !validTensor(p, p.lr) || !validTensor(p, p.step)) {
       return fail(error, "no loss, lr or step");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return fail(error, e.what());
+  }
+  return true;
+}
+
+/// Whether tensors a and b (of programs p and q) are one tensor: the same name, kind and place.
+bool sameTensor(const Program& p, int a, const Program& q, int b) {
+  const TensorDesc &x = p.tensors[a], &y = q.tensors[b];
+  return x.name == y.name && x.kind == y.kind && x.region == y.region && x.offset == y.offset && x.bytes == y.bytes && x.dtype == y.dtype;
+}
+
+/// A token bucket `b` of the decode step `p` (the last bucket so far `before`, or null): a decode
+/// step of fewer tokens over the same cache, whose parameters and state are p's.
+bool checkBucket(const Program& p, const Program* before, const Program& b, std::string& error) {
+  const Decode &d = *p.decode, *e = b.decode ? &*b.decode : nullptr;
+  if (!e || e->tokens >= d.tokens || (before && e->tokens <= before->decode->tokens)) return fail(error, "a token bucket is no smaller decode step");
+  if (e->seqs != d.seqs || e->blockSize != d.blockSize || e->blocks != d.blocks || e->maxBlocks != d.maxBlocks || e->maxContext != d.maxContext ||
+      e->vocab != d.vocab || (e->next < 0) != (d.next < 0) || (e->temperature < 0) != (d.temperature < 0) || (e->positions < 0) != (d.positions < 0) ||
+      e->pools.size() != d.pools.size())
+    return fail(error, "a token bucket's cache or outputs differ from its step's");
+  for (int r : {1, 2, 4}) // params, state, grads: p's
+    if (b.regions[r] != p.regions[r]) return fail(error, "a token bucket's parameters or state differ from its step's");
+  for (size_t i = 0; i < d.pools.size(); ++i)
+    if (!sameTensor(p, d.pools[i], b, e->pools[i])) return fail(error, "a token bucket's cache differs from its step's");
+  std::map<std::string, int> byName;
+  for (int i = 0; i < (int)p.tensors.size(); ++i) byName[p.tensors[i].name] = i;
+  for (int i = 0; i < (int)b.tensors.size(); ++i) {
+    const TensorDesc& t = b.tensors[i];
+    if (t.kind != TensorKind::Param && t.kind != TensorKind::State) continue;
+    auto it = byName.find(t.name);
+    if (it == byName.end() || !sameTensor(p, it->second, b, i)) return fail(error, "a token bucket places " + t.name + " apart from its step");
+  }
+  for (auto [t, off] : b.weights)
+    if (b.tensors[t].kind != TensorKind::Const) return fail(error, "a token bucket carries weights besides its constants");
+  if (b.collectives) return fail(error, "a token bucket has collectives");
+  return true;
+}
+
+} // namespace
+
+bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program& p, std::string& error) {
+  nlohmann::json j = nlohmann::json::parse(json, json + size, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return fail(error, "not JSON");
+  try {
+    p.numKernels = j.at("kernels");
+    p.kernelNames = j.at("kernel_names").get<std::vector<std::string>>();
+    if ((int)p.kernelNames.size() != p.numKernels) return fail(error, "kernel names do not match the kernel count");
+    if (!parseBody(j, weightsBytes, p, error)) return false;
+    if (!j.contains("buckets")) return true;
+    if (!p.decode) return fail(error, "token buckets of a training step");
+    for (const auto& b : j.at("buckets")) {
+      Program q;
+      q.numKernels = p.numKernels, q.kernelNames = p.kernelNames;
+      if (!parseBody(b, weightsBytes, q, error) || !checkBucket(p, p.buckets.empty() ? nullptr : &p.buckets.back(), q, error)) return false;
+      p.buckets.push_back(std::move(q));
     }
   } catch (const nlohmann::json::exception& e) {
     return fail(error, e.what());

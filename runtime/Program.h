@@ -4,6 +4,7 @@
 // are. Written by codegen/Package.cpp as JSON; parsed and checked here so a
 // corrupt description is an error, never an out-of-bounds access.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -122,6 +123,10 @@ struct Program {
   int64_t world = 0;        ///< the world size ZeRO-1 collectives were compiled for (0: any)
   std::vector<std::string> kernelNames; ///< the GPU modules' function names, by kernel index
   std::optional<Decode> decode;         ///< set for a decode step (then loss, lr and step are -1)
+  /// A decode step's token buckets (codegen/DecodeBuckets.h), by ascending tokens, each fewer than
+  /// decode->tokens: the same step for fewer rows, of its own tensors (checked to share this
+  /// program's parameters and cache) and launches of this program's kernels.
+  std::vector<Program> buckets;
 };
 
 /// For each launch, the collective launches whose tensors it touches (by bytes, at `address`,
@@ -131,11 +136,16 @@ std::vector<std::vector<int>> collectiveWaits(const Program& p, const std::vecto
 /// Parses and checks the description; `weightsBytes` bounds the weight offsets.
 bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program& out, std::string& error);
 
+/// The bytes of a program's memory plan: its regions', and its token buckets' own inputs and
+/// constants and the activations any needs beyond its own.
+uint64_t planBytes(const Program& p);
+
 /// The regions' names, in region order (for what describes a plan).
 inline constexpr const char* kRegionNames[kNumRegions] = {"inputs", "params", "state", "consts", "grads", "activations"};
 
 /// Where each region starts in a session's arena (in order, each at a multiple of 64 bytes);
-/// returns the arena's bytes.
-uint64_t regionOffsets(const Program& p, uint64_t offsets[kNumRegions]);
+/// returns the arena's bytes. With `buckets`, also where each token bucket's regions start: its
+/// inputs and constants after all of `p`'s, the rest `p`'s (the activations sized for the largest).
+uint64_t regionOffsets(const Program& p, uint64_t offsets[kNumRegions], std::vector<std::array<uint64_t, kNumRegions>>* buckets = nullptr);
 
 } // namespace sgc::rt

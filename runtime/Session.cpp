@@ -10,6 +10,7 @@
 #include "runtime/Safetensors.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <dlfcn.h>
@@ -192,6 +193,13 @@ bool writeTrace(sgc_session* s, const std::vector<TraceEvent>& events, std::stri
   return writeOutput(path, json.data(), json.size(), error);
 }
 
+/// Runs launch `l`'s kernel on the CPU over `args`, its tensors' addresses.
+void runKernel(sgc_session* s, const Launch& l, std::vector<void*>& args) {
+  sgcrt_kernel fn = sgcrt_kernels[l.kernel];
+  if (l.serial) fn(args.data(), 0, 1);
+  else s->pool->parallelFor(l.extent, [&](int64_t b, int64_t e) { fn(args.data(), b, e); });
+}
+
 bool runCpuStep(sgc_session* s, bool train, std::string& error) {
   std::vector<void*> args;
   std::map<int, int> pending; // collective launch -> its handle
@@ -217,10 +225,8 @@ bool runCpuStep(sgc_session* s, bool train, std::string& error) {
     if (l.kernel >= 0) {
       args.clear();
       for (int a : l.args) args.push_back(s->data(a));
-      sgcrt_kernel fn = sgcrt_kernels[l.kernel];
       double from = tracing ? now() : 0;
-      if (l.serial) fn(args.data(), 0, 1);
-      else s->pool->parallelFor(l.extent, [&](int64_t b, int64_t e) { fn(args.data(), b, e); });
+      runKernel(s, l, args);
       if (tracing) events.push_back({i, 0, from, now(), s->prog.kernelNames[l.kernel]});
     }
     if (l.collective && !startCollective(s, *l.collective, i, pending, error)) return false;
@@ -355,6 +361,20 @@ bool sgc::rt::runStep(sgc_session* s, bool train, std::string& error) {
   return s->gpu ? runGpuStep(s, train, error) : runCpuStep(s, train, error);
 }
 
+bool sgc::rt::runStepOf(sgc_session* s, const StepArena& at, std::string& error) {
+  if (at.prog == &s->prog) return runStep(s, true, error);
+  if (s->gpu) return at.gpuStep->run(true, error);
+  std::vector<void*> args; // a token bucket on the CPU: its kernels (it has no collectives), then its updates
+  for (const Launch& l : at.prog->launches) {
+    if (l.kernel < 0) continue;
+    args.clear();
+    for (int a : l.args) args.push_back(at.data(a));
+    runKernel(s, l, args);
+  }
+  for (auto& [target, source] : at.prog->updates) std::memcpy(at.data(target), at.data(source), at.prog->tensors[target].bytes);
+  return true;
+}
+
 extern "C" {
 
 uint32_t sgc_abi_version(void) { return SGC_ABI_VERSION; }
@@ -395,7 +415,10 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
     std::string error;
     if (!parseProgram(sgcrt_program, sgcrt_program_size, sgcrt_weights_size, s->prog, error)) return fail(SGC_ERROR_INTERNAL, error);
     if (s->prog.abi != SGC_ABI_VERSION) return fail(SGC_ERROR_INTERNAL, "the program was compiled for another ABI version");
-    uint64_t offsets[kNumRegions], total = regionOffsets(s->prog, offsets);
+    std::vector<std::array<uint64_t, kNumRegions>> bucketOffsets;
+    uint64_t offsets[kNumRegions], total = regionOffsets(s->prog, offsets, &bucketOffsets);
+    std::vector<StepArena> steps(1 + s->prog.buckets.size()); // the step, then its token buckets
+    for (size_t b = 0; b < steps.size(); ++b) steps[b].prog = b ? &s->prog.buckets[b - 1] : &s->prog;
     if (ordinal >= 0) {
       std::vector<GpuBlob> blobs;
       for (uint64_t i = 0; i < sgcrt_gpu_blob_count; ++i) blobs.push_back({sgcrt_gpu_blobs[i].name, sgcrt_gpu_blobs[i].data, sgcrt_gpu_blobs[i].size});
@@ -407,16 +430,32 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
       for (int i = 0; i < (int)s->prog.tensors.size(); ++i) address.push_back(s->devData(i));
       s->gpuStep = std::make_unique<GpuStep>(s->prog, *s->gpu, std::move(address));
       if (!s->gpuStep->prepare(error)) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
+      for (size_t b = 0; b < steps.size(); ++b) {
+        StepArena& at = steps[b];
+        for (int r = 0; r < kNumRegions; ++r) at.devBase[r] = b ? s->gpu->arena() + bucketOffsets[b - 1][r] : s->devBase[r];
+        if (!b) {
+          at.gpuStep = s->gpuStep.get();
+          continue;
+        }
+        std::vector<uint64_t> bucketAddress;
+        for (int i = 0; i < (int)at.prog->tensors.size(); ++i) bucketAddress.push_back(at.devData(i));
+        s->bucketSteps.push_back(std::make_unique<GpuStep>(*at.prog, *s->gpu, std::move(bucketAddress), b));
+        at.gpuStep = s->bucketSteps.back().get();
+        if (!at.gpuStep->prepare(error)) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
+      }
     } else {
       s->arena = std::aligned_alloc(64, total ? total : 64);
       if (!s->arena) return fail(SGC_ERROR_OUT_OF_MEMORY, "cannot allocate the " + std::to_string(total) + "-byte arena");
       std::memset(s->arena, 0, total);
       for (int r = 0; r < kNumRegions; ++r) s->base[r] = (uint8_t*)s->arena + offsets[r];
+      for (size_t b = 0; b < steps.size(); ++b)
+        for (int r = 0; r < kNumRegions; ++r) steps[b].base[r] = (uint8_t*)s->arena + (b ? bucketOffsets[b - 1][r] : offsets[r]);
       for (int i = 0; i < (int)s->prog.tensors.size(); ++i) s->address.push_back((uint64_t)s->data(i));
       s->waits = collectiveWaits(s->prog, s->address);
     }
-    for (auto& [t, off] : s->prog.weights)
-      if (!s->write(t, sgcrt_weights + off, error)) return fail(SGC_ERROR_DEVICE, error);
+    for (const StepArena& at : steps) // the step's weights, and each token bucket's constants
+      for (auto& [t, off] : at.prog->weights)
+        if (!s->write(at, t, sgcrt_weights + off, error)) return fail(SGC_ERROR_DEVICE, error);
     for (int i = 0; i < (int)s->prog.tensors.size(); ++i) {
       const TensorDesc& d = s->prog.tensors[i];
       if (d.kind == TensorKind::Result || d.kind == TensorKind::Const) continue;
@@ -426,7 +465,10 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
       if (d.kind == TensorKind::State) s->lists[SGC_TENSOR_STATE].push_back(i);
     }
     s->lists[SGC_TENSOR_OUTPUT].push_back(s->prog.decode ? s->prog.decode->logits : s->prog.loss);
-    if (s->prog.decode) s->decode = std::make_unique<DecodeState>(*s->prog.decode, s->prog.tensors[s->prog.decode->logits].bytes);
+    if (s->prog.decode) {
+      s->decode = std::make_unique<DecodeState>(*s->prog.decode, s->prog.tensors[s->prog.decode->logits].bytes);
+      s->decode->steps = std::move(steps);
+    }
     s->inputSet.assign(s->lists[SGC_TENSOR_INPUT].size(), false);
     s->lr = s->prog.lrDefault;
     s->paramsLoaded = s->prog.weightsMode != "none";
@@ -494,9 +536,7 @@ sgc_status sgc_rank(const sgc_session* s, int32_t* rank, int32_t* world_size) {
 
 sgc_status sgc_memory_plan_bytes(const sgc_session* s, uint64_t* bytes) {
   if (!s || !bytes) return fail(SGC_ERROR_INVALID_ARGUMENT, "session and bytes must not be NULL");
-  uint64_t total = 0;
-  for (uint64_t r : s->prog.regions) total += r;
-  *bytes = total;
+  *bytes = planBytes(s->prog);
   return SGC_OK;
 }
 

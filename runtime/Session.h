@@ -37,9 +37,21 @@ __attribute__((visibility("hidden"))) extern const uint64_t sgcrt_gpu_blob_count
 
 namespace sgc::rt {
 
+/// Where a step program's tensors lie in a session: the library's step, or a token bucket's
+/// (its own inputs and constants; the rest the step's), and what runs it on a GPU.
+struct StepArena {
+  const Program* prog = nullptr;
+  uint8_t* base[kNumRegions] = {};    ///< CPU: region starts in host memory
+  uint64_t devBase[kNumRegions] = {}; ///< GPU: region starts in device memory
+  GpuStep* gpuStep = nullptr;         ///< GPU
+  uint8_t* data(int id) const { return base[prog->tensors[id].region] + prog->tensors[id].offset; }
+  uint64_t devData(int id) const { return devBase[prog->tensors[id].region] + prog->tensors[id].offset; }
+};
+
 /// A decode library's session state (see Decode.cpp): the cache's pages and the host's staging
 /// of one step's inputs and logits, all sized when the session is made.
 struct DecodeState {
+  std::vector<StepArena> steps; ///< the library's step, then its token buckets by ascending tokens
   KvPages pages;
   std::vector<int64_t> ids, positions; ///< [tokens]
   std::vector<int32_t> seq, pos;       ///< [tokens]
@@ -67,6 +79,7 @@ struct sgc_session {
   std::vector<int> lists[4]; ///< tensor ids per sgc_tensor_kind
   std::vector<bool> inputSet;
   std::unique_ptr<sgc::rt::GpuStep> gpuStep;   ///< GPU: runs the steps (destroyed before the device)
+  std::vector<std::unique_ptr<sgc::rt::GpuStep>> bucketSteps; ///< GPU: runs a decode library's token buckets
   mutable std::string describedAs;
   std::unique_ptr<sgc::rt::Communicator> comm; ///< data parallelism: the gradients' collectives (MPI, or NCCL on a GPU)
   std::unique_ptr<sgc::rt::Communicator> mpi;  ///< on a GPU launched by mpirun: what sent the NCCL id
@@ -89,6 +102,19 @@ struct sgc_session {
   uint8_t* data(int id) { return base[prog.tensors[id].region] + prog.tensors[id].offset; }
   const uint8_t* data(int id) const { return base[prog.tensors[id].region] + prog.tensors[id].offset; }
   uint64_t devData(int id) const { return devBase[prog.tensors[id].region] + prog.tensors[id].offset; }
+  /// The same, of a step program (the library's or a token bucket's) in the arena.
+  bool read(const sgc::rt::StepArena& at, int id, void* dst, std::string& error) const {
+    uint64_t bytes = at.prog->tensors[id].bytes;
+    if (gpu) return gpu->toHost(dst, at.devData(id), bytes, error);
+    std::memcpy(dst, at.data(id), bytes);
+    return true;
+  }
+  bool write(const sgc::rt::StepArena& at, int id, const void* src, std::string& error) {
+    uint64_t bytes = at.prog->tensors[id].bytes;
+    if (gpu) return gpu->toDevice(at.devData(id), src, bytes, error);
+    std::memcpy(at.data(id), src, bytes);
+    return true;
+  }
 
   /// Copies a tensor's bytes out of / into the arena, wherever it lives.
   bool read(int id, void* dst, std::string& error) const {
@@ -122,5 +148,7 @@ namespace sgc::rt {
 sgc_status fail(sgc_status s, const std::string& msg);
 /// Runs one step's launches (train: also the updates) on the session's device.
 bool runStep(sgc_session* s, bool train, std::string& error);
+/// Runs a decode step program's launches and updates: the library's step (as runStep) or a token bucket's.
+bool runStepOf(sgc_session* s, const StepArena& at, std::string& error);
 
 } // namespace sgc::rt

@@ -336,6 +336,21 @@ class Session:
         self._check(self._lib.sgc_seq_add(self._open(), ids, len(prompt), ctypes.byref(seq), logits), "sgc_seq_add")
         return seq.value, list(logits[:vocab])
 
+    def add_many(self, prompts, sample=None):
+        """Adds a sequence for each prompt (lists of token ids) and prefills them together, packed
+        into as few steps as their tokens fill; returns (seqs, next tokens), each token greedy or
+        drawn by `sample` (one dict for all, or one per prompt) where the step runs. All or none:
+        SgcError with status 10 (out of pages) adds nothing."""
+        if not prompts:
+            return [], []
+        flat = [t for p in prompts for t in p]
+        tokens = (ctypes.c_int64 * max(len(flat), 1))(*flat)
+        lengths = (ctypes.c_int32 * len(prompts))(*[len(p) for p in prompts])
+        seqs, nxt = (ctypes.c_int32 * len(prompts))(), (ctypes.c_int64 * len(prompts))()
+        self._check(self._lib.sgc_seqs_add(self._open(), len(prompts), tokens, lengths, self._sampling(sample, len(prompts)), seqs, nxt, None),
+                    "sgc_seqs_add")
+        return list(seqs), list(nxt)
+
     def fork(self, seq):
         """A new sequence sharing every token of `seq` (its pages, copied on write); returns it."""
         child = ctypes.c_int32()
@@ -400,20 +415,28 @@ class Session:
         pending, active = list(range(len(prompts))), {}  # active: prompt -> seq
         try:
             while pending or active:
-                while pending:  # admit what fits
-                    i = pending[0]
+                # Admit what fits, prefilled together: as many as there are free slots, halved
+                # while the pages run short.
+                k = min(len(pending), info["max_seqs"] - len(active))
+                while k:
+                    batch = pending[:k]
                     try:
-                        seq, nxt = self.add(list(prompts[i]) + out[i], sample=sampling[i])
+                        seqs, nexts = self.add_many([list(prompts[i]) + out[i] for i in batch], sample=[sampling[i] for i in batch])
                     except SgcError as e:
-                        if e.status == _abi.OUT_OF_PAGES and active:
+                        if e.status != _abi.OUT_OF_PAGES or (k == 1 and not active):
+                            raise
+                        if k == 1:
                             break
-                        raise
-                    pending.pop(0)
-                    out[i].append(nxt)
-                    if done(i):
-                        self.free(seq)
-                    else:
-                        active[i] = seq
+                        k //= 2
+                        continue
+                    del pending[:k]
+                    for i, seq, nxt in zip(batch, seqs, nexts):
+                        out[i].append(nxt)
+                        if done(i):
+                            self.free(seq)
+                        else:
+                            active[i] = seq
+                    k = min(len(pending), info["max_seqs"] - len(active))
                 if not active:
                     continue
                 order = list(active)

@@ -80,6 +80,7 @@ def declare(lib):
         "sgc_decode_step_greedy": (c.c_int, [session, c.c_int32, P(c.c_int32), P(c.c_int64), P(c.c_int64), P(c.c_float)]),
         "sgc_seq_add_sample": (c.c_int, [session, P(c.c_int64), c.c_int32, P(Sampling), P(c.c_int32), P(c.c_int64), P(c.c_float)]),
         "sgc_decode_step_sample": (c.c_int, [session, c.c_int32, P(c.c_int32), P(c.c_int64), P(Sampling), P(c.c_int64), P(c.c_float)]),
+        "sgc_seqs_add": (c.c_int, [session, c.c_int32, P(c.c_int64), P(c.c_int32), P(Sampling), P(c.c_int32), P(c.c_int64), P(c.c_float)]),
         "sgc_get_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_set_tensor": (c.c_int, [session, c.c_char_p, P(DLTensor)]),
         "sgc_tensor_view": (c.c_int, [session, c.c_char_p, P(DLTensor)]),

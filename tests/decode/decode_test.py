@@ -10,7 +10,8 @@
 Scenarios: prompts of different lengths decoded together; sequences joining and leaving mid-way;
 a fork whose child takes another token (copy on write of the shared, partly filled page); a
 randomized mix of add/fork/free/step on a tiny pool whose page accounting is checked after every
-call against a model of the pages kept here; and the statuses of bad calls.
+call against a model of the pages kept here; prompts prefilled together (sgc_seqs_add), and in a
+library with token buckets; and the statuses of bad calls.
 """
 import ctypes
 import json
@@ -40,6 +41,10 @@ def prepare(sgc, work):
     targets = "cpu,sm_90" if os.path.exists("/usr/local/cuda/bin/ptxas") else "cpu"
     base = [sgc, "compile", onnx_path, "--mode", "decode", "--kv-block-size", str(BLOCK), "--target", targets]
     subprocess.run(base + ["--max-seqs", "4", "--max-context", "64", "--max-tokens", "8", "-o", os.path.join(work, "gen.so")], check=True)
+    # A large step with token buckets of 1 and 4: prompts prefill together in the step of 32, a
+    # decoding step of up to 4 sequences runs the bucket of 4, of one the bucket of 1.
+    subprocess.run(base + ["--max-seqs", "4", "--max-context", "64", "--max-tokens", "32", "--token-buckets", "1,4",
+                           "-o", os.path.join(work, "buckets.so")], check=True)
     subprocess.run(base + ["--max-seqs", str(SMALL["seqs"]), "--max-context", str(SMALL["context"]), "--kv-blocks", str(SMALL["blocks"]),
                            "--max-tokens", "4", "-o", os.path.join(work, "small.so")], check=True)
     # A model that is no language model (without a cache, it is taken for a plain one), and missing
@@ -169,6 +174,15 @@ class Decoder:
         st = self.lib.sgc_decode_step_sample(self.s, len(seqs), (ctypes.c_int32 * len(seqs))(*seqs), (ctypes.c_int64 * len(tokens))(*tokens),
                                              arr, nxt, None)
         return st, list(nxt)
+
+    def add_many(self, prompts, samplings=None):
+        """(status, seqs, next tokens, [logits per prompt]): sgc_seqs_add, prefilled together"""
+        n, flat = len(prompts), [t for q in prompts for t in q]
+        seqs, nxt, out = (ctypes.c_int32 * n)(*[-1] * n), (ctypes.c_int64 * n)(), (ctypes.c_float * (self.vocab * n))()
+        arr = (Sampling * n)(*[Sampling(*q) for q in samplings]) if samplings else None
+        st = self.lib.sgc_seqs_add(self.s, n, (ctypes.c_int64 * max(1, len(flat)))(*flat), (ctypes.c_int32 * n)(*map(len, prompts)), arr, seqs,
+                                   nxt, out)
+        return st, list(seqs), list(nxt), [list(out[i * self.vocab:(i + 1) * self.vocab]) for i in range(n)]
 
     def fork(self, seq):
         child = ctypes.c_int32(-1)
@@ -385,6 +399,44 @@ def prefix_sharing(d, ref):
     d.check()
 
 
+def batched_prefill(d, ref):
+    """All prompts added in one call (sgc_seqs_add: their tokens packed into shared steps) give
+    PyTorch's logits and next tokens, then decode PyTorch's greedy tokens together."""
+    free0 = d.info().free_pages
+    st, seqs, nxt, logits = d.add_many(PROMPTS)
+    d.must(st)
+    d.check()
+    for i in range(len(PROMPTS)):
+        close("prompt %d, prefilled with the others" % i, logits[i], ref["logits"][i][0])
+    expect("each prompt's next token", nxt, [g[0] for g in ref["greedy"]])
+    toks = [[t] for t in nxt]
+    while len(toks[0]) < NEW:
+        st, nxt, _ = d.step_greedy(seqs, [t[-1] for t in toks])
+        d.must(st)
+        for t, n in zip(toks, nxt):
+            t.append(n)
+    expect("greedy tokens after a batched prefill", toks, ref["greedy"])
+    for q in seqs:
+        d.must(d.free(q))
+    d.check()
+    expect("free pages after all left", d.info().free_pages, free0)
+
+
+def batched_statuses(d, context):
+    """A batch that cannot be added whole adds nothing: slots, pages and lengths are as before."""
+    before = (d.info().free_pages, d.info().live_seqs)
+    for what, prompts, want in [("a token outside the vocabulary in the second prompt", [[1, 2], [d.vocab]], INVALID),
+                                ("an empty second prompt", [[1, 2], []], INVALID),
+                                ("a second prompt longer than the context", [[1], [1] * (context + 1)], INVALID),
+                                ("more prompts than sequence slots", [[1]] * (d.info().max_seqs + 1), INVALID),
+                                ("prompts that together need more pages than are free", [[3] * context] * d.info().max_seqs, OUT_OF_PAGES)]:
+        expect("sgc_seqs_add: " + what, d.add_many(prompts)[0], want)
+        expect("pages and sequences after a refused batch (%s)" % what, (d.info().free_pages, d.info().live_seqs), before)
+        d.check()
+    expect("sgc_seqs_add with a bad top_p", d.add_many([[1], [2]], [(1.0, 0, 1.0, 0), (1.0, 0, 0.0, 0)])[0], INVALID)
+    expect("sgc_seqs_add of no prompts", d.lib.sgc_seqs_add(d.s, 0, None, None, None, None, None, None), INVALID)
+
+
 def statuses(d, context):
     expect("free of an unknown sequence", d.free(3), NOT_FOUND)
     expect("fork of an unknown sequence", d.fork(-1)[0], NOT_FOUND)
@@ -552,7 +604,17 @@ def check(work, device, sgc=None):
     print("sampled tokens on the device: ok")
     statuses(d, i.max_context)
     print("statuses: ok")
+    batched_prefill(d, ref)
+    print("batched prefill: ok")
+    b = Decoder(os.path.join(work, "buckets.so"), device)
+    batched_prefill(b, ref)
+    join_and_leave(b, ref)
+    fork(b, ref)
+    greedy_tokens(b, ref)
+    print("token buckets (a step of %d tokens, buckets of 1 and 4): batched prefill, join and leave, fork, greedy: ok" % b.info().tokens_per_step)
     small = Decoder(os.path.join(work, "small.so"), device)
+    batched_statuses(small, SMALL["context"])
+    print("batched statuses: ok")
     calls, short = random_mix(small, 400, 1)
     print("random add/fork/free/step on %d pages: ok (%d calls, %d out of pages)" % (small.info().blocks, calls, short))
     if short == 0:

@@ -3,7 +3,7 @@ dynamo exporter; fixtures/hf_decoders.tar.xz, made by export_hf_decoders.py on t
 compiled with --mode decode onto the paged cache: sgc generate's greedy tokens for each prompt
 must be transformers' own (model.generate, do_sample=False), token for token. The step runs
 fewer tokens than the longest prompt (--max-tokens), so prompts prefill in chunks beside other
-sequences' decoding. Both exporters' opsets: 18 (attention decomposed by the exporter) and 23
+sequences' decoding; or in a larger step with token buckets. Both exporters' opsets: 18 (attention decomposed by the exporter) and 23
 (ONNX's Attention, RMSNormalization and RotaryEmbedding ops, decomposed by sgc's importer over
 symbolic batch and sequence dims).
 
@@ -33,16 +33,23 @@ def extra_input_refused(sgc, work):
     return ok
 
 
+# How each model is compiled: a step of 5 tokens (prompts prefill in chunks beside other sequences'
+# decoding), and a step of 16 with token buckets of 2 and 5 (the prompts prefill together in one
+# or two steps, a decoding step of 3 sequences runs the bucket of 5, of 1 or 2 the bucket of 2).
+LAYOUTS = {"": ["--max-tokens", "5"], ".buckets": ["--max-tokens", "16", "--token-buckets", "2,5"]}
+
+
 def main():
     sgc, work = sys.argv[1], sys.argv[2]
     fixtures.unpack(os.path.join(HERE, "fixtures", "hf_decoders.tar.xz"), work)
     failures = 0
-    for name in DECODED:
+    for name, layout in [(n, l) for n in DECODED for l in LAYOUTS]:
         ref = json.load(open(os.path.join(work, name.split(".")[0] + ".json")))
-        so = os.path.join(work, name + ".so")
+        so = os.path.join(work, name + layout + ".so")
         proc = subprocess.run([sgc, "compile", os.path.join(work, name + ".onnx"), "--mode", "decode", "--max-context", "64",
-                               "--max-seqs", "3", "--kv-block-size", "4", "--max-tokens", "5", "--target", "cpu", "-o", so],
+                               "--max-seqs", "3", "--kv-block-size", "4", *LAYOUTS[layout], "--target", "cpu", "-o", so],
                               capture_output=True, text=True)
+        name += layout
         if proc.returncode != 0:
             print(f"{name}: FAILED to compile: {proc.stderr[-500:]}")
             failures += 1

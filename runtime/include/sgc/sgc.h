@@ -239,6 +239,16 @@ SGC_API sgc_status sgc_seq_add_sample(sgc_session* session, const int64_t* promp
  * greedy for all, or count entries), checked as sgc_seq_add_sample checks it. */
 SGC_API sgc_status sgc_decode_step_sample(sgc_session* session, int32_t count, const int32_t* seqs, const int64_t* tokens,
                                           const sgc_sampling* sampling, int64_t* next, float* logits);
+/** Adds `count` sequences at once (at most max_seqs): their prompts concatenated in `tokens`,
+ * lengths[i] tokens each. Their prefill runs together, packed in request order into as few steps
+ * as the tokens fill (a step of max_tokens rows, or the smallest token bucket that holds the
+ * rest), so that many short prompts cost a few large steps. seqs[i] gets each slot; next[i]
+ * (`next`: NULL, or count) each prompt's next token chosen by sampling[i] (`sampling`: NULL,
+ * greedy for all, or count entries); logits + i * vocab (`logits`: NULL, or count * vocab) its
+ * last token's logits. Prefixes are shared with the sequences live before the call, as
+ * sgc_seq_add shares them. All or nothing: on any error, no sequence is added. */
+SGC_API sgc_status sgc_seqs_add(sgc_session* session, int32_t count, const int64_t* tokens, const int32_t* lengths, const sgc_sampling* sampling,
+                                int32_t* seqs, int64_t* next, float* logits);
 /** Checks the cache's bookkeeping: every page free or held, reference counts equal to the block
  * tables' entries, no page leaked. SGC_ERROR_INTERNAL with what is wrong. */
 SGC_API sgc_status sgc_kv_check(const sgc_session* session);
