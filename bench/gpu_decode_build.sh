@@ -20,13 +20,15 @@ done
   --max-tokens 64 --weights none --target sm_90 --stats
 # Hugging Face GPT-2 as a plain causal LM (bench/models/hf_gpt2.onnx, from bench/export_hf_gpt2.py):
 # its parameters are external data left on the device, zeros here (not embedded: --weights none).
-# 64 tokens a step (prompts prefill in two steps), and 128 (one step a prompt).
+# 64 tokens a step (prompts prefill in two steps), and 1024 with a token bucket of 64 (the default
+# at --max-seqs 64): prompts prefill together, 8 of 128 tokens a step, and decoding steps run the
+# bucket.
 cp bench/models/hf_gpt2.onnx "$out/hf_gpt2.onnx"
 truncate -s "$(sed -n 's/.*"data_bytes": \([0-9]*\).*/\1/p' bench/models/hf_gpt2.json)" "$out/hf_gpt2.onnx.data"
-for t in 64 128; do
+for t in 64 1024; do
   name=hf_gpt2; [ $t = 64 ] || name=hf_gpt2_t$t
   "$sgc" compile "$out/hf_gpt2.onnx" -o "$out/$name.so" --mode decode --precision bf16 --kv-block-size 16 --max-seqs 64 --max-context 1024 \
     --max-tokens $t --weights none --target sm_90 --stats
 done
-for size in attn gpt2 hf_gpt2 hf_gpt2_t128; do xz -1 -k -f "$out/$size.so"; done
+for size in attn gpt2 hf_gpt2 hf_gpt2_t1024; do xz -1 -k -f "$out/$size.so"; done
 ls -la "$out"/*.so.xz
