@@ -8,6 +8,7 @@
 #include "ir/passes/InferShapes.h"
 #include "ir/passes/NarrowParams.h"
 #include "ir/passes/PagedKv.h"
+#include "ir/passes/SplitToSlices.h"
 
 #include <algorithm>
 #include <cmath>
@@ -149,6 +150,7 @@ Expected<codegen::DecodeSpec> buildDecodeStep(ir::Graph& g, const Args& a, const
   if (!o.plain)
     if (Error e = ir::bindDims(g, *dims)) return makeError(model + ": " + errorText(std::move(e)));
   if (Error e = ir::fuseGelu(g)) return makeError(model + ": " + errorText(std::move(e)));
+  if (Error e = ir::splitToSlices(g)) return makeError(model + ": " + errorText(std::move(e))); // fused into their readers' kernels
   if (precision == "bf16") { // the products in bf16, as torch.autocast runs them, from weights kept in bf16
     if (Error e = ir::autocastBf16(g)) return makeError(model + ": " + errorText(std::move(e)));
     if (Error e = ir::narrowParams(g)) return makeError(model + ": " + errorText(std::move(e)));

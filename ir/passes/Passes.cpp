@@ -9,6 +9,7 @@
 #include "ir/passes/FuseGelu.h"
 #include "ir/passes/InferShapes.h"
 #include "ir/passes/NarrowMoves.h"
+#include "ir/passes/SplitToSlices.h"
 #include "ir/passes/WidenSums.h"
 #include "ir/training/TrainingStep.h"
 
@@ -29,6 +30,7 @@ Error runWidenSums(Graph& g) { return widenSums(g); }
 Error runNarrowMoves(Graph& g) { return narrowMoves(g); }
 Error runFoldTransposes(Graph& g) { return foldTransposes(g); }
 Error runExpandResize(Graph& g) { return expandResize(g); }
+Error runSplitToSlices(Graph& g) { return splitToSlices(g); }
 
 /// The training step with default options (SGD; the single scalar output is the loss).
 Error runTrainingStep(Graph& g) { return buildTrainingStep(g, TrainingOptions{}); }

@@ -1,0 +1,61 @@
+// The split-to-slices pass (see SplitToSlices.h).
+#include "ir/passes/SplitToSlices.h"
+
+#include "ir/passes/InferShapes.h"
+
+#include <map>
+#include <optional>
+#include <set>
+
+namespace sgc::ir {
+namespace {
+
+/// The Split's axis in [0, rank), when its input and results are static and all present.
+std::optional<int64_t> staticAxis(const Node& n) {
+  const Value* x = n.inputs[0];
+  if (!x || !x->type.isStatic()) return std::nullopt;
+  for (const Value* y : n.outputs)
+    if (!y || !y->type.isStatic()) return std::nullopt;
+  int64_t rank = x->type.rank(), axis = n.getInt("axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return std::nullopt;
+  return axis;
+}
+
+Value* i64s(Graph& g, const std::string& name, int64_t v) { return g.addConst(g.uniqueName(name), Tensor::fromI64(DType::I64, {1}, {v})); }
+
+} // namespace
+
+Error splitToSlices(Graph& g, int* count) {
+  std::map<const Node*, std::vector<Node*>> slices; // a Split -> the Slices that replace it
+  std::set<const Node*> placed;                     // those Slices: each goes where its Split was
+  std::vector<Node*> splits;
+  for (const auto& n : g.nodes())
+    if (n->op == Op::Split && staticAxis(*n)) splits.push_back(n.get());
+  for (Node* n : splits) {
+    int64_t axis = *staticAxis(*n), start = 0;
+    for (Value* y : n->outputs) {
+      int64_t size = y->type.dims[axis].value;
+      Node* s = g.addNode(Op::Slice, {n->inputs[0], i64s(g, y->name + ".start", start), i64s(g, y->name + ".end", start + size), i64s(g, y->name + ".axis", axis)},
+                          1, n->name + ".slice", {g.uniqueName(y->name + ".slice")});
+      s->outputs[0]->type = y->type;
+      g.replaceAllUses(y, s->outputs[0]);
+      slices[n].push_back(s);
+      placed.insert(s);
+      start += size;
+    }
+  }
+  if (count) *count = (int)splits.size();
+  if (splits.empty()) return Error::success();
+  std::vector<Node*> order;
+  for (const auto& n : g.nodes()) {
+    if (placed.count(n.get())) continue;
+    order.push_back(n.get());
+    if (auto it = slices.find(n.get()); it != slices.end()) order.insert(order.end(), it->second.begin(), it->second.end());
+  }
+  g.setOrder(order);
+  g.removeDeadNodes();
+  return inferShapes(g);
+}
+
+} // namespace sgc::ir
