@@ -19,6 +19,8 @@
 #           "static" (which compiles the step with torch.compile). Also the time to the first token
 #           of a 1024-token prompt, and the prefill that prefix caching saves when 64 requests
 #           share a 512-token system prompt.
+#   profile the decoding step of hf_gpt2_t1024's bucket of 64 by kernel family, and the host's
+#           time per step with CUDA graphs and without (profiled)
 #   waste   the cache memory allocated but unused for 64 sequences of mixed lengths (1..896 tokens,
 #           plus 64 decoded): paged (16-token pages) against a contiguous cache per sequence of the
 #           max context, and one padded to the batch's longest sequence.
@@ -310,6 +312,49 @@ def hf(out_dir, env):
     return res
 
 
+def profile_child(so, wfile):
+    """Prefill 64 prompts of 128 together, then 32 greedy decoding steps (the bucket of 64), each
+    timed on the host; the profile (SGC_PROFILE: no graphs) is written as the session closes."""
+    d = session(so, wfile)
+    rng = np.random.default_rng(5)
+    seqs, toks = d.add_many(rng.integers(0, d.vocab, (BATCH, HF_PROMPT)).tolist())
+    times = []
+    for _ in range(32):
+        t0 = time.perf_counter()
+        toks = d.decode(seqs, toks, greedy=True)
+        times.append(time.perf_counter() - t0)
+    d.close()
+    print(json.dumps({"step_ms": 1e3 * float(np.median(times[4:]))}))
+
+
+def profile(out_dir, env):
+    """The decoding step of hf_gpt2_t1024's bucket of 64 by kernel family (SGC_PROFILE), and the
+    host's time per step with and without CUDA graphs."""
+    so = unpacked(os.path.join(out_dir, "hf_gpt2_t1024.so"))
+    wfile = os.path.join(out_dir, "hf_gpt2.safetensors")
+    if not os.path.exists(wfile):
+        names = sgc.load(so).session().parameter_names()
+        sd = hf_model().state_dict()
+        st.write(wfile, {n: sd[n[2:]].detach().numpy() for n in names})
+    prof = os.path.join(os.environ.get("OUT", "."), "decode_profile.tsv")
+    res = {}
+    for name, extra in (("graphs", {}), ("profiled", {"SGC_PROFILE": prof, "SGC_PROFILE_FROM": "4"})):
+        proc = subprocess.run([sys.executable, __file__, "--profile-child", so, wfile], capture_output=True, text=True, env=dict(env, **extra))
+        res[name] = json.loads(proc.stdout.splitlines()[-1]) if proc.returncode == 0 else {"error": proc.stderr[-2000:]}
+    rows = [l.split("\t") for l in open(prof + ".tokens64").read().splitlines()[1:]] if os.path.exists(prof + ".tokens64") else []
+    families = {}
+    for r in rows:
+        if r[0] == "step":
+            res["gpu_step_ms"] = float(r[3])
+            continue
+        fam = "cublaslt" if r[2] == "cublaslt" else r[1].split("+")[0]
+        families[fam] = families.get(fam, 0.0) + float(r[3])
+    res["families_ms"] = dict(sorted(families.items(), key=lambda kv: -kv[1]))
+    res["launches"] = len(rows) - 1
+    res["top"] = sorted(([r[1], r[2], float(r[3])] for r in rows if r[0] != "step"), key=lambda x: -x[2])[:12]
+    return res
+
+
 def waste(out_dir, env):
     so = unpacked(os.path.join(out_dir, "gpt2.so"))
     wfile = os.path.join(out_dir, "gpt2_init.safetensors")
@@ -342,13 +387,15 @@ def main():
         return e2e_child(*sys.argv[2:5])
     if sys.argv[1] == "--hf-child":
         return hf_child(*sys.argv[2:4])
+    if sys.argv[1] == "--profile-child":
+        return profile_child(*sys.argv[2:4])
     if sys.argv[1] == "--waste-child":
         return waste_child(*sys.argv[2:4])
     out_dir, parts = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "kernel,e2e,waste").split(",")
     env = library_env()
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     for part in parts:
-        res[part] = {"kernel": kernel, "e2e": e2e, "hf": hf, "waste": waste}[part](out_dir, env)
+        res[part] = {"kernel": kernel, "e2e": e2e, "hf": hf, "waste": waste, "profile": profile}[part](out_dir, env)
         print(part, json.dumps(res[part]), flush=True)
     json.dump(res, open(os.path.join(os.environ.get("OUT", "."), "gpu_decode.json"), "w"), indent=1)
 
