@@ -46,12 +46,28 @@ float narrowToFloat(uint16_t h, bool bf16) {
   return sign ? -f : f;
 }
 
-/// Writes an integer staging array into an I64 or I32 input of `at`.
-bool writeInts(sgc_session* s, const StepArena& at, int id, const int64_t* v, size_t n, std::string& error) {
-  if (at.prog->tensors[id].dtype == "I64") return s->write(at, id, v, error);
-  std::vector<int32_t>& narrow = s->decode->narrow;
+/// A step's inputs as they are staged: on a GPU into a host copy of the step's inputs region,
+/// sent in one copy (a step's inputs are all the region holds: ids, positions, block tables,
+/// sequences, positions in them and sampling); on the CPU straight into the arena.
+struct Inputs {
+  sgc_session* s;
+  const StepArena& at;
+  std::vector<uint8_t>& mirror;
+  bool put(int id, const void* src, std::string& error) {
+    const TensorDesc& t = at.prog->tensors[id];
+    if (!s->gpu || t.region != 0) return s->write(at, id, src, error);
+    std::memcpy(mirror.data() + t.offset, src, t.bytes);
+    return true;
+  }
+  bool send(std::string& error) { return !s->gpu || s->gpu->toDevice(at.devBase[0], mirror.data(), mirror.size(), error); }
+};
+
+/// Stages an integer array as an I64 or I32 input.
+bool putInts(Inputs& in, int id, const int64_t* v, size_t n, std::string& error) {
+  if (in.at.prog->tensors[id].dtype == "I64") return in.put(id, v, error);
+  std::vector<int32_t>& narrow = in.s->decode->narrow;
   narrow.assign(v, v + n);
-  return s->write(at, id, narrow.data(), error);
+  return in.put(id, narrow.data(), error);
 }
 
 /// The step program that runs n tokens: the smallest token bucket that holds them, else the step.
@@ -120,15 +136,15 @@ bool runTokens(sgc_session* s, size_t n, Wanted wanted, std::string& error) {
   const StepArena& at = stepFor(s, n);
   const Decode& d = *at.prog->decode;
   for (size_t i = n; i < (size_t)d.tokens; ++i) st.ids[i] = 0, st.positions[i] = 0, st.seq[i] = -1, st.pos[i] = 0, stageSampling(st, i, nullptr);
-  if (!writeInts(s, at, d.ids, st.ids.data(), d.tokens, error)) return false;
-  if (d.positions >= 0 && !writeInts(s, at, d.positions, st.positions.data(), d.tokens, error)) return false;
-  if (!s->write(at, d.seq, st.seq.data(), error) || !s->write(at, d.pos, st.pos.data(), error) ||
-      !s->write(at, d.tables, st.pages.tables().data(), error))
+  Inputs in{s, at, st.mirror[&at - st.steps.data()]};
+  if (!putInts(in, d.ids, st.ids.data(), d.tokens, error)) return false;
+  if (d.positions >= 0 && !putInts(in, d.positions, st.positions.data(), d.tokens, error)) return false;
+  if (!in.put(d.seq, st.seq.data(), error) || !in.put(d.pos, st.pos.data(), error) || !in.put(d.tables, st.pages.tables().data(), error))
     return false;
-  if (d.temperature >= 0 && (!s->write(at, d.temperature, st.temperature.data(), error) || !s->write(at, d.topK, st.topK.data(), error) ||
-                             !s->write(at, d.topP, st.topP.data(), error) || !s->write(at, d.seed, st.seed.data(), error)))
+  if (d.temperature >= 0 && (!in.put(d.temperature, st.temperature.data(), error) || !in.put(d.topK, st.topK.data(), error) ||
+                             !in.put(d.topP, st.topP.data(), error) || !in.put(d.seed, st.seed.data(), error)))
     return false;
-  if (!runStepOf(s, at, error)) return false;
+  if (!in.send(error) || !runStepOf(s, at, error)) return false;
   if (wanted.logits && !s->read(at, d.logits, st.logits.data(), error)) return false;
   return !wanted.next || s->read(at, d.next, st.next.data(), error);
 }

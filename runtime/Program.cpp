@@ -167,6 +167,11 @@ bool parseDecode(const nlohmann::json& j, const Program& p, Decode& d, std::stri
   for (int pool : d.pools)
     if (!isTensor(p, pool, {"F32", "BF16", "F16"}, {d.blocks, 2, d.blockSize, -1, -1}) || p.tensors[pool].kind != TensorKind::State)
       return fail(error, "decode: a bad cache pool");
+  // The runtime stages a step's inputs region whole (runtime/Decode.cpp): it holds these alone.
+  std::vector<int> staged{d.ids, d.positions, d.tables, d.seq, d.pos, d.temperature, d.topK, d.topP, d.seed};
+  for (int i = 0; i < (int)p.tensors.size(); ++i)
+    if (p.tensors[i].region == 0 && std::find(staged.begin(), staged.end(), i) == staged.end())
+      return fail(error, "decode: the inputs region holds " + p.tensors[i].name + ", which a step does not feed");
   return true;
 }
 

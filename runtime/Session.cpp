@@ -338,6 +338,23 @@ sgc_status connect(sgc_session* s, const sgc_session_options& o, int timeoutMs) 
   return SGC_OK;
 }
 
+/// On a GPU, where each step program's regions lie (`offsets`: each token bucket's, in the arena),
+/// and a stepper for each token bucket, with its own CUDA graph.
+bool prepareBuckets(sgc_session* s, std::vector<StepArena>& steps, const std::vector<std::array<uint64_t, kNumRegions>>& offsets, std::string& error) {
+  std::copy(s->devBase, s->devBase + kNumRegions, steps[0].devBase);
+  steps[0].gpuStep = s->gpuStep.get();
+  for (size_t b = 1; b < steps.size(); ++b) {
+    StepArena& at = steps[b];
+    for (int r = 0; r < kNumRegions; ++r) at.devBase[r] = s->gpu->arena() + offsets[b - 1][r];
+    std::vector<uint64_t> address;
+    for (int i = 0; i < (int)at.prog->tensors.size(); ++i) address.push_back(at.devData(i));
+    s->bucketSteps.push_back(std::make_unique<GpuStep>(*at.prog, *s->gpu, std::move(address), b));
+    at.gpuStep = s->bucketSteps.back().get();
+    if (!at.gpuStep->prepare(error)) return false;
+  }
+  return true;
+}
+
 /// float32 bytes rounded to bfloat16 (to nearest, ties to even; NaN stays NaN).
 std::vector<uint8_t> toBf16(const std::vector<uint8_t>& f32) {
   std::vector<uint8_t> out(f32.size() / 2);
@@ -430,19 +447,7 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
       for (int i = 0; i < (int)s->prog.tensors.size(); ++i) address.push_back(s->devData(i));
       s->gpuStep = std::make_unique<GpuStep>(s->prog, *s->gpu, std::move(address));
       if (!s->gpuStep->prepare(error)) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
-      for (size_t b = 0; b < steps.size(); ++b) {
-        StepArena& at = steps[b];
-        for (int r = 0; r < kNumRegions; ++r) at.devBase[r] = b ? s->gpu->arena() + bucketOffsets[b - 1][r] : s->devBase[r];
-        if (!b) {
-          at.gpuStep = s->gpuStep.get();
-          continue;
-        }
-        std::vector<uint64_t> bucketAddress;
-        for (int i = 0; i < (int)at.prog->tensors.size(); ++i) bucketAddress.push_back(at.devData(i));
-        s->bucketSteps.push_back(std::make_unique<GpuStep>(*at.prog, *s->gpu, std::move(bucketAddress), b));
-        at.gpuStep = s->bucketSteps.back().get();
-        if (!at.gpuStep->prepare(error)) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
-      }
+      if (!prepareBuckets(s.get(), steps, bucketOffsets, error)) return fail(SGC_ERROR_DEVICE, "device '" + device + "': " + error);
     } else {
       s->arena = std::aligned_alloc(64, total ? total : 64);
       if (!s->arena) return fail(SGC_ERROR_OUT_OF_MEMORY, "cannot allocate the " + std::to_string(total) + "-byte arena");
@@ -468,6 +473,7 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
     if (s->prog.decode) {
       s->decode = std::make_unique<DecodeState>(*s->prog.decode, s->prog.tensors[s->prog.decode->logits].bytes);
       s->decode->steps = std::move(steps);
+      for (const StepArena& at : s->decode->steps) s->decode->mirror.emplace_back(s->gpu ? at.prog->regions[0] : 0);
     }
     s->inputSet.assign(s->lists[SGC_TENSOR_INPUT].size(), false);
     s->lr = s->prog.lrDefault;

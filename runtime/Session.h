@@ -52,6 +52,7 @@ struct StepArena {
 /// of one step's inputs and logits, all sized when the session is made.
 struct DecodeState {
   std::vector<StepArena> steps; ///< the library's step, then its token buckets by ascending tokens
+  std::vector<std::vector<uint8_t>> mirror; ///< GPU: per step, its inputs region as staged (sent in one copy)
   KvPages pages;
   std::vector<int64_t> ids, positions; ///< [tokens]
   std::vector<int32_t> seq, pos;       ///< [tokens]
