@@ -56,7 +56,9 @@ std::vector<int64_t> sampled(SampleRun& run) {
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < y->type.staticNumel().value(); ++i) {
     ids.push_back(buffers.at("y").getI(i));
-    if (want) EXPECT_EQ(ids.back(), want->at("y").getI(i)) << "row " << i;
+    if (want) {
+      EXPECT_EQ(ids.back(), want->at("y").getI(i)) << "row " << i;
+    }
   }
   return ids;
 }
@@ -85,7 +87,9 @@ TEST(Kernel, SampleMatchesInterpreter) {
       int64_t best = 0;
       for (int64_t v = 1; v < 300; ++v)
         if (x.getF(r * 300 + v) > x.getF(r * 300 + best)) best = v;
-      if (temps[r % 3] == 0 || std::string(dtype) == "f32") EXPECT_EQ(ids[r], best) << dtype << " row " << r;
+      if (temps[r % 3] == 0 || std::string(dtype) == "f32") {
+        EXPECT_EQ(ids[r], best) << dtype << " row " << r;
+      }
     }
   }
 }
