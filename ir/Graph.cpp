@@ -123,6 +123,18 @@ void Graph::setOrder(const std::vector<Node*>& order) {
   for (Node* n : order) nodes_.push_back(std::move(owned.at(n)));
 }
 
+void Graph::placeAfter(const std::map<const Node*, std::vector<Node*>>& after) {
+  std::set<const Node*> moved;
+  for (const auto& [key, nodes] : after) moved.insert(nodes.begin(), nodes.end());
+  std::vector<Node*> order;
+  for (const auto& n : nodes_) {
+    if (moved.count(n.get())) continue;
+    order.push_back(n.get());
+    if (auto it = after.find(n.get()); it != after.end()) order.insert(order.end(), it->second.begin(), it->second.end());
+  }
+  setOrder(order);
+}
+
 Value* Graph::addResult(Node* n, const std::string& name) {
   Value* v = newValue(uniqueName(name), ValueKind::Result);
   v->producer = n;

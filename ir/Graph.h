@@ -80,6 +80,10 @@ public:
   /// Puts the nodes in `order`, which must hold each of them once (passes that
   /// insert nodes build the new order, then call this).
   void setOrder(const std::vector<Node*>& order);
+  /// Moves the nodes listed in `after` to just after their key, in the order listed (passes that
+  /// append nodes meant to follow one: its replacements, a cast of its result); the rest keep
+  /// their order.
+  void placeAfter(const std::map<const Node*, std::vector<Node*>>& after);
 
   /// Gives an existing node one more result value.
   Value* addResult(Node* n, const std::string& name);

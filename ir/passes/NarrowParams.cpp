@@ -48,7 +48,7 @@ Error narrowParams(Graph& g, int* count) {
   for (const auto& n : g.nodes())
     for (const Value* in : n->inputs)
       if (in && (readers[in].empty() || readers[in].back() != n.get())) readers[in].push_back(n.get());
-  std::map<Node*, Node*> widenAfter; // a Gather -> the Cast that widens its rows again
+  std::map<const Node*, std::vector<Node*>> widenAfter; // a Gather -> the Cast that widens its rows again
   for (Value* p : g.params) {
     Reads r;
     if (p->type.dtype != DType::F32 || std::count(g.outputs.begin(), g.outputs.end(), p) || !narrowable(p, readers, r)) continue;
@@ -63,21 +63,13 @@ Error narrowParams(Graph& g, int* count) {
       widen->attrs["to"] = std::string("f32");
       g.replaceAllUses(rows, widen->outputs[0]);
       widen->inputs[0] = rows;
-      widenAfter[gather] = widen;
+      widenAfter[gather] = {widen};
     }
     ++narrowed;
   }
   if (count) *count = narrowed;
   if (!narrowed) return Error::success();
-  if (!widenAfter.empty()) {
-    std::vector<Node*> order;
-    for (const auto& n : g.nodes())
-      if (n->op != Op::Cast || std::none_of(widenAfter.begin(), widenAfter.end(), [&](const auto& w) { return w.second == n.get(); })) {
-        order.push_back(n.get());
-        if (auto it = widenAfter.find(n.get()); it != widenAfter.end()) order.push_back(it->second);
-      }
-    g.setOrder(order);
-  }
+  g.placeAfter(widenAfter);
   g.removeDeadNodes();
   return inferShapes(g);
 }

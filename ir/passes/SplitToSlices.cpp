@@ -5,7 +5,6 @@
 
 #include <map>
 #include <optional>
-#include <set>
 
 namespace sgc::ir {
 namespace {
@@ -27,8 +26,7 @@ Value* i64s(Graph& g, const std::string& name, int64_t v) { return g.addConst(g.
 } // namespace
 
 Error splitToSlices(Graph& g, int* count) {
-  std::map<const Node*, std::vector<Node*>> slices; // a Split -> the Slices that replace it
-  std::set<const Node*> placed;                     // those Slices: each goes where its Split was
+  std::map<const Node*, std::vector<Node*>> slices; // a Split -> the Slices that replace it, placed where it was
   std::vector<Node*> splits;
   for (const auto& n : g.nodes())
     if (n->op == Op::Split && staticAxis(*n)) splits.push_back(n.get());
@@ -41,19 +39,12 @@ Error splitToSlices(Graph& g, int* count) {
       s->outputs[0]->type = y->type;
       g.replaceAllUses(y, s->outputs[0]);
       slices[n].push_back(s);
-      placed.insert(s);
       start += size;
     }
   }
   if (count) *count = (int)splits.size();
   if (splits.empty()) return Error::success();
-  std::vector<Node*> order;
-  for (const auto& n : g.nodes()) {
-    if (placed.count(n.get())) continue;
-    order.push_back(n.get());
-    if (auto it = slices.find(n.get()); it != slices.end()) order.insert(order.end(), it->second.begin(), it->second.end());
-  }
-  g.setOrder(order);
+  g.placeAfter(slices);
   g.removeDeadNodes();
   return inferShapes(g);
 }
