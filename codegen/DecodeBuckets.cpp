@@ -1,6 +1,8 @@
 // Token-count buckets of a decode step (see DecodeBuckets.h).
 #include "codegen/DecodeBuckets.h"
 
+#include "runtime/Program.h"
+
 #include <nlohmann/json.hpp>
 
 #include <map>
@@ -22,30 +24,10 @@ void remapKernels(nlohmann::json& launches, const std::vector<int>& index) {
   }
 }
 
-/// The parameters and state (the cache) of `bucket` lie where `main`'s of the same name do.
-Error checkShared(const nlohmann::json& main, const nlohmann::json& bucket) {
-  std::map<std::string, const nlohmann::json*> byName;
-  for (const nlohmann::json& t : main.at("tensors")) byName[t.at("name")] = &t;
-  for (int r : {1, 2}) // params, state
-    if (main.at("regions")[r] != bucket.at("regions")[r])
-      return makeError("internal error: a token bucket's region " + std::to_string(r) + " differs from the main step's");
-  for (const nlohmann::json& t : bucket.at("tensors")) {
-    std::string kind = t.at("kind");
-    if (kind != "param" && kind != "state") continue;
-    auto it = byName.find(t.at("name"));
-    const char* fields[] = {"kind", "region", "offset", "bytes", "dtype", "shape"};
-    bool same = it != byName.end();
-    for (const char* f : fields) same = same && (*it->second).at(f) == t.at(f);
-    if (!same) return makeError("internal error: a token bucket places %" + t.at("name").get<std::string>() + " apart from the main step");
-  }
-  return Error::success();
-}
-
 } // namespace
 
 Error addDecodeBucket(CompiledProgram& main, CompiledProgram bucket) {
   nlohmann::json mainJson = nlohmann::json::parse(main.programJson), b = nlohmann::json::parse(bucket.programJson);
-  if (Error e = checkShared(mainJson, b)) return e;
   std::string tokens = std::to_string(b.at("decode").at("tokens").get<int64_t>());
   std::map<std::string, int> byContent;
   for (size_t i = 0; i < main.kernels.size(); ++i) byContent.emplace(kir::contentKey(main.kernels[i]), (int)i);
@@ -71,7 +53,10 @@ Error addDecodeBucket(CompiledProgram& main, CompiledProgram bucket) {
   mainJson["kernels"] = (int)main.kernels.size();
   mainJson["kernel_names"] = names;
   mainJson["buckets"].push_back(std::move(b));
-  main.programJson = mainJson.dump();
+  std::string merged = mainJson.dump(), error;
+  rt::Program read; // the runtime's reading checks that the bucket shares the step's parameters and cache
+  if (!rt::parseProgram(merged.data(), merged.size(), main.weights.size(), read, error)) return makeError("internal error: token bucket " + tokens + ": " + error);
+  main.programJson = std::move(merged);
   main.gemms += bucket.gemms, main.gemmEpilogues += bucket.gemmEpilogues, main.gpuForms += bucket.gpuForms;
   return Error::success();
 }

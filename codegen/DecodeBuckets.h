@@ -13,7 +13,8 @@ namespace sgc::codegen {
 /// Adds `bucket` (the decode step of `main` compiled for fewer tokens, with Weights::None) to
 /// `main`: its kernels join main's, each content once (the others renamed sgc_tTOKENS_kI), its
 /// constants join the weights blob, and its description joins main's as "buckets"[]. An error
-/// when it does not place its parameters and cache exactly where main does.
+/// when it does not place its parameters and cache exactly where main does (the runtime's own
+/// check, runtime/Program.h).
 Error addDecodeBucket(CompiledProgram& main, CompiledProgram bucket);
 
 } // namespace sgc::codegen

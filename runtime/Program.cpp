@@ -300,10 +300,11 @@ bool parseBody(const nlohmann::json& j, uint64_t weightsBytes, Program& p, std::
   return true;
 }
 
-/// Whether tensors a and b (of programs p and q) are one tensor: the same name, kind and place.
+/// Whether tensors a and b (of programs p and q) are one tensor: the same name, kind, place and type.
 bool sameTensor(const Program& p, int a, const Program& q, int b) {
   const TensorDesc &x = p.tensors[a], &y = q.tensors[b];
-  return x.name == y.name && x.kind == y.kind && x.region == y.region && x.offset == y.offset && x.bytes == y.bytes && x.dtype == y.dtype;
+  return x.name == y.name && x.kind == y.kind && x.region == y.region && x.offset == y.offset && x.bytes == y.bytes && x.dtype == y.dtype &&
+         x.shape == y.shape;
 }
 
 /// A token bucket `b` of the decode step `p` (the last bucket so far `before`, or null): a decode
