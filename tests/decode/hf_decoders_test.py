@@ -37,17 +37,22 @@ def extra_input_refused(sgc, work):
 # decoding), and a step of 16 with token buckets of 2 and 5 (the prompts prefill together in one
 # or two steps, a decoding step of 3 sequences runs the bucket of 5, of 1 or 2 the bucket of 2).
 LAYOUTS = {"": ["--max-tokens", "5"], ".buckets": ["--max-tokens", "16", "--token-buckets", "2,5"]}
+# GPT-2 in bf16 too: its embedding is tied to its LM head, which narrow-params stores in bf16 (the
+# gathered rows widened); on these prompts its greedy tokens are still transformers' float32 ones.
+# (Llama's bf16 tokens part from float32's after a near-tie in one prompt: not asserted.)
+BF16 = {".bf16": ["--max-tokens", "16", "--precision", "bf16"]}
 
 
 def main():
     sgc, work = sys.argv[1], sys.argv[2]
     fixtures.unpack(os.path.join(HERE, "fixtures", "hf_decoders.tar.xz"), work)
     failures = 0
-    for name, layout in [(n, l) for n in DECODED for l in LAYOUTS]:
+    layouts = dict(LAYOUTS, **BF16)
+    for name, layout in [(n, l) for n in DECODED for l in LAYOUTS] + [(n, l) for n in DECODED if n.startswith("gpt2") for l in BF16]:
         ref = json.load(open(os.path.join(work, name.split(".")[0] + ".json")))
         so = os.path.join(work, name + layout + ".so")
         proc = subprocess.run([sgc, "compile", os.path.join(work, name + ".onnx"), "--mode", "decode", "--max-context", "64",
-                               "--max-seqs", "3", "--kv-block-size", "4", *LAYOUTS[layout], "--target", "cpu", "-o", so],
+                               "--max-seqs", "3", "--kv-block-size", "4", *layouts[layout], "--target", "cpu", "-o", so],
                               capture_output=True, text=True)
         name += layout
         if proc.returncode != 0:
