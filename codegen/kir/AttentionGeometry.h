@@ -7,23 +7,30 @@ namespace sgc::kir {
 
 /// `heads` independent problems (the product of the leading dims) of tq queries and tk keys
 /// of width d, values of width dv; operands [..., H, T, D], or with layout "bthd" [..., T, H, D]
-/// (then h = H: a problem's rows are h rows apart).
+/// (then h = H: a problem's rows are h rows apart), or with "bt3hd" one operand
+/// [..., T, 3, H, D] holding q, k and v (`packed`; the result and the row statistics are then
+/// as with "bthd", and the gradient's first result is the operand's whole gradient).
 struct AttentionGeometry {
   const ir::Node& n;
   int64_t heads, tq, tk, d, dv, h = 1;
   double scale;
-  bool causal, bthd;
+  bool causal, bthd, packed;
 
   explicit AttentionGeometry(const ir::Node& node) : n(node) {
     auto q = n.input(0)->type.shape(), v = n.input(2)->type.shape();
-    bthd = n.getString("layout", "bhtd") == "bthd";
-    size_t at = q.size() - (bthd ? 3 : 2);
+    std::string layout = n.getString("layout", "bhtd");
+    packed = layout == "bt3hd";
+    bthd = packed || layout == "bthd";
+    size_t at = q.size() - (packed ? 4 : bthd ? 3 : 2);
     tq = q[at], d = q.back(), tk = v[at], dv = v.back();
     if (bthd) h = q[q.size() - 2];
-    heads = tq > 0 && d > 0 ? n.input(0)->type.staticNumel().value() / (tq * d) : 0;
+    heads = tq > 0 && d > 0 ? n.input(0)->type.staticNumel().value() / (tq * d * (packed ? 3 : 1)) : 0;
     scale = n.getFloat("scale", 1.0);
     causal = n.getInt("causal", 0) != 0;
   }
+
+  /// The result that holds operand `which`'s gradient (0 dq, 1 dk, 2 dv).
+  const ir::Value* gradOf(int which) const { return n.outputs[packed ? 0 : which]; }
 };
 
 } // namespace sgc::kir

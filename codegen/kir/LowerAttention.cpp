@@ -37,6 +37,11 @@ struct Attention : AttentionGeometry {
     if (!bthd) return B::add(B::mul(p, B::i(len)), i);
     return B::add(B::mul(B::add(B::mul(binary(KOp::IDiv, p, B::i(h)), B::i(len)), i), B::i(h)), binary(KOp::IMod, p, B::i(h)));
   }
+  /// The row of operand `which` (0 q, 1 k, 2 v) at result row r: r itself but where packed.
+  ExprRef operand(int which, const ExprRef& r) const {
+    if (!packed) return r;
+    return B::add(B::mul(binary(KOp::IDiv, r, B::i(h)), B::i(3 * h)), B::add(B::i(which * h), binary(KOp::IMod, r, B::i(h))));
+  }
 };
 
 /// Element e of row `row` in a row-major matrix `width` elements wide.
@@ -57,13 +62,13 @@ Kernel forward(const std::string& name, const Attention& a) {
   ExprRef h = a.problem(loopVar(r), a.tq), i = a.position(loopVar(r), a.tq);
   ExprRef key = a.row(h, loopVar(j), a.tk);
   std::vector<StmtRef> body;
-  auto qs = locals(b, a.d, body, [&](int64_t e) { return B::mul(b.ld(q, at(loopVar(r), a.d, e)), a.c(a.scale)); });
+  auto qs = locals(b, a.d, body, [&](int64_t e) { return B::mul(b.ld(q, at(a.operand(0, loopVar(r)), a.d, e)), a.c(a.scale)); });
   auto os = locals(b, a.dv, body, [&](int64_t) { return a.c(0); });
   int m = b.newLocal(), l = b.newLocal(), s = b.newLocal(), mn = b.newLocal(), corr = b.newLocal(), p = b.newLocal();
   body.push_back(let(m, a.c(-INFINITY)));
   body.push_back(let(l, a.c(0)));
   std::vector<StmtRef> step{
-      let(s, dot(a, qs, [&](int64_t e) { return b.ld(k, at(key, a.d, e)); })),
+      let(s, dot(a, qs, [&](int64_t e) { return b.ld(k, at(a.operand(1, key), a.d, e)); })),
       let(mn, binary(KOp::Max, local(m, a.t), local(s, a.t))),
       let(corr, unary(KOp::Exp, B::sub(local(m, a.t), local(mn, a.t)))),
       let(p, unary(KOp::Exp, B::sub(local(s, a.t), local(mn, a.t)))),
@@ -71,7 +76,7 @@ Kernel forward(const std::string& name, const Attention& a) {
   };
   for (int64_t e = 0; e < a.dv; ++e)
     step.push_back(set(os[e], B::add(B::mul(local(os[e], a.t), local(corr, a.t)),
-                                     B::mul(local(p, a.t), b.ld(v, at(key, a.dv, e))))));
+                                     B::mul(local(p, a.t), b.ld(v, at(a.operand(2, key), a.dv, e))))));
   step.push_back(set(m, local(mn, a.t)));
   body.push_back(a.causal ? loopUpTo(j, a.tk, B::add(i, B::i(1)), std::move(step)) : loop(j, a.tk, false, std::move(step)));
   for (int64_t e = 0; e < a.dv; ++e) body.push_back(b.st(y, at(loopVar(r), a.dv, e), B::div(local(os[e], a.t), local(l, a.t))));
@@ -82,26 +87,26 @@ Kernel forward(const std::string& name, const Attention& a) {
 /// dq and delta, for query row r: delta = dy . y; dq = scale * sum over j of p (dy . v_j - delta) k_j.
 Kernel gradQueries(const std::string& name, const Attention& a) {
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *y = a.n.input(3), *lse = a.n.input(4), *dy = a.n.input(5);
-  const ir::Value *dq = a.n.outputs[0], *delta = a.n.outputs[3];
+  const ir::Value *dq = a.gradOf(0), *delta = a.n.outputs[3];
   B b(name);
   int r = b.newLoopVar(), j = b.newLoopVar();
   ExprRef h = a.problem(loopVar(r), a.tq), i = a.position(loopVar(r), a.tq);
-  ExprRef key = a.row(h, loopVar(j), a.tk);
+  ExprRef key = a.row(h, loopVar(j), a.tk), krow = a.operand(1, key);
   std::vector<StmtRef> body;
   auto dys = locals(b, a.dv, body, [&](int64_t e) { return b.ld(dy, at(loopVar(r), a.dv, e)); });
-  auto qs = locals(b, a.d, body, [&](int64_t e) { return b.ld(q, at(loopVar(r), a.d, e)); });
+  auto qs = locals(b, a.d, body, [&](int64_t e) { return b.ld(q, at(a.operand(0, loopVar(r)), a.d, e)); });
   auto dqs = locals(b, a.d, body, [&](int64_t) { return a.c(0); });
   int dl = b.newLocal(), lr = b.newLocal(), p = b.newLocal(), ds = b.newLocal();
   body.push_back(let(dl, dot(a, dys, [&](int64_t e) { return b.ld(y, at(loopVar(r), a.dv, e)); })));
   body.push_back(b.st(delta, loopVar(r), local(dl, a.t)));
   body.push_back(let(lr, b.ld(lse, loopVar(r))));
   std::vector<StmtRef> step{
-      let(p, unary(KOp::Exp, B::sub(B::mul(a.c(a.scale), dot(a, qs, [&](int64_t e) { return b.ld(k, at(key, a.d, e)); })), local(lr, a.t)))),
-      let(ds, B::mul(local(p, a.t), B::sub(dot(a, dys, [&](int64_t e) { return b.ld(v, at(key, a.dv, e)); }), local(dl, a.t)))),
+      let(p, unary(KOp::Exp, B::sub(B::mul(a.c(a.scale), dot(a, qs, [&](int64_t e) { return b.ld(k, at(krow, a.d, e)); })), local(lr, a.t)))),
+      let(ds, B::mul(local(p, a.t), B::sub(dot(a, dys, [&](int64_t e) { return b.ld(v, at(a.operand(2, key), a.dv, e)); }), local(dl, a.t)))),
   };
-  for (int64_t e = 0; e < a.d; ++e) step.push_back(set(dqs[e], B::add(local(dqs[e], a.t), B::mul(local(ds, a.t), b.ld(k, at(key, a.d, e))))));
+  for (int64_t e = 0; e < a.d; ++e) step.push_back(set(dqs[e], B::add(local(dqs[e], a.t), B::mul(local(ds, a.t), b.ld(k, at(krow, a.d, e))))));
   body.push_back(a.causal ? loopUpTo(j, a.tk, B::add(i, B::i(1)), std::move(step)) : loop(j, a.tk, false, std::move(step)));
-  for (int64_t e = 0; e < a.d; ++e) body.push_back(b.st(dq, at(loopVar(r), a.d, e), B::mul(local(dqs[e], a.t), a.c(a.scale))));
+  for (int64_t e = 0; e < a.d; ++e) body.push_back(b.st(dq, at(a.operand(0, loopVar(r)), a.d, e), B::mul(local(dqs[e], a.t), a.c(a.scale))));
   return b.finish(loop(r, a.heads * a.tq, true, std::move(body)));
 }
 
@@ -109,7 +114,7 @@ Kernel gradQueries(const std::string& name, const Attention& a) {
 /// dk = scale * sum over i of p (dy_i . v - delta_i) q_i; dv = sum over i of p dy_i.
 Kernel gradKeysOrValues(const std::string& name, const Attention& a, bool keys) {
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
-  const ir::Value *out = a.n.outputs[keys ? 1 : 2], *delta = a.n.outputs[3];
+  const ir::Value *out = a.gradOf(keys ? 1 : 2), *delta = a.n.outputs[3];
   B b(name);
   int c = b.newLoopVar(), t = b.newLoopVar();
   ExprRef h = a.problem(loopVar(c), a.tk), j = a.position(loopVar(c), a.tk);
@@ -117,27 +122,27 @@ Kernel gradKeysOrValues(const std::string& name, const Attention& a, bool keys) 
   // keys (a GPU warp), so that all lanes read the same query row at once; the lanes whose key
   // that query does not see yet add zero.
   ExprRef first = a.causal ? B::mul(binary(KOp::IDiv, j, B::i(32)), B::i(32)) : B::i(0), query = B::add(first, loopVar(t));
-  ExprRef row = a.row(h, query, a.tq);
+  ExprRef row = a.row(h, query, a.tq), qrow = a.operand(0, row);
   std::vector<StmtRef> body;
-  auto ks = locals(b, a.d, body, [&](int64_t e) { return b.ld(k, at(loopVar(c), a.d, e)); });
+  auto ks = locals(b, a.d, body, [&](int64_t e) { return b.ld(k, at(a.operand(1, loopVar(c)), a.d, e)); });
   std::vector<int> vs;
-  if (keys) vs = locals(b, a.dv, body, [&](int64_t e) { return b.ld(v, at(loopVar(c), a.dv, e)); });
+  if (keys) vs = locals(b, a.dv, body, [&](int64_t e) { return b.ld(v, at(a.operand(2, loopVar(c)), a.dv, e)); });
   int64_t width = keys ? a.d : a.dv;
   auto acc = locals(b, width, body, [&](int64_t) { return a.c(0); });
   int p = b.newLocal(), ds = keys ? b.newLocal() : -1;
   std::vector<StmtRef> step{
-      let(p, unary(KOp::Exp, B::sub(B::mul(a.c(a.scale), dot(a, ks, [&](int64_t e) { return b.ld(q, at(row, a.d, e)); })), b.ld(lse, row)))),
+      let(p, unary(KOp::Exp, B::sub(B::mul(a.c(a.scale), dot(a, ks, [&](int64_t e) { return b.ld(q, at(qrow, a.d, e)); })), b.ld(lse, row)))),
   };
   if (a.causal) step.push_back(set(p, select(binary(KOp::Ge, query, j), local(p, a.t), a.c(0))));
   if (keys) {
     step.push_back(let(ds, B::mul(local(p, a.t), B::sub(dot(a, vs, [&](int64_t e) { return b.ld(dy, at(row, a.dv, e)); }), b.ld(delta, row)))));
-    for (int64_t e = 0; e < a.d; ++e) step.push_back(set(acc[e], B::add(local(acc[e], a.t), B::mul(local(ds, a.t), b.ld(q, at(row, a.d, e))))));
+    for (int64_t e = 0; e < a.d; ++e) step.push_back(set(acc[e], B::add(local(acc[e], a.t), B::mul(local(ds, a.t), b.ld(q, at(qrow, a.d, e))))));
   } else {
     for (int64_t e = 0; e < a.dv; ++e) step.push_back(set(acc[e], B::add(local(acc[e], a.t), B::mul(local(p, a.t), b.ld(dy, at(row, a.dv, e))))));
   }
   body.push_back(a.causal ? loopUpTo(t, a.tq, B::sub(B::i(a.tq), first), std::move(step)) : loop(t, a.tq, false, std::move(step)));
   for (int64_t e = 0; e < width; ++e)
-    body.push_back(b.st(out, at(loopVar(c), width, e), keys ? B::mul(local(acc[e], a.t), a.c(a.scale)) : local(acc[e], a.t)));
+    body.push_back(b.st(out, at(a.operand(keys ? 1 : 2, loopVar(c)), width, e), keys ? B::mul(local(acc[e], a.t), a.c(a.scale)) : local(acc[e], a.t)));
   return b.finish(loop(c, a.heads * a.tk, true, std::move(body)));
 }
 

@@ -96,13 +96,17 @@ struct Lane {
 struct Geometry : AttentionGeometry {
   using AttentionGeometry::AttentionGeometry;
 
-  /// The flat rows (of an operand of `len` positions seen as [rows, width]) of problem p's
-  /// positions pos0, pos0 + 1, ...
-  RowOf rows(const ExprRef& p, const ExprRef& pos0, int64_t len) const {
-    return [this, p, pos0, len](const ExprRef& r) {
+  /// The flat rows (of a tensor of `len` positions seen as [rows, width]) of problem p's
+  /// positions pos0, pos0 + 1, ...: of the result (and its gradient, the row statistics), or
+  /// with `which` >= 0 of operand `which` (0 q, 1 k, 2 v; they differ where packed).
+  RowOf rows(const ExprRef& p, const ExprRef& pos0, int64_t len, int which = -1) const {
+    bool inPacked = packed && which >= 0;
+    return [this, p, pos0, len, which, inPacked](const ExprRef& r) {
       ExprRef pos = B::add(pos0, r);
       if (!bthd) return B::add(B::mul(p, B::i(len)), pos);
-      return B::add(B::mul(B::add(B::mul(binary(KOp::IDiv, p, B::i(h)), B::i(len)), pos), B::i(h)), binary(KOp::IMod, p, B::i(h)));
+      ExprRef position = B::add(B::mul(binary(KOp::IDiv, p, B::i(h)), B::i(len)), pos), head = binary(KOp::IMod, p, B::i(h));
+      if (!inPacked) return B::add(B::mul(position, B::i(h)), head);
+      return B::add(B::mul(position, B::i(3 * h)), B::add(B::i(which * h), head));
     };
   }
 
@@ -364,9 +368,9 @@ Writer::Walk keyWalk(const Geometry& a, const ExprRef& row0, int64_t rows, int64
 /// A walk's copies over blocks of kb keys: block jb's rows of K and V into a stage of `ks` and `vs`.
 Writer::Copies keyValueCopies(Writer& w, const SharedTile& ks, const SharedTile& vs, const WarpBlock& wb, int64_t kb) {
   return [&w, &ks, &vs, &wb, kb](const ExprRef& stage, const ExprRef& jb) {
-    RowOf keys = w.a.rows(wb.head, B::mul(jb, B::i(kb)), w.a.tk);
-    std::vector<StmtRef> c = ks.copies(w.b, stage, w.a.n.input(1), keys, wb.tid, wb.threads);
-    for (StmtRef& s : vs.copies(w.b, stage, w.a.n.input(2), keys, wb.tid, wb.threads)) c.push_back(std::move(s));
+    ExprRef key0 = B::mul(jb, B::i(kb));
+    std::vector<StmtRef> c = ks.copies(w.b, stage, w.a.n.input(1), w.a.rows(wb.head, key0, w.a.tk, 1), wb.tid, wb.threads);
+    for (StmtRef& s : vs.copies(w.b, stage, w.a.n.input(2), w.a.rows(wb.head, key0, w.a.tk, 2), wb.tid, wb.threads)) c.push_back(std::move(s));
     return c;
   };
 }
@@ -410,7 +414,7 @@ Kernel forward(const std::string& name, const Geometry& a) {
   std::vector<std::array<int, 2>> m(R), l(R);
   for (int t = 0; t < R; ++t) {
     qrows.push_back(a.rows(head, B::add(q0, B::i(16 * t)), a.tq));
-    qf.push_back(w.operandRows(ln, q, qrows[t], a.d));
+    qf.push_back(w.operandRows(ln, q, a.rows(head, B::add(q0, B::i(16 * t)), a.tq, 0), a.d));
     o.push_back(w.zeros(a.dv / 8, w.body));
     for (int r = 0; r < 2; ++r) {
       m[t][r] = b.newLocal(), l[t][r] = b.newLocal();
@@ -498,7 +502,7 @@ Kernel delta(const std::string& name, const Geometry& a) {
 /// warps.
 Kernel gradQueries(const std::string& name, const Geometry& a) {
   const ir::Value *q = a.n.input(0), *lse = a.n.input(4), *dy = a.n.input(5);
-  const ir::Value *dq = a.n.outputs[0], *delta = a.n.outputs[3];
+  const ir::Value *dq = a.gradOf(0), *delta = a.n.outputs[3];
   Writer w(name, a);
   B& b = w.b;
   int iv = b.newLoopVar();
@@ -507,8 +511,8 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
   WarpBlock wb(ln, loopVar(iv), tiles, 16, true);
   const ExprRef &head = wb.head, &q0 = wb.warpRow0;
   SharedTile ks(b, kb, a.d), vs(b, kb, a.dv);
-  RowOf qrows = a.rows(head, q0, a.tq);
-  auto qf = w.operandRows(ln, q, qrows, a.d);
+  RowOf qrows = a.rows(head, q0, a.tq), qIn = a.rows(head, q0, a.tq, 0);
+  auto qf = w.operandRows(ln, q, qIn, a.d);
   auto dyf = w.operandRows(ln, dy, qrows, a.dv);
   int rl[2], rd[2];
   for (int r = 0; r < 2; ++r) {
@@ -538,7 +542,7 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
   w.stagedWalk(a.tk / kb, keyWalk(a, wb.row0, wb.warps * 16, kb), copies, block);
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i)
-      w.body.push_back(b.st(dq, B::add(B::mul(qrows(ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d)), B::mul(lf(acc[n][i]), f(a.scale))));
+      w.body.push_back(b.st(dq, B::add(B::mul(qIn(ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d)), B::mul(lf(acc[n][i]), f(a.scale))));
   return w.finish(iv, a.heads * tiles, wb.threads);
 }
 
@@ -547,7 +551,7 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
 /// their log-sum-exp and delta.
 Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
-  const ir::Value *dk = a.n.outputs[1], *dvOut = a.n.outputs[2], *delta = a.n.outputs[3];
+  const ir::Value *dk = a.gradOf(1), *dvOut = a.gradOf(2), *delta = a.n.outputs[3];
   Writer w(name, a);
   B& b = w.b;
   int iv = b.newLoopVar();
@@ -555,17 +559,18 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   int64_t tiles = a.tk / 16, qb = a.tq % 32 == 0 && std::max(a.d, a.dv) <= 64 ? 32 : 16; // wider rows: the registers of 16
   WarpBlock wb(ln, loopVar(iv), tiles, 16, false); // the longest walks (first keys) first
   const ExprRef &head = wb.head, &k0 = wb.warpRow0;
-  RowOf krows = a.rows(head, k0, a.tk);
+  RowOf krows = a.rows(head, k0, a.tk, 1), vrows = a.rows(head, k0, a.tk, 2);
   auto kf = w.operandRows(ln, k, krows, a.d);
-  auto vf = w.operandRows(ln, v, krows, a.dv);
+  auto vf = w.operandRows(ln, v, vrows, a.dv);
   auto dkAcc = w.zeros(a.d / 8, w.body), dvAcc = w.zeros(a.dv / 8, w.body);
   SharedTile qs(b, qb, a.d), dys(b, qb, a.dv);
   SharedRowValues lses(b, qb), deltas(b, qb);
   ExprRef first = a.causal ? wb.row0 : B::i(0); // causal: the queries before the block's keys see none of them
   auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
-    RowOf rows = a.rows(head, B::add(first, B::mul(jb, B::i(qb))), a.tq);
+    ExprRef pos0 = B::add(first, B::mul(jb, B::i(qb)));
+    RowOf rows = a.rows(head, pos0, a.tq);
     std::vector<StmtRef> c;
-    for (auto part : {qs.copies(b, stage, q, rows, wb.tid, wb.threads), dys.copies(b, stage, dy, rows, wb.tid, wb.threads),
+    for (auto part : {qs.copies(b, stage, q, a.rows(head, pos0, a.tq, 0), wb.tid, wb.threads), dys.copies(b, stage, dy, rows, wb.tid, wb.threads),
                       lses.copies(b, stage, lse, rows, wb.tid, wb.threads), deltas.copies(b, stage, delta, rows, wb.tid, wb.threads)})
       c.insert(c.end(), part.begin(), part.end());
     return c;
@@ -607,7 +612,7 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
     }
   for (int64_t n = 0; n < a.dv / 8; ++n)
     for (int i = 0; i < 4; ++i)
-      w.body.push_back(b.st(dvOut, B::add(B::mul(krows(ln.row(i)), B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), lf(dvAcc[n][i])));
+      w.body.push_back(b.st(dvOut, B::add(B::mul(vrows(ln.row(i)), B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), lf(dvAcc[n][i])));
   return w.finish(iv, a.heads * tiles, wb.threads);
 }
 

@@ -65,6 +65,11 @@ Error gradAttention(GradCtx& c) {
   if (c.dy.size() > 1 && c.dy[1]) return c.fail("no gradient flows through the log-sum-exp result");
   if (!c.dy[0]) return c.fail("no gradient reaches the result");
   Node* g = c.emitNode(Op::FusedAttentionGrad, {c.x(0), c.x(1), c.x(2), c.y(0), c.y(1), c.dy[0]}, 4, c.n.attrs);
+  if (c.n.getString("layout", "bhtd") == "bt3hd") { // one operand, passed three times: its whole gradient once
+    g->outputs[1] = g->outputs[2] = nullptr;
+    c.dx[0] = g->outputs[0];
+    return Error::success();
+  }
   for (size_t i = 0; i < 3; ++i)
     if (c.wants[i]) c.dx[i] = g->outputs[i];
   return Error::success();

@@ -3,6 +3,7 @@
 
 #include "ir/Verifier.h"
 #include "ir/passes/AttentionLayout.h"
+#include "ir/passes/PackAttention.h"
 #include "ir/passes/ExpandResize.h"
 #include "ir/passes/FoldTransposes.h"
 #include "ir/passes/FuseAttention.h"
@@ -25,6 +26,7 @@ Error runDeadCodeElimination(Graph& g) {
 
 Error runFuseAttention(Graph& g) { return fuseAttention(g); }
 Error runAttentionLayout(Graph& g) { return attentionLayout(g); }
+Error runPackAttention(Graph& g) { return packAttention(g); }
 Error runFuseGelu(Graph& g) { return fuseGelu(g); }
 Error runWidenSums(Graph& g) { return widenSums(g); }
 Error runNarrowMoves(Graph& g) { return narrowMoves(g); }

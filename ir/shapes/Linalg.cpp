@@ -150,6 +150,25 @@ Error inferGlobalPool(InferCtx& c) {
 /// Dims a and b must agree where both are static.
 static bool compatible(const Dim& a, const Dim& b) { return !a.isStatic() || !b.isStatic() || a.value == b.value; }
 
+/// FusedAttention(x, x, x) {layout = "bt3hd"}: x [..., T, 3, H, D] holds q, k and v at 0, 1, 2
+/// of its third-last dim; y [..., T, H, D], lse [..., T, H].
+static Error inferPackedAttention(InferCtx& c, const Type& x, DType stat) {
+  if (c.node.inputs[1] != c.node.inputs[0] || c.node.inputs[2] != c.node.inputs[0])
+    return c.fail("with layout bt3hd the queries, keys and values are one tensor, passed three times");
+  if (!x.ranked) {
+    c.out = {Type::unranked(x.dtype), Type::unranked(stat)};
+    return Error::success();
+  }
+  size_t r = x.dims.size();
+  if (r < 4 || !compatible(x.dims[r - 3], Dim::of(3))) return c.fail("with layout bt3hd the operand must be [..., T, 3, H, D]");
+  std::vector<Dim> y(x.dims.begin(), x.dims.end());
+  y.erase(y.begin() + (long)(r - 3));
+  c.out[0] = Type::ranked_(x.dtype, y);
+  y.pop_back();
+  c.out[1] = Type::ranked_(stat, y);
+  return Error::success();
+}
+
 Error inferAttention(InferCtx& c) {
   const Type &q = c.in[0], &k = c.in[1], &v = c.in[2];
   if (q.dtype != k.dtype || q.dtype != v.dtype) return c.fail("queries, keys and values have different dtypes");
@@ -159,9 +178,11 @@ Error inferAttention(InferCtx& c) {
     c.out = {Type::unranked(q.dtype), Type::unranked(stat)};
     return Error::success();
   }
-  // layout "bhtd" (default): [..., T, D]; "bthd": [..., T, H, D] (heads after positions).
+  // layout "bhtd" (default): [..., T, D]; "bthd": [..., T, H, D] (heads after positions);
+  // "bt3hd": q, k and v are one tensor [..., T, 3, H, D], the result [..., T, H, D].
   std::string layout = c.node.getString("layout", "bhtd");
-  if (layout != "bhtd" && layout != "bthd") return c.fail("unknown layout '" + layout + "' (expected bhtd or bthd)");
+  if (layout == "bt3hd") return inferPackedAttention(c, q, stat);
+  if (layout != "bhtd" && layout != "bthd") return c.fail("unknown layout '" + layout + "' (expected bhtd, bthd or bt3hd)");
   size_t r = q.dims.size(), t = layout == "bthd" ? 3 : 2;
   if (r < t || k.dims.size() != r || v.dims.size() != r)
     return c.fail(std::string("queries, keys and values must be ") + (t == 3 ? "[..., T, H, D]" : "[..., T, D]") + " of one rank");
@@ -177,6 +198,9 @@ Error inferAttention(InferCtx& c) {
 }
 
 Error inferAttentionGrad(InferCtx& c) {
+  // With layout "bt3hd" the first result is the packed operand's whole gradient; dk and dv are absent.
+  if (c.node.getString("layout", "bhtd") == "bt3hd" && (c.node.outputs[1] || c.node.outputs[2]))
+    return c.fail("with layout bt3hd the gradient has one result for the packed queries, keys and values (dk and dv absent)");
   c.out = {c.in[0], c.in[1], c.in[2], c.in[4]};
   return Error::success();
 }

@@ -4,6 +4,7 @@
 #include "ir/Verifier.h"
 #include "ir/autodiff/Autodiff.h"
 #include "ir/passes/AttentionLayout.h"
+#include "ir/passes/PackAttention.h"
 #include "ir/passes/Autocast.h"
 #include "ir/passes/FoldTransposes.h"
 #include "ir/passes/FuseAttention.h"
@@ -220,6 +221,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   if (opts.attention == "fused") {
     if (Error e = fuseAttention(g)) return e;
     if (Error e = attentionLayout(g)) return e;
+    if (Error e = packAttention(g)) return e; // before autodiff: the gradient comes out packed too
   }
   if (opts.precision == "bf16")
     if (Error e = autocastBf16(g)) return e;

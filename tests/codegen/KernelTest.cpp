@@ -400,8 +400,14 @@ TEST(Kernel, GpuFormsMatchInterpreter) {
 namespace {
 
 /// A FusedAttention node and its gradient over random [2, 3, T, *] operands of `dtype` (with
-/// `bthd`, [2, T, 3, *]).
-std::string attentionGraph(const char* dtype, int64_t tq, int64_t tk, bool causal, int64_t d = 8, int64_t dv = 5, bool bthd = false) {
+/// `bthd`, [2, T, 3, *]; `packed`, tq = tk and d = dv: one [2, T, 3, 3, d] operand, layout bt3hd).
+std::string attentionGraph(const char* dtype, int64_t tq, int64_t tk, bool causal, int64_t d = 8, int64_t dv = 5, bool bthd = false,
+                           bool packed = false) {
+  if (packed) // tq = tk, d = dv: q, k and v one tensor [2, T, 3, 3, d] (layout bt3hd), the result [2, T, 3, d]
+    return "graph @g { input %x : " + std::string(dtype) + "[2, " + std::to_string(tq) + ", 3, 3, " + std::to_string(d) + "]\n input %dy : " +
+           dtype + "[2, " + std::to_string(tq) + ", 3, " + std::to_string(d) + "]\n %y : ?[*], %lse : ?[*] = FusedAttention(%x, %x, %x) {causal = " +
+           (causal ? "1" : "0") + ", scale = 0.4, layout = \"bt3hd\"}\n %dx : ?[*], _, _, %delta : ?[*] = FusedAttentionGrad(%x, %x, %x, %y, %lse, %dy)" +
+           " {causal = " + (causal ? "1" : "0") + ", scale = 0.4, layout = \"bt3hd\"}\n output %y, %lse, %dx, %delta }";
   auto shape = [&](int64_t t, int64_t d) {
     std::string ts = std::to_string(t);
     return std::string(dtype) + (bthd ? "[2, " + ts + ", 3, " : "[2, 3, " + ts + ", ") + std::to_string(d) + "]";
@@ -423,11 +429,12 @@ TEST(Kernel, AttentionMatchesInterpreter) {
     int64_t tq, tk;
     bool causal;
     double tol;
-    bool bthd = false;
+    bool bthd = false, packed = false;
   };
   for (const Run& r : {Run{"f32", 7, 7, true, 1e-5}, Run{"f32", 5, 9, false, 1e-5}, Run{"f32", 4, 6, true, 1e-5}, Run{"f64", 6, 6, true, 1e-12},
-                       Run{"bf16", 16, 16, true, 2e-2}, Run{"f32", 7, 7, true, 1e-5, true}, Run{"f32", 5, 9, false, 1e-5, true}}) {
-    std::string text = attentionGraph(r.dtype, r.tq, r.tk, r.causal, 8, 5, r.bthd);
+                       Run{"bf16", 16, 16, true, 2e-2}, Run{"f32", 7, 7, true, 1e-5, true}, Run{"f32", 5, 9, false, 1e-5, true},
+                       Run{"f32", 7, 7, true, 1e-5, false, true}, Run{"f64", 6, 6, false, 1e-12, false, true}}) {
+    std::string text = attentionGraph(r.dtype, r.tq, r.tk, r.causal, 8, r.packed ? 8 : 5, r.bthd, r.packed);
     SCOPED_TRACE(text);
     auto g = ir::parse(text, "attention");
     ASSERT_TRUE(!!g) << errorText(g.takeError());
@@ -437,7 +444,8 @@ TEST(Kernel, AttentionMatchesInterpreter) {
     ASSERT_TRUE(!!want) << errorText(want.takeError());
     std::map<std::string, ir::Tensor> buffers = in;
     for (const auto& n : (*g)->nodes()) {
-      for (const ir::Value* v : n->outputs) buffers.emplace(v->name, ir::Tensor(v->type.dtype, v->type.shape()));
+      for (const ir::Value* v : n->outputs)
+        if (v) buffers.emplace(v->name, ir::Tensor(v->type.dtype, v->type.shape()));
       runKernels(*n, "k" + std::to_string(buffers.size()), buffers);
     }
     for (const ir::Value* v : (*g)->outputs) {
@@ -508,11 +516,12 @@ TEST(Kernel, AttentionTensorCoreForm) {
   struct Case {
     const char* dtype;
     int64_t t, d;
-    bool causal, fits, bthd = false;
+    bool causal, fits, bthd = false, packed = false;
   };
   for (const Case& c : {Case{"bf16", 64, 64, true, true}, Case{"bf16", 48, 32, false, true}, Case{"f32", 64, 64, true, false},
-                        Case{"bf16", 40, 64, true, false}, Case{"bf16", 64, 64, true, true, true}}) {
-    std::string text = attentionGraph(c.dtype, c.t, c.t, c.causal, c.d, c.d, c.bthd);
+                        Case{"bf16", 40, 64, true, false}, Case{"bf16", 64, 64, true, true, true},
+                        Case{"bf16", 64, 64, true, true, false, true}}) {
+    std::string text = attentionGraph(c.dtype, c.t, c.t, c.causal, c.d, c.d, c.bthd, c.packed);
     SCOPED_TRACE(text);
     auto g = ir::parse(text, "attention");
     ASSERT_TRUE(!!g) << errorText(g.takeError());
