@@ -147,7 +147,10 @@ struct Planner {
         }
         continue;
       }
-      if (n.outputs.size() != 1 || !n.outputs[0] || buf(n.outputs[0]).region != Region::Activations || !buf(n.outputs[0]).bytes) continue;
+      // (A cross-entropy gradient that also gives the loss may still write its scores' bytes.)
+      if ((n.outputs.size() != 1 && n.op != Op::SceLossGrad) || !n.outputs[0] || buf(n.outputs[0]).region != Region::Activations ||
+          !buf(n.outputs[0]).bytes)
+        continue;
       Buffer& out = buf(n.outputs[0]);
       if (writtenEarlier.count(n.outputs[0])) continue; // its operands are read where it is written
       if (isView(n)) { // a view shares its input's bytes, which then live as long as either

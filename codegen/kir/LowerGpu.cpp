@@ -539,14 +539,17 @@ std::vector<StmtRef> onlineLogSumExp(const WarpRows& rows, int mx, int sum, int 
 }
 
 /// Softmax cross-entropy over [N, C] scores (C and N multiples of 32), a warp per position: the
-/// loss (its terms meeting in the zeroed result by atomic adds from lane 0) or its gradient.
+/// loss (its terms meeting in the zeroed result by atomic adds from lane 0), its gradient, or
+/// both (SceLossGrad with its loss result: the row's loss term is taken before its gradient
+/// is written, perhaps over the scores).
 std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Node& n) {
   bool grad = n.op == ir::Op::SceLossGrad;
   const ir::Value *x = n.input(0), *target = n.input(1), *dl = grad ? n.input(2) : nullptr, *w = n.input(grad ? 3 : 2);
+  const ir::Value* lossOut = !grad ? n.outputs[0] : n.outputs.size() > 1 ? n.outputs[1] : nullptr;
   if (x->type.rank() != 2 || computeType(x->type.dtype) != Scalar::F32) return std::nullopt;
   int64_t P = x->type.dims[0].value, C = x->type.dims[1].value;
   std::string red = n.getString("reduction", "mean");
-  if (!warpable(P, C, x->type.dtype) || P % 32 || (!grad && (red == "none" || n.outputs[0]->type.dtype != ir::DType::F32)))
+  if (!warpable(P, C, x->type.dtype) || P % 32 || (lossOut && (red == "none" || lossOut->type.dtype != ir::DType::F32)))
     return std::nullopt;
   Scalar t = Scalar::F32;
   B b(name);
@@ -561,19 +564,29 @@ std::optional<std::vector<Kernel>> sceGpu(const std::string& name, const ir::Nod
     body.push_back(loop(jq, P / 32, false, {set(wsum, B::add(local(wsum, t), weight(tgt(B::add(rows.lane(), B::mul(loopVar(jq), B::i(32)))))))}));
     body.push_back(set(wsum, warpReduce(KOp::Add, local(wsum, t))));
   }
-  for (auto& st : onlineLogSumExp(rows, mx, sum, j1, [&](ExprRef at) { return b.ld(x, std::move(at)); })) body.push_back(st);
   ExprRef tp = tgt(rows.row());
+  int xt = b.newLocal();
+  if (lossOut && grad) { // the target's score, read by every lane before any lane writes the row's gradient over it:
+    // the warp's reduction of the (equal) values waits for every lane's read
+    body.push_back(let(xt, b.ld(x, B::add(B::mul(rows.row(), B::i(C)), B::clamp(tp, C)))));
+    body.push_back(set(xt, warpReduce(KOp::Max, local(xt, t))));
+  }
+  for (auto& st : onlineLogSumExp(rows, mx, sum, j1, [&](ExprRef at) { return b.ld(x, std::move(at)); })) body.push_back(st);
   body.push_back(let(wt, weight(tp)));
   auto logProb = [&](ExprRef at) { return B::sub(B::sub(b.ld(x, std::move(at)), local(mx, t)), unary(KOp::Log, local(sum, t))); };
   std::vector<Kernel> ks;
-  if (!grad) {
-    ExprRef loss = unary(KOp::Neg, B::mul(local(wt, t), logProb(B::add(B::mul(rows.row(), B::i(C)), B::clamp(tp, C)))));
+  if (lossOut) {
+    ExprRef at = B::add(B::mul(rows.row(), B::i(C)), B::clamp(tp, C));
+    ExprRef lp = grad ? B::sub(B::sub(local(xt, t), local(mx, t)), unary(KOp::Log, local(sum, t))) : logProb(at);
+    ExprRef loss = unary(KOp::Neg, B::mul(local(wt, t), lp));
     if (red == "mean") loss = B::div(loss, local(wsum, t));
-    body.push_back(when(b, binary(KOp::Eq, rows.lane(), B::i(0)), {b.atomic(n.outputs[0], B::i(0), loss)})); // one atomic add a row, not 32
+    body.push_back(when(b, binary(KOp::Eq, rows.lane(), B::i(0)), {b.atomic(lossOut, B::i(0), loss)})); // one atomic add a row, not 32
+    ks.push_back(zeroKernel(name + "_zero", lossOut));
+  }
+  if (!grad) {
     if (n.outputs.size() > 1 && n.outputs[1])
       body.push_back(rows.storeEach(j3, [&](int u) { return logProb(rows.at(j3, u)); },
                                     [&](int, ExprRef v) { return WarpRows::Outputs{{n.outputs[1], v}}; }));
-    ks.push_back(zeroKernel(name + "_zero", n.outputs[0]));
   } else {
     ExprRef up = red == "none" ? b.ld(dl, rows.row()) : red == "sum" ? b.ld(dl, B::i(0)) : B::div(b.ld(dl, B::i(0)), local(wsum, t));
     ExprRef rowStart = B::mul(rows.row(), B::i(C));
@@ -629,7 +642,15 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
   case Op::GatherGrad: return gatherGradGpu(name, n);
   case Op::Softmax: case Op::LogSoftmax: case Op::SoftmaxGrad: case Op::LayerNormalization: case Op::LayerNormGrad:
     return lowerRowGroupGpu(name, RowGroup{{}, &n, {}, true, {}});
-  case Op::SceLossGrad: return sceGpu(name, n);
+  case Op::SceLossGrad: // with its loss result, the atomic total of the loss below unless a warp per row fits
+    if (auto ks = sceGpu(name, n)) return ks;
+    if (n.outputs.size() < 2 || !n.outputs[1]) return std::optional<std::vector<Kernel>>();
+    if (n.getString("reduction", "mean") == "none" || n.outputs[1]->type.dtype != ir::DType::F32) return std::optional<std::vector<Kernel>>();
+    {
+      auto ks = lowerLossGpu(name, n);
+      if (!ks) return ks.takeError();
+      return std::optional<std::vector<Kernel>>(std::move(*ks));
+    }
   case Op::ArgMax: case Op::ArgMin: return argReduceGpu(name, n);
   case Op::Sample: return sampleGpu(name, n);
   case Op::FusedAttention: case Op::FusedAttentionGrad: return attentionGpu(name, n);

@@ -300,12 +300,13 @@ Expected<std::vector<Kernel>> lowerLayerNormGrad(const std::string& name, const 
 /// loss sums over positions: a serial kernel on the CPU (a fixed order), or,
 /// with `atomicTotal` (the GPU form), a parallel loop whose positions add
 /// their terms to the zeroed result atomically. Each parallel position totals
-/// the weights itself (the divisor of a mean).
-static Expected<std::vector<Kernel>> lowerLossWith(const std::string& name, const ir::Node& n, bool atomicTotal) {
-  bool grad = n.op == ir::Op::SceLossGrad || n.op == ir::Op::NllLossGrad;
+/// the weights itself (the divisor of a mean). With `lossOfGrad`, the loss that a
+/// gradient node also gives (SceLossGrad's second result).
+static Expected<std::vector<Kernel>> lowerLossWith(const std::string& name, const ir::Node& n, bool atomicTotal, bool lossOfGrad = false) {
+  bool gradNode = n.op == ir::Op::SceLossGrad || n.op == ir::Op::NllLossGrad, grad = gradNode && !lossOfGrad;
   bool softmax = n.op == ir::Op::SoftmaxCrossEntropyLoss || n.op == ir::Op::SceLossGrad;
-  const ir::Value *x = n.input(0), *target = n.input(1);
-  const ir::Value *dl = grad ? n.input(2) : nullptr, *w = n.input(grad ? 3 : 2);
+  const ir::Value *x = n.input(0), *target = n.input(1), *lossOut = !gradNode ? n.outputs[0] : n.outputs.size() > 1 ? n.outputs[1] : nullptr;
+  const ir::Value *dl = grad ? n.input(2) : nullptr, *w = n.input(gradNode ? 3 : 2);
   std::vector<int64_t> xs = shapeOf(x);
   int64_t N = xs[0], C = xs[1], inner = numel(x) / std::max<int64_t>(N * C, 1), P = N * inner;
   std::string red = n.getString("reduction", "mean");
@@ -339,20 +340,20 @@ static Expected<std::vector<Kernel>> lowerLossWith(const std::string& name, cons
   std::vector<Kernel> ks;
   if (!grad) {
     ExprRef loss = unary(KOp::Neg, B::mul(local(wt, t), logProb(safeT)));
-    if (softmax && n.outputs.size() > 1 && n.outputs[1])
+    if (softmax && !gradNode && n.outputs.size() > 1 && n.outputs[1])
       per.push_back(loop(k2, C, false, {b.st(n.outputs[1], xAt(loopVar(p), loopVar(k2)), logProb(loopVar(k2)))}));
     if (red == "none") {
-      per.push_back(b.st(n.outputs[0], loopVar(p), loss));
+      per.push_back(b.st(lossOut, loopVar(p), loss));
       ks.push_back(b.finish(loop(p, P, true, per)));
     } else if (atomicTotal) {
-      per.push_back(b.atomic(n.outputs[0], B::i(0), red == "mean" ? B::div(loss, local(wsum, t)) : loss));
-      ks.push_back(zeroKernel(name + "_zero", n.outputs[0]));
+      per.push_back(b.atomic(lossOut, B::i(0), red == "mean" ? B::div(loss, local(wsum, t)) : loss));
+      ks.push_back(zeroKernel(name + "_zero", lossOut));
       ks.push_back(b.finish(loop(p, P, true, per)));
     } else {
       per.push_back(set(total, B::add(local(total, t), loss)));
       std::vector<StmtRef> body{let(total, B::c(0, t)), loop(p, P, false, per)};
       if (needsWsum) body.insert(body.begin(), sumWeights);
-      body.push_back(b.st(n.outputs[0], B::i(0), red == "sum" ? local(total, t) : B::div(local(total, t), local(wsum, t))));
+      body.push_back(b.st(lossOut, B::i(0), red == "sum" ? local(total, t) : B::div(local(total, t), local(wsum, t))));
       ks.push_back(b.finish(block(body)));
     }
   } else {
@@ -366,9 +367,22 @@ static Expected<std::vector<Kernel>> lowerLossWith(const std::string& name, cons
   return ks;
 }
 
-Expected<std::vector<Kernel>> lowerLoss(const std::string& name, const ir::Node& n) { return lowerLossWith(name, n, false); }
+/// A SceLossGrad that also gives the loss: the loss first, then the gradient, which may write
+/// over the scores.
+static Expected<std::vector<Kernel>> lowerLossAndGrad(const std::string& name, const ir::Node& n, bool atomicTotal) {
+  bool both = n.op == ir::Op::SceLossGrad && n.outputs.size() > 1 && n.outputs[1];
+  if (!both) return lowerLossWith(name, n, atomicTotal);
+  auto ks = lowerLossWith(name + "_loss", n, atomicTotal, true);
+  if (!ks) return ks;
+  auto grad = lowerLossWith(name, n, atomicTotal);
+  if (!grad) return grad;
+  ks->insert(ks->end(), grad->begin(), grad->end());
+  return ks;
+}
 
-Expected<std::vector<Kernel>> lowerLossGpu(const std::string& name, const ir::Node& n) { return lowerLossWith(name, n, true); }
+Expected<std::vector<Kernel>> lowerLoss(const std::string& name, const ir::Node& n) { return lowerLossAndGrad(name, n, false); }
+
+Expected<std::vector<Kernel>> lowerLossGpu(const std::string& name, const ir::Node& n) { return lowerLossAndGrad(name, n, true); }
 
 /// f'(x) * dy for the unary op named by the `of` attribute.
 Expected<std::vector<Kernel>> lowerUnaryGrad(const std::string& name, const ir::Node& n) {

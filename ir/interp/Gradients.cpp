@@ -152,6 +152,8 @@ Error lossGrad(EvalCtx& c, F perElement) {
 } // namespace
 
 Error evalSceLossGrad(EvalCtx& c) {
+  if (c.out.size() > 1 && c.node.outputs[1])
+    if (Error e = sceLoss(c, c.present(3) ? c.in[3] : nullptr, c.out[1], nullptr)) return e;
   const Tensor& x = *c.in[0];
   int64_t N = x.shape[0], C = x.shape[1], inner = x.numel() / std::max<int64_t>(N * C, 1);
   return lossGrad(c, [&](int64_t n, int64_t t, int64_t i, double scale) {

@@ -19,6 +19,11 @@ struct EvalCtx {
 
 std::vector<int64_t> stridesOf(const std::vector<int64_t>& shape);
 
+/// The softmax cross-entropy loss of scores c.in[0] and targets c.in[1] (the node's reduction and
+/// ignore_index), weighted by `w` (null: none), into `out`; with `logProb`, each score's log
+/// probability there too. SoftmaxCrossEntropyLoss, and SceLossGrad's loss result.
+Error sceLoss(EvalCtx& c, const Tensor* w, Tensor& out, Tensor* logProb);
+
 /// Calls fn(index) for every multi-index of `shape` in row-major order.
 void forEachIndex(const std::vector<int64_t>& shape, const std::function<void(const std::vector<int64_t>&)>& fn);
 

@@ -210,15 +210,14 @@ Error evalDropout(EvalCtx& c) {
 
 namespace {
 
-/// Shared body of the two losses: `logp(n, cls, rest)` gives the log
-/// probability; writes the loss (reduced or not) to c.out[0].
+/// Shared body of the two losses: `logp(n, cls, rest)` gives the log probability; writes the
+/// loss (reduced or not) to `out`, with the class weights `w` (null: none).
 template <typename LogP>
-Error lossBody(EvalCtx& c, const std::vector<int64_t>& scoreShape, LogP logp) {
+Error lossBody(EvalCtx& c, const std::vector<int64_t>& scoreShape, const Tensor* w, Tensor& out, LogP logp) {
   const Tensor& target = *c.in[1];
   int64_t N = scoreShape[0], C = scoreShape[1], inner = target.numel() / std::max<int64_t>(N, 1);
   if (target.numel() * C != checkedNumel(scoreShape).value() || (target.rank() > 0 && target.shape[0] != N))
     return c.fail("target shape does not match the scores [N, C, ...] without C");
-  const Tensor* w = c.present(2) ? c.in[2] : nullptr;
   if (w && w->numel() != C) return c.fail("weights must have C = " + std::to_string(C) + " elements");
   bool hasIgnore = c.node.has("ignore_index");
   int64_t ignore = c.node.getInt("ignore_index", 0);
@@ -233,18 +232,18 @@ Error lossBody(EvalCtx& c, const std::vector<int64_t>& scoreShape, LogP logp) {
         wt = w ? w->getF(t) : 1.0;
         loss = -logp(n, t, i) * wt;
       }
-      if (red == "none") c.out[0].setF(n * inner + i, loss);
+      if (red == "none") out.setF(n * inner + i, loss);
       sum += loss;
       wsum += wt;
     }
-  if (red == "sum") c.out[0].setF(0, sum);
-  if (red == "mean") c.out[0].setF(0, sum / wsum);
+  if (red == "sum") out.setF(0, sum);
+  if (red == "mean") out.setF(0, sum / wsum);
   return Error::success();
 }
 
 } // namespace
 
-Error evalSceLoss(EvalCtx& c) {
+Error sceLoss(EvalCtx& c, const Tensor* w, Tensor& out, Tensor* logProb) {
   const Tensor& x = *c.in[0];
   int64_t N = x.shape[0], C = x.shape[1], inner = x.numel() / std::max<int64_t>(N * C, 1);
   std::vector<double> lp(x.numel());
@@ -255,15 +254,17 @@ Error evalSceLoss(EvalCtx& c) {
       for (int64_t k = 0; k < C; ++k) s += std::exp(x.getF((n * C + k) * inner + i) - mx);
       for (int64_t k = 0; k < C; ++k) lp[(n * C + k) * inner + i] = x.getF((n * C + k) * inner + i) - mx - std::log(s);
     }
-  if (c.out.size() > 1)
-    for (int64_t i = 0; i < x.numel(); ++i) c.out[1].setF(i, lp[i]);
-  return lossBody(c, x.shape, [&](int64_t n, int64_t t, int64_t i) { return lp[(n * C + t) * inner + i]; });
+  if (logProb)
+    for (int64_t i = 0; i < x.numel(); ++i) logProb->setF(i, lp[i]);
+  return lossBody(c, x.shape, w, out, [&](int64_t n, int64_t t, int64_t i) { return lp[(n * C + t) * inner + i]; });
 }
+
+Error evalSceLoss(EvalCtx& c) { return sceLoss(c, c.present(2) ? c.in[2] : nullptr, c.out[0], c.out.size() > 1 ? &c.out[1] : nullptr); }
 
 Error evalNllLoss(EvalCtx& c) {
   const Tensor& x = *c.in[0];
   int64_t N = x.shape[0], C = x.shape[1], inner = x.numel() / std::max<int64_t>(N * C, 1);
-  return lossBody(c, x.shape, [&](int64_t n, int64_t t, int64_t i) { return x.getF((n * C + t) * inner + i); });
+  return lossBody(c, x.shape, c.present(2) ? c.in[2] : nullptr, c.out[0], [&](int64_t n, int64_t t, int64_t i) { return x.getF((n * C + t) * inner + i); });
 }
 
 } // namespace sgc::ir

@@ -4,6 +4,7 @@
 #include "ir/Verifier.h"
 #include "ir/passes/AttentionLayout.h"
 #include "ir/passes/PackAttention.h"
+#include "ir/passes/FuseLossGrad.h"
 #include "ir/passes/ExpandResize.h"
 #include "ir/passes/FoldTransposes.h"
 #include "ir/passes/FuseAttention.h"
@@ -27,6 +28,7 @@ Error runDeadCodeElimination(Graph& g) {
 Error runFuseAttention(Graph& g) { return fuseAttention(g); }
 Error runAttentionLayout(Graph& g) { return attentionLayout(g); }
 Error runPackAttention(Graph& g) { return packAttention(g); }
+Error runFuseLossGrad(Graph& g) { return fuseLossGrad(g); }
 Error runFuseGelu(Graph& g) { return fuseGelu(g); }
 Error runWidenSums(Graph& g) { return widenSums(g); }
 Error runNarrowMoves(Graph& g) { return narrowMoves(g); }

@@ -46,6 +46,16 @@ Error inferBatchNormGrad(InferCtx& c) {
 
 Error inferLossGrad(InferCtx& c) {
   c.out[0] = c.in[0];
+  if (c.out.size() > 1) { // SceLossGrad's loss: as SoftmaxCrossEntropyLoss gives it
+    const Type& target = c.in[1];
+    DType t = c.in[0].dtype;
+    if (c.node.attrs.count("to")) {
+      auto to = dtypeFromName(c.node.getString("to", ""));
+      if (!to || !isFloat(*to)) return c.fail("attribute 'to' must name a floating-point dtype");
+      t = *to;
+    }
+    c.out[1] = c.node.getString("reduction", "mean") == "none" ? Type{t, target.ranked, target.dims} : Type::ranked_(t, {});
+  }
   return Error::success();
 }
 

@@ -5,6 +5,7 @@
 #include "ir/autodiff/Autodiff.h"
 #include "ir/passes/AttentionLayout.h"
 #include "ir/passes/PackAttention.h"
+#include "ir/passes/FuseLossGrad.h"
 #include "ir/passes/Autocast.h"
 #include "ir/passes/FoldTransposes.h"
 #include "ir/passes/FuseAttention.h"
@@ -271,6 +272,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   readThroughCopies(g);
   if (Error e = foldTransposes(g)) return e; // the optimizer reads the weight gradients it rewrites
   if (opts.precision == "bf16") readNarrowGradients(g);
+  if (Error e = fuseLossGrad(g)) return e; // the loss and its gradient in one pass over the scores
   g.removeDeadNodes();
   return verify(g);
 }

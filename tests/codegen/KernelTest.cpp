@@ -350,6 +350,41 @@ TEST(Kernel, GemmShapeAndEpilogueMatchInterpreter) {
   EXPECT_FALSE(kir::gemmShape({(*g)->nodes()[0].get()}).has_value());
 }
 
+TEST(Kernel, LossWithGradientMatchesInterpreter) {
+  // SceLossGrad giving the loss too (passes/FuseLossGrad), in its CPU form: the loss's serial
+  // kernel, then the gradient's, against the interpreter.
+  const char* text = "graph @g { input %x : bf16[6, 5]\n input %seed : f32[]\n"
+                     " const %t : i64[6] = dense<\"0x01000000000000009cffffffffffffff0400000000000000000000000000000003000000000000000200000000000000\">\n"
+                     " %ds : ?[*], %l : ?[*] = SceLossGrad(%x, %t, %seed) {ignore_index = -100, to = \"f32\"}\n output %ds, %l }";
+  auto g = ir::parse(text, "loss");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  const ir::Node& n = *(*g)->nodes()[0];
+  ASSERT_EQ(n.outputs[1]->type, ir::Type::of(ir::DType::F32, {}));
+  auto in = randomInputs(**g, 11, -1, 1);
+  in.at("seed").setF(0, 0.75);
+  auto want = ir::run(**g, in);
+  ASSERT_TRUE(!!want) << errorText(want.takeError());
+  auto ks = kir::lowerNode("k", n);
+  ASSERT_TRUE(!!ks) << errorText(ks.takeError());
+  ASSERT_EQ(ks->size(), 2u);
+  std::map<std::string, ir::Tensor> buffers = in;
+  for (const ir::Value* v : n.outputs) buffers.emplace(v->name, ir::Tensor(v->type.dtype, v->type.shape()));
+  buffers.emplace("t", *(*g)->findValue("t")->data);
+  Jit jit(*ks);
+  for (const kir::Kernel& k : *ks) {
+    std::vector<void*> args;
+    for (const kir::BufferArg& b : k.buffers) args.push_back(buffers.at(b.name).bytes.data());
+    auto fn = jit.fn(k.name);
+    ASSERT_TRUE(fn);
+    fn(args.data(), 0, k.body->extent);
+  }
+  for (const char* v : {"ds", "l"}) {
+    const ir::Tensor &got = buffers.at(v), &ref = want->at(v);
+    for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(got.getF(i), ref.getF(i), 1e-2 * (1 + std::fabs(ref.getF(i)))) << "%" << v << "[" << i << "]";
+  }
+}
+
 TEST(Kernel, GpuFormsMatchInterpreter) {
   // The GPU forms (chunks of work meeting in atomic adds), run here on the CPU in two halves as
   // two thread-pool workers would, against the interpreter.

@@ -54,7 +54,7 @@ TEST(ProgramParse, ReadsWhatTheCompilerWrites) {
   }
   EXPECT_EQ(gemms, 8); // the sample MLP's forward and backward products
   EXPECT_EQ(epilogues, 3);
-  EXPECT_EQ(gpuForms, 1);
+  EXPECT_EQ(gpuForms, 2); // the loss with its gradient: one node, two CPU launches, on a GPU the first's kernels in place of both
 }
 
 TEST(ProgramParse, RefusesGemmsOutsideTheirTensors) {
