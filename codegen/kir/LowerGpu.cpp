@@ -27,6 +27,8 @@ using B = Builder;
 constexpr int64_t kFewResults = 1 << 16; ///< at most this many results: split the reduction
 constexpr int64_t kLongLoop = 1024;      ///< and only when each result sums at least this many terms
 constexpr int64_t kChunk = 256;          ///< terms one thread sums before its atomic add
+constexpr int64_t kManyResults = 256;    ///< from this many results (bias gradients: 768 columns), chunks of
+constexpr int64_t kShortChunk = 64;      ///< this many terms: 4x the threads, each result's atomics spread wider
 
 /// y[o] = scale * sum over r of x[o, r], where `reduced` names x's summed dims: a zeroing kernel,
 /// then one parallel iteration per (result, chunk of terms), result fastest (coalesced loads when
@@ -43,7 +45,7 @@ std::optional<std::vector<Kernel>> splitReduction(const std::string& name, const
   for (int64_t s : keptShape) outer *= s;
   for (int64_t s : redShape) extent *= s;
   if (y->type.dtype != ir::DType::F32 || outer > kFewResults || extent < kLongLoop) return std::nullopt;
-  int64_t chunk = kChunk;
+  int64_t chunk = outer >= kManyResults ? kShortChunk : kChunk;
   while (extent % chunk) chunk /= 2; // a power of two dividing the terms
   if (chunk < 16) return std::nullopt;
   B b(name);
