@@ -151,7 +151,8 @@ struct Fusion {
 
   void place(const ir::Node* n, size_t group) {
     groups[group].push_back(n);
-    for (const ir::Value* v : n->outputs) computedIn[v] = group;
+    for (const ir::Value* v : n->outputs)
+      if (v) computedIn[v] = group;
     for (const ir::Value* v : n->inputs)
       if (v) readIn[v].insert(group);
   }
@@ -713,7 +714,7 @@ std::string printSchedule(const CompiledProgram& p) {
       for (size_t k = 0; k < n->inputs.size(); ++k)
         s += (k ? ", %" : "%") + (n->inputs[k] ? n->inputs[k]->name : std::string("-"));
       s += ") ->";
-      for (const ir::Value* o : n->outputs) s += " %" + o->name + " " + ir::toString(o->type);
+      for (const ir::Value* o : n->outputs) s += o ? " %" + o->name + " " + ir::toString(o->type) : std::string(" _"); // _: a result not computed
       s += "\n";
     }
   }

@@ -2,6 +2,7 @@
 // projection reads that projection itself (layout "bt3hd"), with the same
 // results on the interpreter; and the packed forms of FusedAttention and its
 // gradient agree with the bthd forms on the parts.
+#include "codegen/Program.h"
 #include "ir/Text.h"
 #include "ir/interp/Interpreter.h"
 #include "ir/passes/InferShapes.h"
@@ -112,4 +113,17 @@ TEST(PackAttention, RefusesThreeDifferentOperands) {
   Error e = inferShapes(**g, false);
   ASSERT_TRUE(!!e);
   EXPECT_NE(errorText(std::move(e)).find("one tensor, passed three times"), std::string::npos);
+}
+
+TEST(PackAttention, KernelListingShowsTheAbsentResults) {
+  // A packed gradient computes no separate dk, dv: `sgc compile --emit=kernels` lists them as _
+  // (it dereferenced them before).
+  auto g = parsed("graph @g { input %x : f32[2, 6, 3, 3, 4]\n input %dy : f32[2, 6, 3, 4]\n"
+                  " %y : ?[*], %l : ?[*] = FusedAttention(%x, %x, %x) {causal = 1, scale = 0.7, layout = \"bt3hd\"}\n"
+                  " %dx : ?[*], _, _, %d : ?[*] = FusedAttentionGrad(%x, %x, %x, %y, %l, %dy) {causal = 1, scale = 0.7, layout = \"bt3hd\"}\n"
+                  " output %dx }");
+  codegen::CompiledProgram p;
+  p.schedule = codegen::kernelSchedule(*g);
+  std::string listing = codegen::printSchedule(p);
+  EXPECT_NE(listing.find("-> %dx f32[2, 6, 3, 3, 4] _ _ %d f32[2, 6, 3]"), std::string::npos) << listing;
 }
