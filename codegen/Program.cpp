@@ -1,6 +1,7 @@
 // The program builder (see Program.h).
 #include "codegen/Program.h"
 
+#include "codegen/FuseLaunches.h"
 #include "codegen/GemmEpilogues.h"
 #include "codegen/GemmTransposes.h"
 
@@ -338,7 +339,7 @@ nlohmann::json launchJson(const kir::Kernel& k, int index, const std::map<std::s
     args.push_back(tensorId.at(a.name));
     bytes += (int64_t)a.numel * (int64_t)ir::dtypeSize(a.dtype) * (a.written ? 2 : 1);
   }
-  nlohmann::json launch = {{"kernel", index}, {"serial", kir::isSerial(k)}, {"extent", kir::isSerial(k) ? 1 : k.body->extent}, {"args", args}};
+  nlohmann::json launch = {{"kernel", index}, {"serial", kir::isSerial(k)}, {"extent", kir::isSerial(k) ? 1 : kir::launchExtent(k)}, {"args", args}};
   if (int width = kir::vectorWidthFor(k); width > 1) launch["vector"] = width; // the threads the GPU needs: extent / width
   if (k.threads != 256) launch["threads"] = k.threads;                          // GPU threads per block
   return launch;
@@ -637,6 +638,15 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   for (auto& launch : launches)
     if (launch.contains("gemm") && launch["gemm"].contains("gelu") && launch["gemm"]["gelu"]["skip"] >= 0)
       launch["gemm"]["gelu"]["skip"] = launchOf.at(launch["gemm"]["gelu"]["skip"].get<size_t>());
+  for (LaunchRun& run : smallLaunchRuns(launches, tensors, p.kernels)) { // a GPU runs each run as one launch
+    auto [index, fresh] = indexOf(run.kernel);
+    int64_t unused = 0;
+    nlohmann::json call = launchJson(run.kernel, index, tensorId, unused);
+    for (size_t i : run.launches) launches[i]["gpu"] = i == run.launches[0] ? nlohmann::json::array({call}) : nlohmann::json::array();
+    if (fresh) p.kernels.push_back(std::move(run.kernel));
+    p.fusedLaunches += (int64_t)run.launches.size();
+    ++p.horizontalLaunches;
+  }
   p.launches = (int64_t)launches.size();
   std::set<std::string> kernelNames; // a module resolves kernels by name: one name, one kernel
   for (const kir::Kernel& k : p.kernels)
@@ -694,10 +704,10 @@ std::string programStats(const CompiledProgram& p) {
            "kernels: %zu (%lld serial)\nlaunches per step: %zu\nnodes fused into multi-node kernels: %lld\n"
            "matrix products with fused epilogues: %lld\n"
            "GPU: products through cuBLASLt: %lld (%lld followed by an epilogue kernel); transposes folded into them: %lld;\n"
-           "     GELUs in their epilogues: %lld; nodes in GPU form: %lld\n"
+           "     GELUs in their epilogues: %lld; nodes in GPU form: %lld; small launches run together: %lld as %lld\n"
            "bytes moved per step: %lld\narena: %lld bytes (activations %lld, peak of %lld without reuse)\n",
            p.kernels.size(), (long long)serial, (size_t)p.launches, (long long)fused, (long long)epilogues,
-           (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.bytesPerStep, (long long)arena,
+           (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.fusedLaunches, (long long)p.horizontalLaunches, (long long)p.bytesPerStep, (long long)arena,
            (long long)p.plan.regionBytes[(int)Region::Activations], (long long)p.plan.activationsUnshared);
   return buf;
 }

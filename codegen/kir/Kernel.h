@@ -208,6 +208,37 @@ struct Kernel {
 /// stores them, so that loads and stores are adjacent and merge.
 int vectorWidthFor(const Kernel& k);
 
+/// One part of a horizontal kernel: a kernel whose body is one parallel loop of stores, not
+/// gpuOnly and without shared memory, and the name of the tensor each of its buffers stands for
+/// in this launch (a kernel is carried once for launches over different tensors).
+struct HorizontalPart {
+  const Kernel* kernel;
+  std::vector<std::string> tensors;
+};
+
+/// Independent kernels as one GPU launch (a horizontal fusion, as a multi-tensor optimizer
+/// step): the body is a block of the parts' parallel loops; on a GPU each part has GPU blocks of
+/// its own (partBlocks, in order), over which it runs as a grid-stride loop with its own vector
+/// width (loopVectorWidth), so that the parts run side by side. Parts naming one tensor share
+/// its buffer. The parts must be independent: no part writes bytes another reads or writes (the
+/// caller checks the memory plan). gpuOnly: a CPU runs the parts.
+Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& parts);
+
+/// Whether `k` is a horizontal kernel: gpuOnly, its body a block of parallel loops.
+bool isHorizontal(const Kernel& k);
+
+/// The vector width of parallel loop `loop` of horizontal kernel `k`: vectorWidthFor's rule over
+/// the buffers the loop reads and writes.
+int loopVectorWidth(const Kernel& k, const Stmt& loop);
+
+/// The GPU blocks (of k.threads) each part of horizontal kernel `k` runs on: enough for one
+/// thread per vector of its iterations.
+std::vector<int64_t> partBlocks(const Kernel& k);
+
+/// The parallel iterations a GPU launch of `k` runs before its vector width: the parallel loop's
+/// extent; for a horizontal kernel the threads of all its parts' blocks.
+int64_t launchExtent(const Kernel& k);
+
 /// A readable listing of the kernel (for --emit=kir and golden tests).
 std::string print(const Kernel& k);
 

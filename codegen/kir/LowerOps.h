@@ -80,7 +80,7 @@ bool isRowOp(const ir::Node& n);
 /// form (rows not a multiple of 32 long, another axis).
 Expected<std::optional<std::vector<Kernel>>> lowerRowGroupGpu(const std::string& name, const RowGroup& g);
 
-/// Whether a kernel runs as one serial call (its body is not a parallel loop).
-inline bool isSerial(const Kernel& k) { return !(k.body->kind == StmtKind::Loop && k.body->parallel); }
+/// Whether a kernel runs as one serial call (its body is not a parallel loop, nor a horizontal block of them).
+inline bool isSerial(const Kernel& k) { return !(k.body->kind == StmtKind::Loop && k.body->parallel) && !isHorizontal(k); }
 
 } // namespace sgc::kir

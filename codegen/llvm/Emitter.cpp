@@ -94,7 +94,9 @@ public:
     declareLocals(*k_.body); // allocas first, in the entry block
     const Stmt& top = *k_.body;
     if (top.kind == StmtKind::Loop && top.parallel) {
-      if (Error e = parallelLoop(top)) return e;
+      if (Error e = parallelLoop(top, kir::vectorWidthFor(k_))) return e;
+    } else if (kir::isHorizontal(k_) && t_.kind == Target::NVPTX) {
+      if (Error e = horizontalParts(top)) return e;
     } else if (Error e = serialBody(top)) {
       return e;
     }
@@ -152,8 +154,9 @@ private:
 
   llvm::Value* sreg(llvm::Intrinsic::ID id) { return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), b_.getInt64Ty()); }
 
-  /// The outer loop: [begin, end) on x86; a grid-stride loop on NVPTX.
-  Error parallelLoop(const Stmt& s) {
+  /// The outer loop: [begin, end) on x86; a grid-stride loop on NVPTX, each thread `width`
+  /// consecutive iterations a step.
+  Error parallelLoop(const Stmt& s, int width) {
     llvm::Value *begin, *end, *step;
     if (t_.kind == Target::X86) {
       begin = fn_->getArg(1);
@@ -163,11 +166,35 @@ private:
       llvm::Value* ntid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
       begin = b_.CreateAdd(b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid), sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x));
       step = b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x), ntid);
-      int width = kir::vectorWidthFor(k_);
       end = b_.getInt64(s.extent / width);
       return loop(s, begin, end, step, width);
     }
     return loop(s, begin, end, step);
+  }
+
+  /// A horizontal kernel (kir::horizontal): part p on its own blocks [first, first + n) of the
+  /// grid (kir::partBlocks), a grid-stride loop over them.
+  Error horizontalParts(const Stmt& top) {
+    std::vector<int64_t> blocks = kir::partBlocks(k_);
+    llvm::Value* block = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    llvm::Value* ntid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+    llvm::Value* tid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+    int64_t first = 0;
+    for (size_t p = 0; p < top.body.size(); ++p) {
+      const Stmt& part = *top.body[p];
+      llvm::Value* mine = b_.CreateAnd(b_.CreateICmpUGE(block, b_.getInt64(first)), b_.CreateICmpULT(block, b_.getInt64(first + blocks[p])));
+      auto* work = llvm::BasicBlock::Create(ctx_, "part" + std::to_string(p), fn_);
+      auto* next = llvm::BasicBlock::Create(ctx_, "after" + std::to_string(p), fn_);
+      b_.CreateCondBr(mine, work, next);
+      b_.SetInsertPoint(work);
+      int width = kir::loopVectorWidth(k_, part);
+      llvm::Value* begin = b_.CreateAdd(b_.CreateMul(b_.CreateSub(block, b_.getInt64(first)), ntid), tid);
+      if (Error e = loop(part, begin, b_.getInt64(part.extent / width), b_.CreateMul(b_.getInt64(blocks[p]), ntid), width)) return e;
+      b_.CreateBr(next);
+      b_.SetInsertPoint(next);
+      first += blocks[p];
+    }
+    return Error::success();
   }
 
   /// A serial kernel: one call on the CPU; on the GPU only thread 0 of block 0 works.

@@ -3,6 +3,9 @@
 # softmax, layer normalization and their gradients (codegen/kir/LowerGpu.cpp)
 # while the CPU runs the generic kernels: check_gpu.sh compares the two. Also
 # exported taking half of each batch (gptw_half.onnx), for two GPU ranks.
+# And a wide MLP (16 -> 4096 -> 16, a LayerNorm of 4096) whose biases and
+# norm weights need several GPU blocks each where their updates run together
+# in one launch (codegen/FuseLaunches.h): wide.onnx.
 # Usage: /usr/bin/python3 export_warp_model.py SOURCE_DIR OUT_DIR
 import os, sys, warnings
 import torch
@@ -23,3 +26,20 @@ st.write(os.path.join(out, "gptw_data.safetensors"), {"idx": idx, "tgt": tgt})
 # The same model taking half of each batch: one rank's share when two train it data-parallel.
 torch.onnx.export(model, (idx[0][:2], tgt[0][:2]), os.path.join(out, "gptw_half.onnx"), input_names=["idx", "tgt"],
                   output_names=["loss"], opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+
+
+class Wide(torch.nn.Module):
+    def __init__(s, d=16, hidden=4096):
+        super().__init__()
+        s.up, s.norm, s.down = torch.nn.Linear(d, hidden), torch.nn.LayerNorm(hidden), torch.nn.Linear(hidden, d)
+
+    def forward(s, x, y):
+        return ((s.down(torch.nn.functional.gelu(s.norm(s.up(x)))) - y) ** 2).mean()
+
+
+torch.manual_seed(0)
+wide = Wide()
+x, y = torch.randn(12, 8, 16, generator=g), torch.randn(12, 8, 16, generator=g)
+torch.onnx.export(wide, (x[0], y[0]), os.path.join(out, "wide.onnx"), input_names=["x", "y"], output_names=["loss"],
+                  opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+st.write(os.path.join(out, "wide_data.safetensors"), {"x": x, "y": y})
