@@ -22,6 +22,7 @@ llvm::Value* MathEmitter::libm(const char* f32Name, const char* f64Name, std::ve
 }
 
 llvm::Value* MathEmitter::floatToBf16(llvm::Value* f) {
+  if (gpu()) return b_.CreateBitCast(b_.CreateFPTrunc(f, b_.getBFloatTy()), b_.getInt16Ty()); // cvt.rn.bf16.f32 (sm_80 on)
   llvm::Value* bits = b_.CreateBitCast(f, b_.getInt32Ty());
   llvm::Value* lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
   llvm::Value* rounded = b_.CreateLShr(b_.CreateAdd(bits, b_.CreateAdd(b_.getInt32(0x7fff), lsb)), 16);
@@ -131,13 +132,17 @@ Expected<llvm::Value*> MathEmitter::log1p(llvm::Value* x) {
 }
 
 /// tanh(x) = sign(x) (1 - 2 / (exp(2|x|) + 1)), stable for large |x|; near 0, where that
-/// difference cancels, x (1 - x^2/3 + 2x^4/15).
+/// difference cancels, x (1 - x^2/3 + 2x^4/15). In f32 the reciprocal is PTX's rcp.approx (1 ulp,
+/// where an IEEE division takes a dozen instructions: GELU's backward was bound by them; a
+/// reciprocal flushed to 0 leaves tanh at 1, its value there).
 Expected<llvm::Value*> MathEmitter::tanh(llvm::Value* x) {
   if (!gpu()) return libm("tanhf", "tanh", {x});
   llvm::Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
   auto e = exp(b_.CreateFMul(ax, c(x, 2)));
   if (!e) return e;
-  llvm::Value* t = b_.CreateFSub(c(x, 1), b_.CreateFDiv(c(x, 2), b_.CreateFAdd(*e, c(x, 1))));
+  llvm::Value* inv = x->getType()->isFloatTy() ? b_.CreateIntrinsic(llvm::Intrinsic::nvvm_rcp_approx_ftz_f, {}, {b_.CreateFAdd(*e, c(x, 1))})
+                                                : b_.CreateFDiv(c(x, 1), b_.CreateFAdd(*e, c(x, 1)));
+  llvm::Value* t = b_.CreateFSub(c(x, 1), b_.CreateFMul(c(x, 2), inv));
   llvm::Value* x2 = b_.CreateFMul(x, x);
   llvm::Value* small = b_.CreateFMul(x, b_.CreateFAdd(c(x, 1), b_.CreateFMul(x2, b_.CreateFAdd(c(x, -1.0 / 3), b_.CreateFMul(x2, c(x, 2.0 / 15))))));
   return b_.CreateSelect(b_.CreateFCmpOLT(ax, c(x, 1e-3)), small, intrinsic(llvm::Intrinsic::copysign, {t, x}));

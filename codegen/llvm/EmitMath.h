@@ -19,7 +19,8 @@ public:
   Expected<llvm::Value*> unary(kir::KOp op, llvm::Value* x);
   Expected<llvm::Value*> binary(kir::KOp op, llvm::Value* a, llvm::Value* c);
 
-  /// bf16 is stored as its 16 bits; these convert by hand (round to nearest even, NaN kept quiet).
+  /// bf16 is stored as its 16 bits; these convert by hand (round to nearest even, NaN kept quiet;
+  /// on the GPU by cvt.rn.bf16.f32, which rounds alike and gives NaN as the canonical one).
   llvm::Value* floatToBf16(llvm::Value* f);
   llvm::Value* bf16ToFloat(llvm::Value* bits);
 
