@@ -56,7 +56,9 @@ bool allFusible(const Group& g) {
 }
 
 /// A row-wise op (kir::isRowOp) takes in an earlier elementwise group that computes one of its
-/// operands when nothing else reads the group's values (the group moves to the row op), and the
+/// operands when nothing else reads the group's values (the group moves to the row op), or, for
+/// a LayerNormalization, nothing else but its result, which the row op's GPU form then stores as
+/// it reads it (a transformer's residual sum, read again by the next sum and the backward), and the
 /// elementwise groups right after it while each starts from the result of the one before (the
 /// first from the row op's): a GPU runs them all as one kernel (kir::lowerRowGroupGpu), a CPU as
 /// the same kernels as before, and the memory plan sees one step.
@@ -76,7 +78,8 @@ std::vector<Group> mergeRowGroups(std::vector<Group> groups, Readers& readers) {
       if (!allElementwise(pre) || !std::count(row->inputs.begin(), row->inputs.end(), v) || v->type.shape() != y->type.shape()) continue;
       Group inside(pre);
       inside.push_back(row);
-      if (std::none_of(pre.begin(), pre.end(), [&](const ir::Node* n) { return readers.outside(n->outputs[0], inside); })) {
+      bool storable = row->op == ir::Op::LayerNormalization; // may store the prologue's result
+      if (std::none_of(pre.begin(), pre.end(), [&](const ir::Node* n) { return (!storable || n != pre.back()) && readers.outside(n->outputs[0], inside); })) {
         merged = std::move(out[k]);
         out.erase(out.begin() + (std::ptrdiff_t)k);
       }
@@ -454,6 +457,7 @@ std::optional<kir::RowGroup> rowGroup(const Group& group, Readers& readers) {
   if (group.size() < 2 || row == group.end()) return std::nullopt;
   kir::RowGroup g{Group(group.begin(), row), *row, Group(row + 1, group.end()), readers.outside((*row)->outputs[0], group), {}};
   for (const ir::Node* n : g.epilogue) g.storeEpilogue.push_back(n == g.epilogue.back() || readers.outside(n->outputs[0], group));
+  g.storePrologue = !g.prologue.empty() && readers.outside(g.prologue.back()->outputs[0], group);
   return g;
 }
 

@@ -368,6 +368,8 @@ std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const i
   std::vector<StmtRef> body{w.begin()};
   HeldRow row(w);
   auto xs = row.load(body, [&](int64_t i) { return io.ld(x, row.at(i)); });
+  if (g && g->storePrologue) // x, computed here from the prologue, is read after the group too
+    for (int64_t i = 0; i < row.size(); ++i) body.push_back(b.st(x, row.at(i), local(xs[i], t)));
   std::vector<ExprRef> terms;
   for (int id : xs) terms.push_back(local(id, t));
   body.push_back(let(mean, B::div(warpReduce(KOp::Add, sumTree(terms)), f((double)M))));
@@ -681,6 +683,7 @@ bool isRowOp(const ir::Node& n) {
 Expected<std::optional<std::vector<Kernel>>> lowerRowGroupGpu(const std::string& name, const RowGroup& g) {
   std::string error;
   const RowGroup* fused = g.prologue.empty() && g.epilogue.empty() ? nullptr : &g;
+  if (g.storePrologue && g.row->op != ir::Op::LayerNormalization) return std::optional<std::vector<Kernel>>(); // only its form stores it
   std::optional<std::vector<Kernel>> ks;
   switch (g.row->op) {
   case ir::Op::SoftmaxGrad: ks = softmaxGradGpu(name, *g.row, fused, error); break;

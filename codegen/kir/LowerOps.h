@@ -71,6 +71,8 @@ struct RowGroup {
   std::vector<const ir::Node*> epilogue;
   bool storeResult;                ///< whether the row op's result is stored (read outside the group)
   std::vector<bool> storeEpilogue; ///< per epilogue node, whether its result is stored (the last's always)
+  bool storePrologue = false;      ///< whether the prologue's result is stored too (read outside the group:
+                                   ///< a residual sum that a LayerNormalization's GPU form stores as it reads it)
 };
 
 /// Whether `n` is a row-wise op that takes a prologue and an epilogue (softmax, its gradient).

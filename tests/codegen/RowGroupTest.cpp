@@ -136,3 +136,38 @@ TEST(RowGroups, LayerNormGradTakesAnEarlierCastAndTwoEpilogueGroups) {
   // (The CPU runs the cast, the layer norm's kernels and one kernel per stored epilogue result:
   // tests/training/torch_equivalence.py trains GPT in bf16 through them.)
 }
+
+TEST(RowGroups, LayerNormStoresTheResidualSumItReads) {
+  // A transformer's residual stream: the sublayer's bf16 output widened and added to the stream,
+  // the sum normalized. The sum is read again (the next residual add, the backward pass), so the
+  // layer norm's GPU form stores it as it reads it instead of reading it back from a kernel of
+  // its own; other row ops keep such a prologue apart.
+  auto g = parsed(R"(graph @g {
+    input %proj : bf16[64, 64]
+    input %res : f32[64, 64]
+    input %w : f32[64]
+    input %b : f32[64]
+    %p : ?[*] = Cast(%proj) {to = "f32"}
+    %h : ?[*] = Add(%res, %p)
+    %y : ?[*], %mean : ?[*], %inv : ?[*] = LayerNormalization(%h, %w, %b) {axis = -1}
+    %yb : ?[*] = Cast(%y) {to = "bf16"}
+    %s : ?[*] = Softmax(%h) {axis = -1}
+    output %yb, %h, %mean, %inv, %s
+  })");
+  auto schedule = codegen::kernelSchedule(*g);
+  EXPECT_EQ(labels(schedule), (std::vector<std::string>{"Cast+Add+LayerNormalization+Cast", "Softmax"}));
+  const auto& group = schedule[0];
+  kir::RowGroup rows{{group[0], group[1]}, group[2], {group[3]}, false, {true}, true};
+  auto gpu = kir::lowerRowGroupGpu("k", rows);
+  ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
+  ASSERT_TRUE(gpu->has_value());
+  ASSERT_EQ((*gpu)->size(), 1u);
+  std::vector<std::string> written, read;
+  for (const kir::BufferArg& b : (**gpu)[0].buffers) (b.written ? written : read).push_back(b.name);
+  EXPECT_EQ(written, (std::vector<std::string>{"h", "yb", "mean", "inv"}));
+  EXPECT_TRUE(std::count(read.begin(), read.end(), "proj") && std::count(read.begin(), read.end(), "res") && !std::count(read.begin(), read.end(), "h"));
+  kir::RowGroup softmax{{group[0], group[1]}, g->findValue("s")->producer, {}, true, {}, true};
+  auto apart = kir::lowerRowGroupGpu("k", softmax);
+  ASSERT_TRUE(!!apart);
+  EXPECT_FALSE(apart->has_value());
+}
