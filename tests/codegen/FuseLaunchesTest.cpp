@@ -197,7 +197,9 @@ TEST(FuseLaunches, JoinsOnlyIndependentSmallLaunches) {
     std::set<int> args;
     for (size_t i : r.launches) {
       updates += launches[i]["label"] == "AdamUpdate";
-      if (i != r.launches[0]) EXPECT_EQ(launches[i]["gpu"].size(), 0u) << "launch " << i << " runs in the first";
+      if (i != r.launches[0]) {
+        EXPECT_EQ(launches[i]["gpu"].size(), 0u) << "launch " << i << " runs in the first";
+      }
       for (int a : launches[i]["args"].get<std::vector<int>>()) args.insert(a);
     }
     std::vector<int> call = launches[r.launches[0]]["gpu"][0]["args"].get<std::vector<int>>();
