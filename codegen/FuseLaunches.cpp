@@ -61,10 +61,7 @@ bool isSmall(const nlohmann::json& l, const std::vector<kir::Kernel>& kernels) {
   int index = l.at("kernel").get<int>();
   if (index < 0 || index >= (int)kernels.size() || l.at("serial").get<bool>()) return false;
   const kir::Kernel& k = kernels[index];
-  const kir::Stmt& top = *k.body;
-  if (k.gpuOnly || !k.shared.empty() || top.kind != kir::StmtKind::Loop || !top.parallel) return false;
-  if (!std::all_of(top.body.begin(), top.body.end(), [](const kir::StmtRef& s) { return s->kind == kir::StmtKind::Store; })) return false;
-  return top.extent / kir::vectorWidthFor(k) <= kSmallThreads;
+  return kir::isHorizontalPart(k) && k.body->extent / kir::vectorWidthFor(k) <= kSmallThreads;
 }
 
 } // namespace

@@ -55,10 +55,6 @@ void buffersOf(const Stmt& s, std::set<int>& out) {
   for (const StmtRef& b : s.body) buffersOf(*b, out);
 }
 
-bool storesOnly(const Stmt& loop) {
-  return std::all_of(loop.body.begin(), loop.body.end(), [](const StmtRef& s) { return s->kind == StmtKind::Store; });
-}
-
 } // namespace
 
 Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& parts) {
@@ -69,8 +65,7 @@ Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& pa
   std::vector<StmtRef> loops;
   for (const HorizontalPart& part : parts) {
     const Kernel& p = *part.kernel;
-    assert(p.body->kind == StmtKind::Loop && p.body->parallel && storesOnly(*p.body) && !p.gpuOnly && p.shared.empty() &&
-           part.tensors.size() == p.buffers.size() && "a horizontal part is one parallel loop of stores");
+    assert(isHorizontalPart(p) && part.tensors.size() == p.buffers.size() && "a horizontal part is one parallel loop of stores");
     Renumber r;
     r.loopBase = k.numLoopVars, r.localBase = k.numLocals;
     for (size_t i = 0; i < p.buffers.size(); ++i) {
@@ -97,9 +92,7 @@ int loopVectorWidth(const Kernel& k, const Stmt& loop) {
   buffersOf(loop, used);
   size_t narrowest = 8;
   for (int b : used) narrowest = std::min(narrowest, ir::dtypeSize(k.buffers[b].dtype));
-  int width = (int)std::min<size_t>(8, 16 / std::max<size_t>(1, narrowest));
-  while (width > 1 && loop.extent % width) width /= 2;
-  return width;
+  return storeVectorWidth(narrowest, loop.extent);
 }
 
 std::vector<int64_t> partBlocks(const Kernel& k) {

@@ -247,16 +247,26 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
 
 } // namespace
 
+bool storesOnly(const Stmt& loop) {
+  return std::all_of(loop.body.begin(), loop.body.end(), [](const StmtRef& s) { return s->kind == StmtKind::Store; });
+}
+
+bool isHorizontalPart(const Kernel& k) {
+  return k.body && k.body->kind == StmtKind::Loop && k.body->parallel && storesOnly(*k.body) && !k.gpuOnly && k.shared.empty();
+}
+
+int storeVectorWidth(size_t narrowest, int64_t extent) {
+  int width = (int)std::min<size_t>(8, 16 / std::max<size_t>(1, narrowest));
+  while (width > 1 && extent % width) width /= 2;
+  return width;
+}
+
 int vectorWidthFor(const Kernel& k) {
   const Stmt* top = k.body.get();
-  if (k.gpuOnly || !top || top->kind != StmtKind::Loop || !top->parallel || k.buffers.empty()) return 1;
-  for (const auto& s : top->body)
-    if (s->kind != StmtKind::Store) return 1;
+  if (k.gpuOnly || !top || top->kind != StmtKind::Loop || !top->parallel || k.buffers.empty() || !storesOnly(*top)) return 1;
   size_t narrowest = 8;
   for (const BufferArg& b : k.buffers) narrowest = std::min(narrowest, ir::dtypeSize(b.dtype));
-  int width = (int)std::min<size_t>(8, 16 / std::max<size_t>(1, narrowest));
-  while (width > 1 && top->extent % width) width /= 2;
-  return width;
+  return storeVectorWidth(narrowest, top->extent);
 }
 
 namespace {

@@ -208,8 +208,19 @@ struct Kernel {
 /// stores them, so that loads and stores are adjacent and merge.
 int vectorWidthFor(const Kernel& k);
 
-/// One part of a horizontal kernel: a kernel whose body is one parallel loop of stores, not
-/// gpuOnly and without shared memory, and the name of the tensor each of its buffers stands for
+/// The rule vectorWidthFor and loopVectorWidth share: 16 bytes of elements `narrowest` bytes wide
+/// (at most 8), halved until it divides `extent`.
+int storeVectorWidth(size_t narrowest, int64_t extent);
+
+/// Whether `loop`'s body holds only stores (an elementwise loop: an iteration computes all its
+/// values before it stores any).
+bool storesOnly(const Stmt& loop);
+
+/// Whether `k` may be a part of a horizontal kernel: one parallel loop of stores, not gpuOnly,
+/// without shared memory.
+bool isHorizontalPart(const Kernel& k);
+
+/// One part of a horizontal kernel: a kernel of which isHorizontalPart holds, and the name of the tensor each of its buffers stands for
 /// in this launch (a kernel is carried once for launches over different tensors).
 struct HorizontalPart {
   const Kernel* kernel;

@@ -224,7 +224,7 @@ private:
     iv->addIncoming(begin, pre);
     b_.CreateCondBr(b_.CreateICmpSLT(iv, end), body, exit);
     b_.SetInsertPoint(body);
-    if (s.parallel && onlyStores(s)) {
+    if (s.parallel && kir::storesOnly(s)) {
       if (Error e = unrolledStores(s, iv, width)) return e;
     } else {
       loopVars_[s.id] = iv;
@@ -235,10 +235,6 @@ private:
     b_.CreateBr(header);
     b_.SetInsertPoint(exit);
     return Error::success();
-  }
-
-  static bool onlyStores(const Stmt& s) {
-    return std::all_of(s.body.begin(), s.body.end(), [](const kir::StmtRef& st) { return st->kind == StmtKind::Store; });
   }
 
   /// The stores of parallel loop `s` (its body holds only stores) for iterations iv * width + u,

@@ -130,13 +130,8 @@ TEST(FuseLaunches, HorizontalPtxAssembles) {
   auto ptx = codegen::compileModule(**mod, spec);
   ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
   EXPECT_NE(ptx->find("ld.global.v4.f32"), std::string::npos) << *ptx; // each part at its own width
-  auto dir = std::filesystem::temp_directory_path() / ("sgc-hptx-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "h.ptx") << *ptx;
-  std::string cmd = std::string(ptxas) + " -arch=sm_90 " + (dir / "h.ptx").string() + " -o " + (dir / "h.cubin").string() + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  std::filesystem::remove_all(dir);
-  EXPECT_EQ(rc, 0) << *ptx;
+  auto [rc, log] = assembled(*ptx, ptxas);
+  EXPECT_EQ(rc, 0) << log << *ptx;
 }
 
 namespace {

@@ -29,6 +29,13 @@ std::vector<std::string> labels(const std::vector<std::vector<const ir::Node*>>&
   return out;
 }
 
+/// The names of kernel `k`'s buffers: those it writes, those it only reads.
+std::pair<std::vector<std::string>, std::vector<std::string>> writtenAndRead(const kir::Kernel& k) {
+  std::pair<std::vector<std::string>, std::vector<std::string>> out;
+  for (const kir::BufferArg& b : k.buffers) (b.written ? out.first : out.second).push_back(b.name);
+  return out;
+}
+
 /// Attention's scores: bf16 product, scaled and masked in f32, softmax, cast back for the next product.
 std::string attention(const std::string& extraOutput) {
   return R"(graph @g {
@@ -63,18 +70,14 @@ TEST(RowGroups, SoftmaxTakesItsScaleMaskAndCast) {
   ASSERT_EQ((*gpu)->size(), 1u);
   // It reads the bf16 scores and the mask (and the two scalars) and writes only the bf16 probabilities:
   // neither the masked f32 scores nor the f32 probabilities are stored.
-  std::vector<std::string> written, read;
-  for (const kir::BufferArg& b : (**gpu)[0].buffers) (b.written ? written : read).push_back(b.name);
+  auto [written, read] = writtenAndRead((**gpu)[0]);
   EXPECT_EQ(written, (std::vector<std::string>{"pb"}));
   EXPECT_EQ(read.size(), 4u);
   EXPECT_TRUE(std::count(read.begin(), read.end(), "s") && std::count(read.begin(), read.end(), "mask"));
   rows.storeResult = true; // others read the probabilities too (a gradient): stored as well
   auto both = kir::lowerRowGroupGpu("k", rows);
   ASSERT_TRUE(!!both && both->has_value());
-  written.clear();
-  for (const kir::BufferArg& b : (**both)[0].buffers)
-    if (b.written) written.push_back(b.name);
-  EXPECT_EQ(written, (std::vector<std::string>{"p", "pb"}));
+  EXPECT_EQ(writtenAndRead((**both)[0]).first, (std::vector<std::string>{"p", "pb"}));
 }
 
 TEST(RowGroups, APrologueReadElsewhereStaysItsOwnKernel) {
@@ -129,8 +132,7 @@ TEST(RowGroups, LayerNormGradTakesAnEarlierCastAndTwoEpilogueGroups) {
   ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
   ASSERT_TRUE(gpu->has_value());
   const kir::Kernel& dx = (**gpu)[0];
-  std::vector<std::string> written, read;
-  for (const kir::BufferArg& b : dx.buffers) (b.written ? written : read).push_back(b.name);
+  auto [written, read] = writtenAndRead(dx);
   EXPECT_EQ(written, (std::vector<std::string>{"sum", "sumb"}));
   EXPECT_TRUE(std::count(read.begin(), read.end(), "dyb") && !std::count(read.begin(), read.end(), "dy"));
   // (The CPU runs the cast, the layer norm's kernels and one kernel per stored epilogue result:
@@ -162,8 +164,7 @@ TEST(RowGroups, LayerNormStoresTheResidualSumItReads) {
   ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
   ASSERT_TRUE(gpu->has_value());
   ASSERT_EQ((*gpu)->size(), 1u);
-  std::vector<std::string> written, read;
-  for (const kir::BufferArg& b : (**gpu)[0].buffers) (b.written ? written : read).push_back(b.name);
+  auto [written, read] = writtenAndRead((**gpu)[0]);
   EXPECT_EQ(written, (std::vector<std::string>{"h", "yb", "mean", "inv"}));
   EXPECT_TRUE(std::count(read.begin(), read.end(), "proj") && std::count(read.begin(), read.end(), "res") && !std::count(read.begin(), read.end(), "h"));
   kir::RowGroup softmax{{group[0], group[1]}, g->findValue("s")->producer, {}, true, {}, true};
