@@ -179,6 +179,11 @@ StmtRef asyncWait(int inFlight) { return stmtOf(StmtKind::AsyncWait, 0, inFlight
 
 StmtRef barrier() { return stmtOf(StmtKind::Barrier, 0, 0, false, nullptr, nullptr, {}); }
 
+StmtRef sharedStore(int array, ExprRef index, ExprRef value) {
+  assert(index->type == Scalar::I64 && "shared stores take an i64 index");
+  return stmtOf(StmtKind::SharedStore, array, 0, false, std::move(index), std::move(value), {});
+}
+
 StmtRef mmaBf16(std::vector<int> acc, std::vector<ExprRef> a, std::vector<ExprRef> b) {
   assert(acc.size() == 4 && a.size() == 8 && b.size() == 4 && "mma.m16n8k16 takes 4 accumulators, 8 + 4 operands");
   auto s = std::make_shared<Stmt>();
@@ -235,6 +240,7 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
   case StmtKind::AsyncCommit: out += pad + "async_commit\n"; return;
   case StmtKind::AsyncWait: out += pad + "async_wait(" + std::to_string(s.extent) + ")\n"; return;
   case StmtKind::Barrier: out += pad + "barrier\n"; return;
+  case StmtKind::SharedStore: out += pad + "s" + std::to_string(s.id) + "[" + exprText(*s.index) + "] = " + exprText(*s.value) + "\n"; return;
   case StmtKind::Mma: {
     std::string acc, a, b;
     for (size_t i = 0; i < 4; ++i) acc += (i ? ", t" : "t") + std::to_string(s.acc[i]);

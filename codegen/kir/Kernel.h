@@ -121,16 +121,16 @@ ExprRef constantLike(const ExprRef& like, double v);
 struct Stmt;
 using StmtRef = std::shared_ptr<Stmt>;
 
-enum class StmtKind : uint8_t { Loop, Store, AtomicAdd, Let, Set, Block, Mma, CopyAsync, AsyncCommit, AsyncWait, Barrier };
+enum class StmtKind : uint8_t { Loop, Store, AtomicAdd, Let, Set, Block, Mma, CopyAsync, AsyncCommit, AsyncWait, Barrier, SharedStore };
 
 struct Stmt {
   StmtKind kind;
-  int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer; CopyAsync: the shared array
+  int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer; CopyAsync, SharedStore: the shared array
   int buffer = 0;              ///< CopyAsync: the buffer copied from
   int64_t extent = 0;          ///< Loop: iterations [0, extent); AsyncWait: the groups left in flight; CopyAsync: its bytes
   bool parallel = false;       ///< Loop: iterations are independent; when its body is stores only, an
                                ///< iteration computes all their values before it stores any
-  ExprRef index, value;        ///< Store: buffer[index] = value; AtomicAdd: += value; Let/Set: local = value;
+  ExprRef index, value;        ///< Store: buffer[index] = value (SharedStore: shared[index]); AtomicAdd: += value; Let/Set: local = value;
                                ///< CopyAsync: shared[index...] = buffer[value...];
                                ///< Loop (serial): when set, an i64 bound: iterations [0, min(extent, value))
   std::vector<StmtRef> body;   ///< Loop, Block
@@ -176,6 +176,9 @@ StmtRef copyAsync(int array, ExprRef sharedIndex, int buffer, ExprRef index, int
 StmtRef asyncCommit();
 StmtRef asyncWait(int inFlight);
 StmtRef barrier();
+/// shared[index] = value, seen by the block's other threads after a barrier (a block-wide
+/// reduction's partial results, one a warp).
+StmtRef sharedStore(int array, ExprRef index, ExprRef value);
 
 struct SharedArray {
   ir::DType dtype;

@@ -20,6 +20,7 @@ namespace sgc::kir {
 
 Expected<std::vector<Kernel>> lowerLossGpu(const std::string& name, const ir::Node& n); // LowerMath.cpp
 Expected<std::optional<std::vector<Kernel>>> sampleGpu(const std::string& name, const ir::Node& n); // LowerSample.cpp
+std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir::Node& n);             // LowerSceBlockGpu.cpp
 
 namespace {
 using B = Builder;
@@ -646,7 +647,8 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
   case Op::GatherGrad: return gatherGradGpu(name, n);
   case Op::Softmax: case Op::LogSoftmax: case Op::SoftmaxGrad: case Op::LayerNormalization: case Op::LayerNormGrad:
     return lowerRowGroupGpu(name, RowGroup{{}, &n, {}, true, {}});
-  case Op::SceLossGrad: // with its loss result, the atomic total of the loss below unless a warp per row fits
+  case Op::SceLossGrad: // with its loss result, the atomic total of the loss below unless a block or a warp per row fits
+    if (auto ks = sceBlockGpu(name, n)) return ks;
     if (auto ks = sceGpu(name, n)) return ks;
     if (n.outputs.size() < 2 || !n.outputs[1]) return std::optional<std::vector<Kernel>>();
     if (n.getString("reduction", "mean") == "none" || n.outputs[1]->type.dtype != ir::DType::F32) return std::optional<std::vector<Kernel>>();

@@ -325,6 +325,15 @@ private:
       if (t_.kind != Target::NVPTX) return fail("barriers are generated for GPUs only");
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
       return Error::success();
+    case StmtKind::SharedStore: {
+      if (t_.kind != Target::NVPTX || (size_t)s.id >= shared_.size()) return fail("a shared store outside a GPU kernel's shared arrays");
+      if (k_.shared[s.id].dtype != ir::DType::F32 || s.value->type != Scalar::F32) return fail("shared stores are of f32 values into f32 arrays");
+      auto idx = expr(*s.index);
+      auto v = idx ? expr(*s.value) : Expected<llvm::Value*>(idx.takeError());
+      if (!v) return v.takeError();
+      b_.CreateStore(*v, sharedAt(s.id, *idx));
+      return Error::success();
+    }
     }
     return fail("unknown statement");
   }

@@ -591,6 +591,54 @@ TEST(Kernel, AttentionTensorCoreForm) {
   }
 }
 
+TEST(Kernel, LongRowLossGradientIsABlockPerRow) {
+  // An LM head's loss gradient (10,000 classes) takes a GPU block of 512 threads a row, its
+  // warps' partial maximum, sum and weight total meeting in shared memory; rows of 128 keep a warp
+  // each. Its loads and stores move 16 bytes, it fits the 64 registers of two such blocks an SM, and the
+  // loss total is zeroed first. The numbers are checked on the device (tests/gpu/check_gpu.sh:
+  // vocab and vocab_bf16 against the CPU).
+  for (int64_t classes : {10000, 128}) {
+    std::string text = "graph @g { input %x : bf16[64, " + std::to_string(classes) + "]\n input %t : i64[64]\n input %seed : f32[]\n" +
+                       " %ds : ?[*], %l : ?[*] = SceLossGrad(%x, %t, %seed) {ignore_index = -100, to = \"f32\"}\n output %ds, %l }";
+    SCOPED_TRACE(text);
+    auto g = ir::parse(text, "loss");
+    ASSERT_TRUE(!!g) << errorText(g.takeError());
+    ASSERT_FALSE(ir::inferShapes(**g, false));
+    auto gpu = kir::lowerForGpu("k", *(*g)->nodes()[0]);
+    ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
+    ASSERT_TRUE(gpu->has_value());
+    ASSERT_EQ((*gpu)->size(), 2u); // the loss total's zeroing, then the rows
+    const kir::Kernel& k = (*gpu)->back();
+    if (classes == 128) {
+      EXPECT_TRUE(k.shared.empty());
+      EXPECT_NE(k.threads, 512);
+      continue;
+    }
+    EXPECT_EQ(k.threads, 512);
+    EXPECT_EQ(k.body->extent, 64 * 512);
+    EXPECT_EQ(k.shared.size(), 3u);
+    std::string printed = kir::print(k);
+    EXPECT_NE(printed.find("barrier"), std::string::npos) << printed;
+    EXPECT_NE(printed.find("s0[idiv(imod(i0, 512), 32)] = "), std::string::npos) << printed;
+    const char* ptxas = "/usr/local/cuda/bin/ptxas";
+    if (!std::filesystem::exists(ptxas)) GTEST_SKIP() << "SKIP: no ptxas (CUDA toolkit) on this machine";
+    llvm::LLVMContext ctx;
+    auto spec = codegen::TargetSpec::nvptx("sm_90");
+    auto mod = codegen::emitKernels(ctx, **gpu, spec);
+    ASSERT_TRUE(!!mod) << errorText(mod.takeError());
+    auto ptx = codegen::compileModule(**mod, spec);
+    ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
+    for (const char* want : {"st.shared.f32", "bar.sync", "ld.global.v4.b32", "st.global.v4.b32", "shfl.sync.bfly"})
+      EXPECT_NE(ptx->find(want), std::string::npos) << want;
+    auto [rc, log] = assembled(*ptx, ptxas);
+    EXPECT_EQ(rc, 0) << log;
+    for (size_t at = log.find("bytes spill stores"); at != std::string::npos; at = log.find("bytes spill stores", at + 1))
+      EXPECT_EQ(std::stoi(log.substr(log.rfind(',', at) + 2)), 0) << log;
+    for (size_t at = log.find("Used "); at != std::string::npos; at = log.find("Used ", at + 1))
+      EXPECT_LE(std::stoi(log.substr(at + 5)), 65536 / (512 * 2)) << log;
+  }
+}
+
 TEST(Kernel, OptimizerKernelsMove16BytesPerGpuAccess) {
   // AdamW reads a parameter, its gradient and two moments and writes three of them: stores only,
   // so that a GPU thread moves 16 bytes of each (4 f32), as an elementwise kernel does; the new

@@ -5,7 +5,10 @@
 # exported taking half of each batch (gptw_half.onnx), for two GPU ranks.
 # And a wide MLP (16 -> 4096 -> 16, a LayerNorm of 4096) whose biases and
 # norm weights need several GPU blocks each where their updates run together
-# in one launch (codegen/FuseLaunches.h): wide.onnx.
+# in one launch (codegen/FuseLaunches.h): wide.onnx. And a classifier over
+# 10,000 classes, some targets ignored (-100), whose loss gradient runs a GPU
+# block per row (codegen/kir/LowerSceBlockGpu.cpp), with a part step past the
+# whole ones: vocab.onnx.
 # Usage: /usr/bin/python3 export_warp_model.py SOURCE_DIR OUT_DIR
 import os, sys, warnings
 import torch
@@ -43,3 +46,21 @@ x, y = torch.randn(12, 8, 16, generator=g), torch.randn(12, 8, 16, generator=g)
 torch.onnx.export(wide, (x[0], y[0]), os.path.join(out, "wide.onnx"), input_names=["x", "y"], output_names=["loss"],
                   opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
 st.write(os.path.join(out, "wide_data.safetensors"), {"x": x, "y": y})
+
+
+class Vocab(torch.nn.Module):
+    def __init__(s, d=64, classes=10000):
+        super().__init__()
+        s.head = torch.nn.Linear(d, classes)
+
+    def forward(s, x, t):
+        return torch.nn.functional.cross_entropy(s.head(x), t)
+
+
+torch.manual_seed(0)
+vocab = Vocab()
+x, t = torch.randn(12, 64, 64, generator=g), torch.randint(0, 10000, (12, 64), generator=g)
+t[torch.rand(12, 64, generator=g) < 0.1] = -100
+torch.onnx.export(vocab, (x[0], t[0]), os.path.join(out, "vocab.onnx"), input_names=["x", "t"], output_names=["loss"],
+                  opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+st.write(os.path.join(out, "vocab_data.safetensors"), {"x": x, "t": t})

@@ -21,6 +21,9 @@ done
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16 --attention decomposed
 cp "$out/gptw_data.safetensors" "$out/gptw_bf16_data.safetensors"
 "$sgc" compile "$out/wide.onnx" -o "$out/wide.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90
+"$sgc" compile "$out/vocab.onnx" -o "$out/vocab.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90
+"$sgc" compile "$out/vocab.onnx" -o "$out/vocab_bf16.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90 --precision bf16
+cp "$out/vocab_data.safetensors" "$out/vocab_bf16_data.safetensors"
 # Fused attention's kernels (--attention fused) on the GPU, in f32 (a thread per row) and bf16
 # (the tensor cores; the default for bf16 on a GPU).
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_fused.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --attention fused
