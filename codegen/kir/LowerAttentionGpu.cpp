@@ -3,7 +3,7 @@
 // (forward), 16 (dq) or 16 key rows (dk/dv) and walks the other side in blocks:
 //
 //   forward  S = Q K^T, online softmax, O += P V           (keeps O, max, sum)
-//   dq       S = Q K^T, P from the log-sum-exp, dP = dO V^T,
+//   dq       delta = dO . O; S = Q K^T, P from the log-sum-exp, dP = dO V^T,
 //            dS = P (dP - delta), dQ += dS K
 //   dk, dv   S^T = K Q^T, P^T from the log-sum-exp, dV += P^T dO,
 //            dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q
@@ -485,23 +485,12 @@ Kernel forward(const std::string& name, const Geometry& a) {
   return w.finish(iv, a.heads * tiles, wb.threads);
 }
 
-/// delta = dy . y for every query row: one thread per row.
-Kernel delta(const std::string& name, const Geometry& a) {
-  const ir::Value *y = a.n.input(3), *dy = a.n.input(5), *out = a.n.outputs[3];
-  B b(name);
-  int r = b.newLoopVar();
-  ExprRef sum = f(0);
-  for (int64_t e = 0; e < a.dv; ++e) {
-    ExprRef at = B::add(B::mul(loopVar(r), B::i(a.dv)), B::i(e));
-    sum = B::add(sum, B::mul(b.ld(dy, at), b.ld(y, at)));
-  }
-  return b.finish(loop(r, a.heads * a.tq, true, {b.st(out, loopVar(r), sum)}));
-}
-
 /// dq: a warp per 16 queries over blocks of kb keys, staged in shared memory for the GPU block's
-/// warps.
+/// warps. It also gives delta = dy . y for its rows, which dk and dv read: each lane multiplies
+/// the dy elements it holds as operands by y's at the same places, and the four lanes of a row
+/// add theirs.
 Kernel gradQueries(const std::string& name, const Geometry& a) {
-  const ir::Value *q = a.n.input(0), *lse = a.n.input(4), *dy = a.n.input(5);
+  const ir::Value *q = a.n.input(0), *y = a.n.input(3), *lse = a.n.input(4), *dy = a.n.input(5);
   const ir::Value *dq = a.gradOf(0), *delta = a.n.outputs[3];
   Writer w(name, a);
   B& b = w.b;
@@ -514,11 +503,18 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
   RowOf qrows = a.rows(head, q0, a.tq), qIn = a.rows(head, q0, a.tq, 0);
   auto qf = w.operandRows(ln, q, qIn, a.d);
   auto dyf = w.operandRows(ln, dy, qrows, a.dv);
+  ExprRef partial[2] = {f(0), f(0)}; // rows g and g + 8 (operandRows' element i: row g + 8 where i % 4 >= 2)
+  for (int64_t s = 0; s < a.dv / 16; ++s)
+    for (int i = 0; i < 8; ++i) {
+      ExprRef at = B::add(B::mul(qrows(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8))), B::i(a.dv)), ln.dim(s, i & 1, i >= 4, a.dv));
+      partial[i % 4 >= 2] = B::add(partial[i % 4 >= 2], B::mul(lf(dyf[s][i]), b.ld(y, at)));
+    }
   int rl[2], rd[2];
   for (int r = 0; r < 2; ++r) {
     rl[r] = b.newLocal(), rd[r] = b.newLocal();
     w.body.push_back(let(rl[r], B::mul(b.ld(lse, qrows(ln.row(2 * r))), f(M_LOG2E)))); // in log2 units
-    w.body.push_back(let(rd[r], b.ld(delta, qrows(ln.row(2 * r)))));
+    w.body.push_back(let(rd[r], warpReduce(KOp::Add, partial[r], 4)));
+    w.body.push_back(when(b, binary(KOp::Eq, ln.t, B::i(0)), {b.st(delta, qrows(ln.row(2 * r)), lf(rd[r]))}));
   }
   auto acc = w.zeros(a.d / 8, w.body);
   Writer::Copies copies = keyValueCopies(w, ks, vs, wb, kb);
@@ -622,9 +618,8 @@ Expected<std::optional<std::vector<Kernel>>> attentionGpu(const std::string& nam
   Geometry a(n);
   if (!a.fits()) return std::optional<std::vector<Kernel>>();
   if (n.op == ir::Op::FusedAttention) return std::optional<std::vector<Kernel>>(std::vector<Kernel>{forward(name + "_fwd", a)});
-  // delta is written by the first kernel and read by the others.
-  return std::optional<std::vector<Kernel>>(
-      std::vector<Kernel>{delta(name + "_delta", a), gradQueries(name + "_dq", a), gradKeysValues(name + "_dkv", a)});
+  // delta is written by the first kernel and read by the second.
+  return std::optional<std::vector<Kernel>>(std::vector<Kernel>{gradQueries(name + "_dq", a), gradKeysValues(name + "_dkv", a)});
 }
 
 } // namespace sgc::kir

@@ -569,7 +569,7 @@ TEST(Kernel, AttentionTensorCoreForm) {
       if (c.fits) ks.insert(ks.end(), (*gpu)->begin(), (*gpu)->end());
     }
     if (!c.fits) continue;
-    ASSERT_EQ(ks.size(), 4u); // forward; delta, dq, dk and dv
+    ASSERT_EQ(ks.size(), 3u); // forward; dq (and delta), dk and dv
     const char* ptxas = "/usr/local/cuda/bin/ptxas";
     if (!std::filesystem::exists(ptxas)) GTEST_SKIP() << "SKIP: no ptxas (CUDA toolkit) on this machine";
     llvm::LLVMContext ctx;
