@@ -8,10 +8,8 @@
 namespace sgc::codegen {
 namespace {
 
-/// The most threads a launch of a small kernel needs: 32 blocks of 256, a quarter of an H100's
-/// or H200's SMs. Below that a kernel cannot fill the GPU, and its launch costs more than its work.
-constexpr int64_t kSmallThreads = 8192;
-constexpr size_t kMostParts = 16;    ///< kernels one horizontal launch runs
+constexpr size_t kMostParts = 15;    ///< kernels one horizontal launch runs
+static_assert(kMostParts <= kir::kMostHorizontalParts);
 constexpr size_t kMostBuffers = 128; ///< its pointer arguments, far within a kernel's 4 KiB of parameters
 constexpr size_t kMostAhead = 128;   ///< launches a run looks ahead for its parts
 
@@ -54,19 +52,22 @@ std::vector<Access> accesses(const nlohmann::json& l, const std::vector<kir::Ker
   return out;
 }
 
-/// Whether launch `l` is a small elementwise kernel a run may take: one parallel loop of stores,
-/// the same kernel on a GPU as on a CPU (no GPU form, GEMM or epilogue), 256 threads a block.
-bool isSmall(const nlohmann::json& l, const std::vector<kir::Kernel>& kernels) {
+/// Whether launch `l` is an elementwise kernel a run may take: one parallel loop of stores,
+/// the same kernel on a GPU as on a CPU (no GPU form, GEMM or epilogue), 256 threads a block,
+/// and at most kir::kMostPartBlocks of them, one a vector. A larger kernel fills the GPU alone:
+/// on the H200 joining those (the MLP's 16M-parameter updates and GELU gradients) cost 0.1 ms a
+/// step, joining up to a GPT-2 layer's weights (2.4M parameters) saved 0.3 ms (bench/RESULTS.md).
+bool joinable(const nlohmann::json& l, const std::vector<kir::Kernel>& kernels) {
   if (l.contains("gpu") || l.contains("gemm") || l.contains("epilogue") || l.contains("threads") || l.contains("collective")) return false;
   int index = l.at("kernel").get<int>();
   if (index < 0 || index >= (int)kernels.size() || l.at("serial").get<bool>()) return false;
   const kir::Kernel& k = kernels[index];
-  return kir::isHorizontalPart(k) && k.body->extent / kir::vectorWidthFor(k) <= kSmallThreads;
+  return kir::isHorizontalPart(k) && k.body->extent / kir::vectorWidthFor(k) <= kir::kMostPartBlocks * k.threads;
 }
 
 } // namespace
 
-std::vector<LaunchRun> smallLaunchRuns(const nlohmann::json& launches, const nlohmann::json& tensors, const std::vector<kir::Kernel>& kernels) {
+std::vector<LaunchRun> elementwiseRuns(const nlohmann::json& launches, const nlohmann::json& tensors, const std::vector<kir::Kernel>& kernels) {
   std::vector<Span> spans;
   for (const nlohmann::json& t : tensors) {
     int64_t offset = t.at("offset").get<int64_t>();
@@ -85,21 +86,21 @@ std::vector<LaunchRun> smallLaunchRuns(const nlohmann::json& launches, const nlo
   std::set<size_t> skippedByGemm; // launches a GEMM's GELU epilogue may make unneeded
   for (const nlohmann::json& l : launches)
     if (l.contains("gemm") && l["gemm"].contains("gelu")) skippedByGemm.insert(l["gemm"]["gelu"]["skip"].get<int64_t>());
-  std::vector<bool> small(launches.size()), taken(launches.size(), false);
-  for (size_t i = 0; i < launches.size(); ++i) small[i] = isSmall(launches[i], kernels) && !skippedByGemm.count(i);
+  std::vector<bool> candidate(launches.size()), taken(launches.size(), false);
+  for (size_t i = 0; i < launches.size(); ++i) candidate[i] = joinable(launches[i], kernels) && !skippedByGemm.count(i);
 
-  // A run starts at a small launch not yet taken and takes later small launches that may move up
+  // A run starts at a candidate not yet taken and takes later candidates that may move up
   // to it: each independent of the run's parts (they run as one kernel) and of every launch it
   // moves ahead of. A collective ends the lookahead (its waits follow the launch order).
   std::vector<LaunchRun> runs;
   for (size_t i = 0; i < launches.size(); ++i) {
-    if (!small[i] || taken[i]) continue;
+    if (!candidate[i] || taken[i]) continue;
     std::vector<size_t> parts{i}, passed;
     size_t buffers = touched[i].size();
     for (size_t j = i + 1; j < launches.size() && j <= i + kMostAhead && parts.size() < kMostParts; ++j) {
       if (launches[j].contains("collective")) break;
       auto free = [&](size_t other) { return independent(j, other); };
-      bool joins = small[j] && !taken[j] && launches[j].at("forward") == launches[i].at("forward") &&
+      bool joins = candidate[j] && !taken[j] && launches[j].at("forward") == launches[i].at("forward") &&
                    buffers + touched[j].size() <= kMostBuffers && std::all_of(parts.begin(), parts.end(), free) &&
                    std::all_of(passed.begin(), passed.end(), free);
       if (joins) {

@@ -642,7 +642,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   for (auto& launch : launches)
     if (launch.contains("gemm") && launch["gemm"].contains("gelu") && launch["gemm"]["gelu"]["skip"] >= 0)
       launch["gemm"]["gelu"]["skip"] = launchOf.at(launch["gemm"]["gelu"]["skip"].get<size_t>());
-  for (LaunchRun& run : smallLaunchRuns(launches, tensors, p.kernels)) { // a GPU runs each run as one launch
+  for (LaunchRun& run : elementwiseRuns(launches, tensors, p.kernels)) { // a GPU runs each run as one launch
     auto [index, fresh] = indexOf(run.kernel);
     int64_t unused = 0;
     nlohmann::json call = launchJson(run.kernel, index, tensorId, unused);
@@ -708,7 +708,7 @@ std::string programStats(const CompiledProgram& p) {
            "kernels: %zu (%lld serial)\nlaunches per step: %zu\nnodes fused into multi-node kernels: %lld\n"
            "matrix products with fused epilogues: %lld\n"
            "GPU: products through cuBLASLt: %lld (%lld followed by an epilogue kernel); transposes folded into them: %lld;\n"
-           "     GELUs in their epilogues: %lld; nodes in GPU form: %lld; small launches run together: %lld as %lld\n"
+           "     GELUs in their epilogues: %lld; nodes in GPU form: %lld; elementwise launches run together: %lld as %lld\n"
            "bytes moved per step: %lld\narena: %lld bytes (activations %lld, peak of %lld without reuse)\n",
            p.kernels.size(), (long long)serial, (size_t)p.launches, (long long)fused, (long long)epilogues,
            (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.fusedLaunches, (long long)p.horizontalLaunches, (long long)p.bytesPerStep, (long long)arena,

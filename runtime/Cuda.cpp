@@ -221,6 +221,8 @@ bool CudaDevice::launch(int index, std::vector<uint64_t>& args, bool serial, int
   std::vector<void*> params;
   for (uint64_t& a : args) params.push_back(&a);
   unsigned threads = serial ? 1 : (unsigned)perBlock;
+  // At most 65535 blocks (kir::kMostGridBlocks): kernels grid-stride over the rest, and a
+  // horizontal kernel's parts fit within them.
   int64_t blocks = serial ? 1 : std::max<int64_t>(1, std::min<int64_t>((extent + threads - 1) / threads, 65535));
   return check(api_->cuLaunchKernel(functions_[index], (unsigned)blocks, 1, 1, threads, 1, 1, 0, stream_, params.data(), nullptr),
                "cuLaunchKernel", error);

@@ -61,6 +61,7 @@ Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& pa
   Kernel k;
   k.name = name;
   k.gpuOnly = true;
+  assert(parts.size() <= kMostHorizontalParts && "each part's blocks within one grid");
   std::map<std::string, int> byTensor;
   std::vector<StmtRef> loops;
   for (const HorizontalPart& part : parts) {
@@ -99,7 +100,7 @@ std::vector<int64_t> partBlocks(const Kernel& k) {
   std::vector<int64_t> blocks;
   for (const StmtRef& loop : k.body->body) {
     int64_t threads = loop->extent / loopVectorWidth(k, *loop);
-    blocks.push_back(std::max<int64_t>(1, (threads + k.threads - 1) / k.threads));
+    blocks.push_back(std::clamp<int64_t>((threads + k.threads - 1) / k.threads, 1, kMostPartBlocks));
   }
   return blocks;
 }

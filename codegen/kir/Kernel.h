@@ -235,7 +235,7 @@ struct HorizontalPart {
 /// its own (partBlocks, in order), over which it runs as a grid-stride loop with its own vector
 /// width (loopVectorWidth), so that the parts run side by side. Parts naming one tensor share
 /// its buffer. The parts must be independent: no part writes bytes another reads or writes (the
-/// caller checks the memory plan). gpuOnly: a CPU runs the parts.
+/// caller checks the memory plan), at most kMostHorizontalParts of them. gpuOnly: a CPU runs the parts.
 Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& parts);
 
 /// Whether `k` is a horizontal kernel: gpuOnly, its body a block of parallel loops.
@@ -245,8 +245,16 @@ bool isHorizontal(const Kernel& k);
 /// the buffers the loop reads and writes.
 int loopVectorWidth(const Kernel& k, const Stmt& loop);
 
+/// The most blocks a GPU launch has: runtime/Cuda.cpp's grids stop there, and a kernel's
+/// grid-stride loops cover the rest.
+constexpr int64_t kMostGridBlocks = 65535;
+/// The most blocks a part of a horizontal kernel runs on (4096 of 256 threads: four waves of an
+/// H200's 132 SMs), and so the most parts one launch carries whole.
+constexpr int64_t kMostPartBlocks = 4096;
+constexpr size_t kMostHorizontalParts = kMostGridBlocks / kMostPartBlocks;
+
 /// The GPU blocks (of k.threads) each part of horizontal kernel `k` runs on: enough for one
-/// thread per vector of its iterations.
+/// thread per vector of its iterations, at most kMostPartBlocks (its loop strides over the rest).
 std::vector<int64_t> partBlocks(const Kernel& k);
 
 /// The parallel iterations a GPU launch of `k` runs before its vector width: the parallel loop's

@@ -1,7 +1,8 @@
-// Small launches a GPU runs together (codegen/FuseLaunches, kir::horizontal):
+// Elementwise launches a GPU runs together (codegen/FuseLaunches, kir::horizontal):
 // the horizontal kernel computes what its parts compute (run here on the CPU,
-// checked against the interpreter), its PTX assembles, and the compiler joins
-// only runs of small launches whose parts are independent in the memory plan.
+// checked against the interpreter), its PTX assembles, its parts' blocks fit in
+// one grid, and the compiler joins only runs of launches whose parts are
+// independent in the memory plan.
 #include "codegen/FuseLaunches.h"
 #include "codegen/Program.h"
 #include "frontend/onnx/Importer.h"
@@ -134,6 +135,38 @@ TEST(FuseLaunches, HorizontalPtxAssembles) {
   EXPECT_EQ(rc, 0) << log << *ptx;
 }
 
+// Parts too large for one thread a vector (a large model's optimizer updates) stride over
+// kMostPartBlocks blocks each, so that kMostHorizontalParts of them fit in one grid: a GPU
+// launch has at most kMostGridBlocks, and a part past them would not run.
+TEST(FuseLaunches, LargePartsFitInOneGrid) {
+  auto g = ir::parse(R"(graph @big {
+  input %p : f32[16777216]
+  input %g : f32[16777216]
+  input %m : f32[16777216]
+  input %v : f32[16777216]
+  input %lr : f32[]
+  input %k : i64[]
+  %p2 : ?[*], %m2 : ?[*], %v2 : ?[*] = AdamUpdate(%p, %g, %m, %v, %lr, %k) {decoupled = 1, weight_decay = 0.01}
+  output %p2, %m2, %v2
+})", "big");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  auto ks = kir::lowerNode("update", *(*g)->nodes().front());
+  ASSERT_TRUE(!!ks) << errorText(ks.takeError());
+  ASSERT_EQ(ks->size(), 1u);
+  std::vector<kir::HorizontalPart> parts;
+  for (size_t i = 0; i < kir::kMostHorizontalParts; ++i) {
+    std::vector<std::string> names;
+    for (const kir::BufferArg& b : ks->front().buffers) names.push_back(b.name == "lr" || b.name == "k" ? b.name : b.name + std::to_string(i));
+    parts.push_back({&ks->front(), names});
+  }
+  kir::Kernel h = kir::horizontal("h", parts);
+  std::vector<int64_t> blocks = kir::partBlocks(h);
+  ASSERT_EQ(blocks.size(), kir::kMostHorizontalParts);
+  for (int64_t b : blocks) EXPECT_EQ(b, kir::kMostPartBlocks); // 2^24 / 4 a vector would be 16,384 blocks of 256
+  EXPECT_LE(kir::launchExtent(h) / h.threads, kir::kMostGridBlocks);
+}
+
 namespace {
 
 /// Every tensor a launch's kernel (or GEMM) reads or writes, the written ones marked: the test's
@@ -163,7 +196,7 @@ bool conflict(const nlohmann::json& tensors, const std::vector<std::pair<int, bo
 
 } // namespace
 
-TEST(FuseLaunches, JoinsOnlyIndependentSmallLaunches) {
+TEST(FuseLaunches, JoinsOnlyIndependentLaunches) {
   auto g = onnx_import::importModel(SGC_SOURCE_DIR "/samples/mlp_train.onnx");
   ASSERT_TRUE(!!g) << errorText(g.takeError());
   ir::TrainingOptions o;
@@ -182,7 +215,7 @@ TEST(FuseLaunches, JoinsOnlyIndependentSmallLaunches) {
       carriers += !l["gpu"].empty();
       l.erase("gpu");
     }
-  auto runs = codegen::smallLaunchRuns(plain, tensors, p->kernels);
+  auto runs = codegen::elementwiseRuns(plain, tensors, p->kernels);
   ASSERT_EQ((int64_t)runs.size(), p->horizontalLaunches);
   EXPECT_EQ(carriers, p->horizontalLaunches);
   int64_t joined = 0, updates = 0;
@@ -208,7 +241,7 @@ TEST(FuseLaunches, JoinsOnlyIndependentSmallLaunches) {
     }
   }
   EXPECT_EQ(joined, p->fusedLaunches);
-  EXPECT_EQ(updates, 8); // the sample MLP's eight AdamW updates (every parameter is small)
+  EXPECT_EQ(updates, 8); // the sample MLP's eight AdamW updates
 
   // Where a part writes over what the first part touches, the two stay apart.
   const codegen::LaunchRun& r = runs.front();
@@ -220,7 +253,7 @@ TEST(FuseLaunches, JoinsOnlyIndependentSmallLaunches) {
   ASSERT_LT(out, a1.size());
   nlohmann::json clash = tensors;
   clash[a1[out]]["region"] = clash[a0.back()]["region"], clash[a1[out]]["offset"] = clash[a0.back()]["offset"];
-  for (const codegen::LaunchRun& c : codegen::smallLaunchRuns(plain, clash, p->kernels)) {
+  for (const codegen::LaunchRun& c : codegen::elementwiseRuns(plain, clash, p->kernels)) {
     bool both = std::count(c.launches.begin(), c.launches.end(), firstPart) && std::count(c.launches.begin(), c.launches.end(), second);
     EXPECT_FALSE(both) << "joined launches " << firstPart << " and " << second << ", which overlap";
   }
