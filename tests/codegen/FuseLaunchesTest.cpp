@@ -40,14 +40,26 @@ const char* kParts = R"(graph @g {
   output %p2, %m2, %v2, %q2, %n2, %u2, %w16
 })";
 
+// One AdamW update of 2^24 parameters: a large model's, too large for one GPU thread a vector.
+const char* kLargeUpdate = R"(graph @large {
+  input %p : f32[16777216]
+  input %g : f32[16777216]
+  input %m : f32[16777216]
+  input %v : f32[16777216]
+  input %lr : f32[]
+  input %k : i64[]
+  %p2 : ?[*], %m2 : ?[*], %v2 : ?[*] = AdamUpdate(%p, %g, %m, %v, %lr, %k) {decoupled = 1, weight_decay = 0.01}
+  output %p2, %m2, %v2
+})";
+
 struct Lowered {
   std::unique_ptr<ir::Graph> graph;
   std::vector<kir::Kernel> kernels; // one per node
 };
 
-Lowered lowered() {
+Lowered lowered(const char* text = kParts) {
   Lowered l;
-  auto g = ir::parse(kParts, "parts");
+  auto g = ir::parse(text, "parts");
   EXPECT_TRUE(!!g) << errorText(g.takeError());
   EXPECT_FALSE(ir::inferShapes(**g, false));
   l.graph = std::move(*g);
@@ -139,26 +151,13 @@ TEST(FuseLaunches, HorizontalPtxAssembles) {
 // kMostPartBlocks blocks each, so that kMostHorizontalParts of them fit in one grid: a GPU
 // launch has at most kMostGridBlocks, and a part past them would not run.
 TEST(FuseLaunches, LargePartsFitInOneGrid) {
-  auto g = ir::parse(R"(graph @big {
-  input %p : f32[16777216]
-  input %g : f32[16777216]
-  input %m : f32[16777216]
-  input %v : f32[16777216]
-  input %lr : f32[]
-  input %k : i64[]
-  %p2 : ?[*], %m2 : ?[*], %v2 : ?[*] = AdamUpdate(%p, %g, %m, %v, %lr, %k) {decoupled = 1, weight_decay = 0.01}
-  output %p2, %m2, %v2
-})", "big");
-  ASSERT_TRUE(!!g) << errorText(g.takeError());
-  ASSERT_FALSE(ir::inferShapes(**g, false));
-  auto ks = kir::lowerNode("update", *(*g)->nodes().front());
-  ASSERT_TRUE(!!ks) << errorText(ks.takeError());
-  ASSERT_EQ(ks->size(), 1u);
+  Lowered l = lowered(kLargeUpdate);
+  const kir::Kernel& update = l.kernels.at(0);
   std::vector<kir::HorizontalPart> parts;
   for (size_t i = 0; i < kir::kMostHorizontalParts; ++i) {
     std::vector<std::string> names;
-    for (const kir::BufferArg& b : ks->front().buffers) names.push_back(b.name == "lr" || b.name == "k" ? b.name : b.name + std::to_string(i));
-    parts.push_back({&ks->front(), names});
+    for (const kir::BufferArg& b : update.buffers) names.push_back(b.name == "lr" || b.name == "k" ? b.name : b.name + std::to_string(i));
+    parts.push_back({&update, names});
   }
   kir::Kernel h = kir::horizontal("h", parts);
   std::vector<int64_t> blocks = kir::partBlocks(h);
