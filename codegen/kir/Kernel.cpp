@@ -157,6 +157,13 @@ StmtRef let(int id, ExprRef value) {
   return stmtOf(StmtKind::Let, id, 0, false, nullptr, std::move(value), {});
 }
 
+StmtRef letBf16(int id, ExprRef value) {
+  assert(value->type == Scalar::F32 && "bf16 locals hold f32 values");
+  StmtRef s = let(id, std::move(value));
+  s->bf16 = true;
+  return s;
+}
+
 StmtRef set(int id, ExprRef value) {
   return stmtOf(StmtKind::Set, id, 0, false, nullptr, std::move(value), {});
 }
@@ -231,7 +238,7 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
     return;
   case StmtKind::Store: out += pad + "b" + std::to_string(s.id) + "[" + exprText(*s.index) + "] = " + exprText(*s.value) + "\n"; return;
   case StmtKind::AtomicAdd: out += pad + "b" + std::to_string(s.id) + "[" + exprText(*s.index) + "] += " + exprText(*s.value) + " (atomic)\n"; return;
-  case StmtKind::Let: out += pad + "let t" + std::to_string(s.id) + " = " + exprText(*s.value) + "\n"; return;
+  case StmtKind::Let: out += pad + "let t" + std::to_string(s.id) + (s.bf16 ? ": bf16" : "") + " = " + exprText(*s.value) + "\n"; return;
   case StmtKind::Set: out += pad + "t" + std::to_string(s.id) + " = " + exprText(*s.value) + "\n"; return;
   case StmtKind::CopyAsync:
     out += pad + "s" + std::to_string(s.id) + "[" + exprText(*s.index) + "...] = b" + std::to_string(s.buffer) + "[" + exprText(*s.value) +
@@ -299,7 +306,7 @@ struct KeyWriter {
 
   void stmt(const Stmt& s) {
     out += "[" + std::to_string((int)s.kind) + " " + std::to_string(s.id) + " " + std::to_string(s.buffer) + " " + std::to_string(s.extent) +
-           " " + std::to_string(s.parallel);
+           " " + std::to_string(s.parallel) + " " + std::to_string(s.bf16);
     for (const ExprRef* e : {&s.index, &s.value}) {
       out += *e ? "" : " -";
       if (*e) expr(**e);

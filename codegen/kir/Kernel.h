@@ -130,6 +130,7 @@ struct Stmt {
   int64_t extent = 0;          ///< Loop: iterations [0, extent); AsyncWait: the groups left in flight; CopyAsync: its bytes
   bool parallel = false;       ///< Loop: iterations are independent; when its body is stores only, an
                                ///< iteration computes all their values before it stores any
+  bool bf16 = false;           ///< Let: the local (f32) holds its values rounded to bf16 (letBf16)
   ExprRef index, value;        ///< Store: buffer[index] = value (SharedStore: shared[index]); AtomicAdd: += value; Let/Set: local = value;
                                ///< CopyAsync: shared[index...] = buffer[value...];
                                ///< Loop (serial): when set, an i64 bound: iterations [0, min(extent, value))
@@ -147,6 +148,10 @@ StmtRef store(int buffer, ExprRef index, ExprRef value);
 /// parallel iterations meet in one element. The order of the adds is not fixed.
 StmtRef atomicAdd(int buffer, ExprRef index, ExprRef value);
 StmtRef let(int local, ExprRef value);
+/// let, for an f32 local that holds its values (this one and every later set's) rounded to bf16:
+/// half a register each on a GPU, and as an mma operand passed on as it is (a tensor-core
+/// kernel's operand rows held across its walk).
+StmtRef letBf16(int local, ExprRef value);
 StmtRef set(int local, ExprRef value);
 StmtRef block(std::vector<StmtRef> body);
 /// One warp-wide tensor-core product D = A B + C of a 16x16 A by a 16x8 B (PTX

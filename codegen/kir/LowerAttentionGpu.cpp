@@ -13,7 +13,8 @@
 // shared memory by asynchronous copies one block ahead of the products that
 // read it (SharedTile, Writer::stagedWalk), so the copies run behind the
 // arithmetic and each row is read from global memory once per GPU block. A
-// warp's own rows (Q, or K and V) stay in registers. Operand fragments are read
+// warp's own rows (Q, or K and V) stay in registers, as bf16 (letBf16: at D 128
+// the dK/dV kernel's K and V as f32 spilled). Operand fragments are read
 // 16 bytes a lane (Lane::dim and Lane::spread permute the dims so that a lane's
 // elements are neighbours; SharedTile swizzles them clear of bank conflicts); a
 // product's f32 result fragment is, pair for pair, the next product's bf16
@@ -224,14 +225,14 @@ public:
   }
 
   /// The A operand fragments of 16 rows (`row` maps 0..15 to flat rows) of `m` (row-major,
-  /// `width` wide, contracted: Lane::dim), one per 16 columns, held in locals.
+  /// `width` wide, contracted: Lane::dim), one per 16 columns, held in bf16 locals.
   std::vector<std::array<int, 8>> operandRows(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t width) {
     std::vector<std::array<int, 8>> fs(width / 16);
     for (int64_t s = 0; s < width / 16; ++s)
       for (int i = 0; i < 8; ++i) {
         ExprRef r = row(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8)));
         fs[s][i] = b.newLocal();
-        body.push_back(let(fs[s][i], b.ld(m, B::add(B::mul(r, B::i(width)), ln.dim(s, i & 1, i >= 4, width)))));
+        body.push_back(letBf16(fs[s][i], b.ld(m, B::add(B::mul(r, B::i(width)), ln.dim(s, i & 1, i >= 4, width)))));
       }
     return fs;
   }

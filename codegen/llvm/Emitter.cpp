@@ -91,6 +91,7 @@ public:
     if (Error e = declareShared()) return e;
     loopVars_.assign(k_.numLoopVars, nullptr);
     locals_.assign(k_.numLocals, nullptr);
+    bf16Locals_.assign(k_.numLocals, false);
     declareLocals(*k_.body); // allocas first, in the entry block
     const Stmt& top = *k_.body;
     if (top.kind == StmtKind::Loop && top.parallel) {
@@ -277,7 +278,7 @@ private:
     case StmtKind::Block: return stmts(s.body);
     case StmtKind::Let:
     case StmtKind::Set: {
-      auto v = expr(*s.value);
+      auto v = bf16Locals_[s.id] ? bf16Bits(*s.value) : expr(*s.value);
       if (!v) return v.takeError();
       b_.CreateStore(*v, locals_[s.id]);
       return Error::success();
@@ -338,8 +339,9 @@ private:
     return fail("unknown statement");
   }
 
-  /// A bf16 operand's 16 bits: a bf16 load as it is, else the f32 value rounded.
+  /// A bf16 operand's 16 bits: a bf16 load (or local) as it is, else the f32 value rounded.
   Expected<llvm::Value*> bf16Bits(const Expr& e) {
+    if (e.kind == ExprKind::Local && bf16Locals_[e.id]) return (llvm::Value*)b_.CreateLoad(b_.getInt16Ty(), locals_.at(e.id));
     if (isBf16Load(e)) {
       auto idx = expr(*e.args[0]);
       if (!idx) return idx.takeError();
@@ -352,13 +354,14 @@ private:
     return floatToBf16(*v);
   }
 
-  /// A pair of bf16 operands as one 32-bit register (the lower-numbered element in the low half).
-  /// A load of a bf16 element (of a buffer or a shared array): an mma operand as it is.
+  /// A load of a bf16 element (of a buffer or a shared array), or a bf16 local: an mma operand
+  /// as it is.
   bool isBf16Load(const Expr& e) const {
-    return (e.kind == ExprKind::Load && k_.buffers[e.id].dtype == ir::DType::BF16) ||
+    return (e.kind == ExprKind::Local && bf16Locals_[e.id]) || (e.kind == ExprKind::Load && k_.buffers[e.id].dtype == ir::DType::BF16) ||
            (e.kind == ExprKind::SharedLoad && k_.shared[e.id].dtype == ir::DType::BF16);
   }
 
+  /// A pair of bf16 operands as one 32-bit register (the lower-numbered element in the low half).
   Expected<llvm::Value*> packedPair(const Expr& lo, const Expr& hi) {
     if (!isBf16Load(lo) && !isBf16Load(hi) && lo.type == Scalar::F32 && hi.type == Scalar::F32) {
       auto l = expr(lo);
@@ -433,8 +436,10 @@ private:
   }
 
   void declareLocals(const Stmt& s) {
-    if (s.kind == StmtKind::Let && !locals_[s.id])
-      locals_[s.id] = b_.CreateAlloca(scalarType(s.value->type), nullptr, "t" + std::to_string(s.id));
+    if (s.kind == StmtKind::Let && !locals_[s.id]) {
+      bf16Locals_[s.id] = s.bf16;
+      locals_[s.id] = b_.CreateAlloca(s.bf16 ? b_.getInt16Ty() : scalarType(s.value->type), nullptr, "t" + std::to_string(s.id));
+    }
     for (const auto& b : s.body) declareLocals(*b);
   }
 
@@ -540,7 +545,9 @@ private:
                                  : (llvm::Value*)llvm::ConstantFP::get(scalarType(e.type), e.value);
       break;
     case ExprKind::LoopVar: r = loopVars_.at(e.id); break;
-    case ExprKind::Local: r = b_.CreateLoad(scalarType(e.type), locals_.at(e.id)); break;
+    case ExprKind::Local:
+      r = bf16Locals_[e.id] ? bf16ToFloat(b_.CreateLoad(b_.getInt16Ty(), locals_.at(e.id))) : b_.CreateLoad(scalarType(e.type), locals_.at(e.id));
+      break;
     case ExprKind::Load: r = loadElement(e.id, a[0], e.type); break;
     case ExprKind::SharedLoad:
       if ((size_t)e.id >= shared_.size()) return fail("a load from a shared array the kernel does not have");
@@ -564,6 +571,7 @@ private:
   MathEmitter math_{m_, b_, t_.kind};
   llvm::Function* fn_ = nullptr;
   std::vector<llvm::Value*> buffers_, loopVars_, locals_;
+  std::vector<bool> bf16Locals_; ///< locals held as bf16 bits (kir::letBf16)
   std::vector<llvm::GlobalVariable*> shared_;
   std::map<const Expr*, llvm::Value*> cache_;
 };

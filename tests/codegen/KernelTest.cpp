@@ -731,6 +731,42 @@ TEST(Kernel, ContentKeyIgnoresNamesNotConstants) {
   EXPECT_LT(kir::contentKey(deep).size(), 40u * 64);
 }
 
+// A bf16 local (kir::letBf16) holds its values rounded to bf16, to nearest even, its let's and
+// its later sets', and reads back as f32: on this CPU through LLVM's JIT, against the rounding
+// ir::Tensor does for a bf16 tensor; the printed kernel and its content key say so.
+TEST(Kernel, Bf16LocalsHoldTheirValuesRounded) {
+  using namespace kir;
+  Kernel k;
+  k.name = "narrow";
+  k.buffers = {{"x", ir::DType::F32, 64, false}, {"y", ir::DType::F32, 64, true}, {"z", ir::DType::F32, 64, true}};
+  k.numLoopVars = 1;
+  k.numLocals = 1;
+  ExprRef i = loopVar(0);
+  ExprRef x = load(0, i, Scalar::F32);
+  k.body = loop(0, 64, true, {letBf16(0, x), store(1, i, local(0, Scalar::F32)), set(0, x * 3.0), store(2, i, local(0, Scalar::F32))});
+  Kernel wide = k;
+  wide.body = loop(0, 64, true, {let(0, x), store(1, i, local(0, Scalar::F32)), set(0, x * 3.0), store(2, i, local(0, Scalar::F32))});
+  EXPECT_NE(print(k).find("let t0: bf16 = b0[i0]"), std::string::npos) << print(k);
+  EXPECT_NE(contentKey(k), contentKey(wide));
+  ir::Tensor in(ir::DType::F32, {64}), y(ir::DType::F32, {64}), z(ir::DType::F32, {64});
+  for (int64_t j = 0; j < 64; ++j) in.setF(j, 1 + (double)j / 256 + (j % 3 == 0 ? 1.0 / 512 : 0)); // halfway cases among them
+  test::Jit jit({k});
+  auto fn = jit.fn("narrow");
+  ASSERT_TRUE(fn);
+  void* args[] = {in.bytes.data(), y.bytes.data(), z.bytes.data()};
+  fn(args, 0, 64);
+  for (int64_t j = 0; j < 64; ++j) {
+    ir::Tensor once(ir::DType::BF16, {2});
+    once.setF(0, in.getF(j));
+    once.setF(1, (double)(float)(in.getF(j) * 3.0));
+    EXPECT_EQ(y.getF(j), once.getF(0)) << j;
+    EXPECT_EQ(z.getF(j), once.getF(1)) << j;
+  }
+  int inexact = 0;
+  for (int64_t j = 0; j < 64; ++j) inexact += y.getF(j) != in.getF(j);
+  EXPECT_GT(inexact, 32); // most of the inputs are not bf16 values: the test sees the rounding
+}
+
 // Shared memory (codegen/kir/Kernel.h): a block stages a buffer by asynchronous copies, waits,
 // meets at a barrier and reads it back reversed. The GPU code holds the instructions the IR
 // says; a kernel that could run on the CPU may not use them. (The GPU runs them in
