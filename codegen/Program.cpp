@@ -57,7 +57,7 @@ bool allFusible(const Group& g) {
 
 /// A row-wise op (kir::isRowOp) takes in an earlier elementwise group that computes one of its
 /// operands when nothing else reads the group's values (the group moves to the row op), or, for
-/// a LayerNormalization, nothing else but its result, which the row op's GPU form then stores as
+/// a normalization (kir::storesPrologue), nothing else but its result, which the row op's GPU form then stores as
 /// it reads it (a transformer's residual sum, read again by the next sum and the backward), and the
 /// elementwise groups right after it while each starts from the result of the one before (the
 /// first from the row op's): a GPU runs them all as one kernel (kir::lowerRowGroupGpu), a CPU as
@@ -78,7 +78,7 @@ std::vector<Group> mergeRowGroups(std::vector<Group> groups, Readers& readers) {
       if (!allElementwise(pre) || !std::count(row->inputs.begin(), row->inputs.end(), v) || v->type.shape() != y->type.shape()) continue;
       Group inside(pre);
       inside.push_back(row);
-      bool storable = row->op == ir::Op::LayerNormalization; // may store the prologue's result
+      bool storable = kir::storesPrologue(*row); // may store the prologue's result
       if (std::none_of(pre.begin(), pre.end(), [&](const ir::Node* n) { return (!storable || n != pre.back()) && readers.outside(n->outputs[0], inside); })) {
         merged = std::move(out[k]);
         out.erase(out.begin() + (std::ptrdiff_t)k);

@@ -58,7 +58,7 @@ const CommandSpec kCompile{
 
 const CommandSpec kOpt{
     "opt", "sgc opt MODEL.onnx|FILE.sgcir --passes=a,b,... [--verify-each] [-o FILE] [--print-data]",
-    "Runs IR passes in order and prints the resulting IR. Passes: infer-shapes, dce, fuse-attention,\nattention-layout, fuse-gelu, widen-sums, narrow-moves, fold-transposes, expand-resize, training-step (the whole training step with SGD; see sgc train for the options).",
+    "Runs IR passes in order and prints the resulting IR. Passes: infer-shapes, dce, fuse-attention,\nattention-layout, fuse-gelu, fuse-rms-norm, widen-sums, narrow-moves, fold-transposes, expand-resize, training-step (the whole training step with SGD; see sgc train for the options).",
     {{"passes", "LIST", "comma-separated pass names"},
      {"verify-each", "", "run the verifier after each pass"},
      {"o", "FILE", "write the IR to FILE instead of standard output"},

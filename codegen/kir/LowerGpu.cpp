@@ -325,21 +325,38 @@ struct HeldRow {
   }
 };
 
-/// Rows of d a warp holds in registers: at most this many elements a lane.
-constexpr int64_t kHeldPerLane = 32;
+/// Rows of d a warp holds in registers: at most this many elements a lane (64: a Llama's rows of
+/// 2,048 normalized in one read, with the residual add before them).
+constexpr int64_t kHeldPerLane = 64;
 
 bool holdable(int64_t rows, int64_t d, ir::DType t) { return warpable(rows, d, t) && d / 32 <= kHeldPerLane; }
 
-/// LayerNormalization a warp per row, over a row too long to hold: mean and variance by warp sums
-/// over three reads of the row.
+/// Whether a normalization subtracts its rows' mean: LayerNormalization and its gradient do,
+/// RmsNorm and its gradient do not (their rows' "variance" is the mean square).
+bool centered(const ir::Node& n) { return n.op == ir::Op::LayerNormalization || n.op == ir::Op::LayerNormGrad; }
+
+/// The result holding each row's 1 / sqrt(variance + epsilon), if asked for: LayerNormalization's
+/// third (after the mean), RmsNorm's second.
+const ir::Value* invStdOut(const ir::Node& n) {
+  size_t i = centered(n) ? 2 : 1;
+  return n.outputs.size() > i ? n.outputs[i] : nullptr;
+}
+
+/// LayerNormalization (or RmsNorm) a warp per row, over a row too long to hold: mean and variance
+/// by warp sums over three reads of the row (RmsNorm: the mean square over two).
 Kernel layerNormStreamed(const std::string& name, const ir::Node& n, int64_t M, int64_t rows) {
-  const ir::Value *x = n.input(0), *scale = n.input(1), *bias = n.input(2), *y = n.outputs[0];
+  const ir::Value *x = n.input(0), *scale = n.input(1), *bias = centered(n) ? n.input(2) : nullptr, *y = n.outputs[0];
   B b(name);
   int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), j3 = b.newLoopVar(), mean = b.newLocal(), var = b.newLocal();
   WarpRows w{b, e, M};
   Scalar t = Scalar::F32;
-  auto body = w.reduce(mean, KOp::Add, 0, j1, b.ld(x, w.at(j1)));
-  body.push_back(set(mean, B::div(local(mean, t), B::c((double)M, t))));
+  std::vector<StmtRef> body;
+  if (centered(n)) {
+    body = w.reduce(mean, KOp::Add, 0, j1, b.ld(x, w.at(j1)));
+    body.push_back(set(mean, B::div(local(mean, t), B::c((double)M, t))));
+  } else {
+    body.push_back(let(mean, B::c(0, t)));
+  }
   ExprRef dev = B::sub(b.ld(x, w.at(j2)), local(mean, t));
   for (auto& st : w.reduce(var, KOp::Add, 0, j2, B::mul(dev, dev))) body.push_back(st);
   int inv = b.newLocal();
@@ -347,8 +364,8 @@ Kernel layerNormStreamed(const std::string& name, const ir::Node& n, int64_t M, 
   ExprRef v = B::mul(B::mul(B::sub(b.ld(x, w.at(j3)), local(mean, t)), local(inv, t)), b.ld(scale, w.col(j3)));
   if (bias) v = B::add(v, b.ld(bias, w.col(j3)));
   body.push_back(w.each(j3, {b.st(y, w.at(j3), v)}));
-  if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], w.row(), local(mean, t)));
-  if (n.outputs.size() > 2 && n.outputs[2]) body.push_back(b.st(n.outputs[2], w.row(), local(inv, t)));
+  if (centered(n) && n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], w.row(), local(mean, t)));
+  if (const ir::Value* is = invStdOut(n)) body.push_back(b.st(is, w.row(), local(inv, t)));
   return warpKernel(b, e, rows, std::move(body));
 }
 
@@ -356,7 +373,7 @@ Kernel layerNormStreamed(const std::string& name, const ir::Node& n, int64_t M, 
 /// the row; in a row group, x may come from a prologue and y go on through an epilogue. Rows too
 /// long to hold: layerNormStreamed (alone, not in a group).
 std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
-  const ir::Value *x = n.input(0), *scale = n.input(1), *bias = n.input(2), *y = n.outputs[0];
+  const ir::Value *x = n.input(0), *scale = n.input(1), *bias = centered(n) ? n.input(2) : nullptr, *y = n.outputs[0];
   int64_t M = normalizedSize(n, x), rows = x->type.staticNumel().value() / std::max<int64_t>(M, 1);
   if (!warpable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || (bias && bias->type.staticNumel() != M)) return std::nullopt;
   if (!holdable(rows, M, x->type.dtype)) return g ? std::nullopt : std::optional<std::vector<Kernel>>({layerNormStreamed(name, n, M, rows)});
@@ -373,7 +390,7 @@ std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const i
     for (int64_t i = 0; i < row.size(); ++i) body.push_back(b.st(x, row.at(i), local(xs[i], t)));
   std::vector<ExprRef> terms;
   for (int id : xs) terms.push_back(local(id, t));
-  body.push_back(let(mean, B::div(warpReduce(KOp::Add, sumTree(terms)), f((double)M))));
+  body.push_back(let(mean, centered(n) ? B::div(warpReduce(KOp::Add, sumTree(terms)), f((double)M)) : f(0)));
   terms.clear();
   for (int id : xs) terms.push_back(B::mul(B::sub(local(id, t), local(mean, t)), B::sub(local(id, t), local(mean, t))));
   body.push_back(let(var, warpReduce(KOp::Add, sumTree(terms))));
@@ -384,8 +401,8 @@ std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const i
   };
   row.store(body, value, [&](int64_t i, ExprRef v) { return io.outputs(y, row.at(i), std::move(v)); });
   // Every lane stores the same statistics (the same value to the same address).
-  if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], w.row(), local(mean, t)));
-  if (n.outputs.size() > 2 && n.outputs[2]) body.push_back(b.st(n.outputs[2], w.row(), local(inv, t)));
+  if (centered(n) && n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], w.row(), local(mean, t)));
+  if (const ir::Value* is = invStdOut(n)) body.push_back(b.st(is, w.row(), local(inv, t)));
   error = io.error;
   return std::vector<Kernel>{warpKernel(b, e, rows, std::move(body))};
 }
@@ -393,9 +410,30 @@ std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const i
 constexpr int64_t kParamRows = 64; ///< rows one thread of LayerNormGrad's dscale/dbias kernel sums
 constexpr int64_t kParamUnroll = 8; ///< of which it loads this many at once
 
-/// LayerNormGrad's dx, a warp per row held in registers: the row's two sums, then dx.
+/// A normalization gradient's saved statistics: LayerNormGrad's (x, scale, dy, mean, invstd),
+/// RmsNormGrad's (x, scale, dy, invstd), the mean then taken as 0.
+const ir::Value* meanIn(const ir::Node& n) { return centered(n) ? n.input(3) : nullptr; }
+const ir::Value* invStdIn(const ir::Node& n) { return n.input(centered(n) ? 4 : 3); }
+
+/// Each row's saved mean (0 for RmsNormGrad) into local `mean` and 1 / std-dev into `inv`.
+std::vector<StmtRef> rowStatistics(B& b, const ir::Node& n, const ExprRef& row, int mean, int inv) {
+  Scalar t = Scalar::F32;
+  return {let(mean, centered(n) ? cast(b.ld(meanIn(n), row), t) : B::c(0, t)), let(inv, cast(b.ld(invStdIn(n), row), t))};
+}
+
+/// The gradient of a normalized element from its row's sums s1 = sum(g) (centered only) and
+/// s2 = sum(g xhat), g = dy scale: inv / M (M g - s1 - xhat s2).
+ExprRef normGradValue(const ir::Node& n, int64_t M, const ExprRef& inv, const ExprRef& g, const ExprRef& xhat, const ExprRef& s1, const ExprRef& s2) {
+  Scalar t = Scalar::F32;
+  ExprRef centeredG = B::mul(B::c((double)M, t), g);
+  if (centered(n)) centeredG = B::sub(centeredG, s1);
+  return B::mul(B::div(inv, B::c((double)M, t)), B::sub(centeredG, B::mul(xhat, s2)));
+}
+
+/// LayerNormGrad's (or RmsNormGrad's) dx, a warp per row held in registers: the row's two sums
+/// (RmsNormGrad: one), then dx.
 Kernel layerNormGradDx(const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
-  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4), *dx = n.outputs[0];
+  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *dx = n.outputs[0];
   Scalar t = Scalar::F32;
   auto f = [&](double v) { return B::c(v, t); };
   B& b = io.b;
@@ -405,8 +443,7 @@ Kernel layerNormGradDx(const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
   HeldRow row(w);
   auto xs = row.load(body, [&](int64_t i) { return b.ld(x, row.at(i)); });
   auto dys = row.load(body, [&](int64_t i) { return io.ld(dy, row.at(i)); });
-  body.push_back(let(mean, cast(b.ld(meanV, w.row()), t)));
-  body.push_back(let(inv, cast(b.ld(invV, w.row()), t)));
+  for (StmtRef& st : rowStatistics(b, n, w.row(), mean, inv)) body.push_back(std::move(st));
   auto xh = row.load(body, [&](int64_t i) { return B::mul(B::sub(local(xs[i], t), local(mean, t)), local(inv, t)); });
   auto gs = row.load(body, [&](int64_t i) { return B::mul(local(dys[i], t), b.ld(scale, row.col(i))); });
   std::vector<ExprRef> sum1, sum2;
@@ -414,12 +451,9 @@ Kernel layerNormGradDx(const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
     sum1.push_back(local(gs[i], t));
     sum2.push_back(B::mul(local(gs[i], t), local(xh[i], t)));
   }
-  body.push_back(let(s1, warpReduce(KOp::Add, sumTree(sum1))));
+  body.push_back(let(s1, centered(n) ? warpReduce(KOp::Add, sumTree(sum1)) : f(0)));
   body.push_back(let(s2, warpReduce(KOp::Add, sumTree(sum2))));
-  auto value = [&](int64_t i) {
-    return B::mul(B::div(local(inv, t), f((double)M)),
-                  B::sub(B::sub(B::mul(f((double)M), local(gs[i], t)), local(s1, t)), B::mul(local(xh[i], t), local(s2, t))));
-  };
+  auto value = [&](int64_t i) { return normGradValue(n, M, local(inv, t), local(gs[i], t), local(xh[i], t), local(s1, t), local(s2, t)); };
   row.store(body, value, [&](int64_t i, ExprRef v) { return io.outputs(dx, row.at(i), std::move(v)); });
   return warpKernel(b, e, rows, std::move(body));
 }
@@ -428,8 +462,8 @@ Kernel layerNormGradDx(const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
 /// columns fastest (each row's loads coalesce), kParamUnroll rows loaded at once; the threads'
 /// sums meet in atomic adds (after zeroing kernels).
 std::vector<Kernel> layerNormGradParams(const std::string& name, const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
-  const ir::Value *x = n.input(0), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4);
-  const ir::Value *ds = n.outputs.size() > 1 ? n.outputs[1] : nullptr, *db = n.outputs.size() > 2 ? n.outputs[2] : nullptr;
+  const ir::Value *x = n.input(0), *dy = n.input(2);
+  const ir::Value *ds = n.outputs.size() > 1 ? n.outputs[1] : nullptr, *db = centered(n) && n.outputs.size() > 2 ? n.outputs[2] : nullptr;
   std::vector<Kernel> ks;
   if (!ds && !db) return ks;
   Scalar t = Scalar::F32;
@@ -446,15 +480,14 @@ std::vector<Kernel> layerNormGradParams(const std::string& name, const ir::Node&
   for (int64_t k = 0; k < unroll; ++k) {
     ExprRef row = B::add(B::add(B::mul(q, B::i(chunk)), B::mul(loopVar(r), B::i(unroll))), B::i(k));
     int mean = b.newLocal(), inv = b.newLocal();
-    step.push_back(let(mean, cast(b.ld(meanV, row), t)));
-    step.push_back(let(inv, cast(b.ld(invV, row), t)));
+    for (StmtRef& st : rowStatistics(b, n, row, mean, inv)) step.push_back(std::move(st));
     auto at = [&](int64_t u) { return B::add(B::add(B::mul(row, B::i(M)), c0), B::i(u)); };
     auto xs = locals(b, v, step, [&](int64_t u) { return b.ld(x, at(u)); });
     auto dys = locals(b, v, step, [&](int64_t u) { return io.ld(dy, at(u)); });
     for (int64_t u = 0; u < v; ++u) {
       ExprRef xh = B::mul(B::sub(local(xs[u], t), local(mean, t)), local(inv, t));
       sums.push_back(set(sds[u], B::add(local(sds[u], t), B::mul(local(dys[u], t), xh))));
-      sums.push_back(set(sdb[u], B::add(local(sdb[u], t), local(dys[u], t))));
+      if (db) sums.push_back(set(sdb[u], B::add(local(sdb[u], t), local(dys[u], t))));
     }
   }
   step.insert(step.end(), sums.begin(), sums.end()); // every row's loads before any sum
@@ -473,19 +506,19 @@ std::vector<Kernel> layerNormGradParams(const std::string& name, const ir::Node&
 /// LayerNormGrad's dx over a row too long to hold: a warp per row, its two sums from one read of
 /// the row, dx from a second.
 Kernel layerNormGradDxStreamed(const std::string& name, const ir::Node& n, int64_t M, int64_t rows) {
-  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4);
+  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2);
   Scalar t = Scalar::F32;
   B b(name);
   int e = b.newLoopVar(), j1 = b.newLoopVar(), j2 = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
   WarpRows w{b, e, M};
   auto xhat = [&](int j) { return B::mul(B::sub(b.ld(x, w.at(j)), local(mean, t)), local(inv, t)); };
   auto dxhat = [&](int j) { return B::mul(b.ld(dy, w.at(j)), b.ld(scale, w.col(j))); };
-  std::vector<StmtRef> body{let(mean, cast(b.ld(meanV, w.row()), t)), let(inv, cast(b.ld(invV, w.row()), t)), let(s1, B::c(0, t)),
-                            let(s2, B::c(0, t)),
-                            w.each(j1, {set(s1, B::add(local(s1, t), dxhat(j1))), set(s2, B::add(local(s2, t), B::mul(dxhat(j1), xhat(j1))))}),
-                            set(s1, warpReduce(KOp::Add, local(s1, t))), set(s2, warpReduce(KOp::Add, local(s2, t)))};
-  ExprRef dx = B::mul(B::div(local(inv, t), B::c((double)M, t)),
-                      B::sub(B::sub(B::mul(B::c((double)M, t), dxhat(j2)), local(s1, t)), B::mul(xhat(j2), local(s2, t))));
+  std::vector<StmtRef> body = rowStatistics(b, n, w.row(), mean, inv);
+  for (StmtRef st : {let(s1, B::c(0, t)), let(s2, B::c(0, t)),
+                     w.each(j1, {set(s1, B::add(local(s1, t), dxhat(j1))), set(s2, B::add(local(s2, t), B::mul(dxhat(j1), xhat(j1))))}),
+                     set(s1, warpReduce(KOp::Add, local(s1, t))), set(s2, warpReduce(KOp::Add, local(s2, t)))})
+    body.push_back(std::move(st));
+  ExprRef dx = normGradValue(n, M, local(inv, t), dxhat(j2), xhat(j2), local(s1, t), local(s2, t));
   body.push_back(w.each(j2, {b.st(n.outputs[0], w.at(j2), dx)}));
   return warpKernel(b, e, rows, std::move(body));
 }
@@ -494,9 +527,9 @@ Kernel layerNormGradDxStreamed(const std::string& name, const ir::Node& n, int64
 /// prologue and dx go on through an epilogue), or over rows too long to hold, read twice (alone,
 /// not in a group); dscale and dbias by chunks of rows.
 std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
-  const ir::Value *x = n.input(0), *scale = n.input(1), *meanV = n.input(3), *invV = n.input(4);
+  const ir::Value *x = n.input(0), *scale = n.input(1);
   int64_t M = normalizedSize(n, x), rows = x->type.staticNumel().value() / std::max<int64_t>(M, 1);
-  if (!warpable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || !meanV || !invV) return std::nullopt;
+  if (!warpable(rows, M, x->type.dtype) || scale->type.staticNumel() != M || (centered(n) && !meanIn(n)) || !invStdIn(n)) return std::nullopt;
   for (size_t o = 1; o < n.outputs.size(); ++o)
     if (n.outputs[o] && n.outputs[o]->type.dtype != ir::DType::F32) return std::nullopt;
   bool held = holdable(rows, M, x->type.dtype);
@@ -645,7 +678,8 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
   switch (n.op) {
   case Op::SumTo: case Op::ReduceSum: case Op::ReduceMean: return reduceGpu(name, n);
   case Op::GatherGrad: return gatherGradGpu(name, n);
-  case Op::Softmax: case Op::LogSoftmax: case Op::SoftmaxGrad: case Op::LayerNormalization: case Op::LayerNormGrad:
+  case Op::Softmax: case Op::LogSoftmax: case Op::SoftmaxGrad: case Op::LayerNormalization: case Op::LayerNormGrad: case Op::RmsNorm:
+  case Op::RmsNormGrad:
     return lowerRowGroupGpu(name, RowGroup{{}, &n, {}, true, {}});
   case Op::SceLossGrad: // with its loss result, the atomic total of the loss below unless a block or a warp per row fits
     if (auto ks = sceBlockGpu(name, n)) return ks;
@@ -677,6 +711,7 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
 bool isRowOp(const ir::Node& n) {
   switch (n.op) {
   case ir::Op::Softmax: case ir::Op::LogSoftmax: case ir::Op::SoftmaxGrad: case ir::Op::LayerNormalization: case ir::Op::LayerNormGrad:
+  case ir::Op::RmsNorm: case ir::Op::RmsNormGrad:
     return true;
   default: return false;
   }
@@ -685,12 +720,12 @@ bool isRowOp(const ir::Node& n) {
 Expected<std::optional<std::vector<Kernel>>> lowerRowGroupGpu(const std::string& name, const RowGroup& g) {
   std::string error;
   const RowGroup* fused = g.prologue.empty() && g.epilogue.empty() ? nullptr : &g;
-  if (g.storePrologue && g.row->op != ir::Op::LayerNormalization) return std::optional<std::vector<Kernel>>(); // only its form stores it
+  if (g.storePrologue && !storesPrologue(*g.row)) return std::optional<std::vector<Kernel>>(); // only their forms store it
   std::optional<std::vector<Kernel>> ks;
   switch (g.row->op) {
   case ir::Op::SoftmaxGrad: ks = softmaxGradGpu(name, *g.row, fused, error); break;
-  case ir::Op::LayerNormalization: ks = layerNormGpu(name, *g.row, fused, error); break;
-  case ir::Op::LayerNormGrad: ks = layerNormGradGpu(name, *g.row, fused, error); break;
+  case ir::Op::LayerNormalization: case ir::Op::RmsNorm: ks = layerNormGpu(name, *g.row, fused, error); break;
+  case ir::Op::LayerNormGrad: case ir::Op::RmsNormGrad: ks = layerNormGradGpu(name, *g.row, fused, error); break;
   default: ks = softmaxGpu(name, *g.row, fused, error);
   }
   if (!error.empty()) return makeError(error);

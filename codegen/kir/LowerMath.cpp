@@ -295,6 +295,52 @@ Expected<std::vector<Kernel>> lowerLayerNormGrad(const std::string& name, const 
   return ks;
 }
 
+Expected<std::vector<Kernel>> lowerRmsNorm(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *scale = n.input(1), *y = n.outputs[0];
+  int64_t axis = axisOf(n, x->type.rank(), -1), M = 1;
+  for (int64_t d = axis; d < x->type.rank(); ++d) M *= x->type.dims[d].value;
+  if (scale->type.staticNumel() != M) return makeError(ir::describe(n) + ": a broadcast scale is not generated yet");
+  Scalar t = computeType(x->type.dtype);
+  B b(name);
+  int row = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), sq = b.newLocal(), inv = b.newLocal();
+  auto at = [&](int k) { return B::add(B::mul(loopVar(row), B::i(M)), loopVar(k)); };
+  std::vector<StmtRef> body{let(sq, B::c(0, t)), loop(k1, M, false, {set(sq, B::add(local(sq, t), B::mul(b.ld(x, at(k1)), b.ld(x, at(k1)))))}),
+                            let(inv, B::div(B::c(1, t), unary(KOp::Sqrt, B::add(B::div(local(sq, t), B::c((double)M, t)), B::c(n.getFloat("epsilon", 1e-5), t)))))};
+  body.push_back(loop(k2, M, false, {b.st(y, at(k2), B::mul(B::mul(b.ld(x, at(k2)), local(inv, t)), b.ld(scale, loopVar(k2))))}));
+  if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], loopVar(row), local(inv, t)));
+  return std::vector<Kernel>{b.finish(loop(row, numel(x) / std::max<int64_t>(M, 1), true, body))};
+}
+
+Expected<std::vector<Kernel>> lowerRmsNormGrad(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *invV = n.input(3);
+  int64_t axis = axisOf(n, x->type.rank(), -1), M = 1;
+  for (int64_t d = axis; d < x->type.rank(); ++d) M *= x->type.dims[d].value;
+  if (scale->type.staticNumel() != M) return makeError(ir::describe(n) + ": a broadcast scale is not generated yet");
+  int64_t rows = numel(x) / std::max<int64_t>(M, 1);
+  Scalar t = computeType(x->type.dtype);
+  std::vector<Kernel> ks;
+  { // dx = inv (g - xhat mean(g xhat)), g = dy scale, one row per iteration
+    B b(name + "_dx");
+    int row = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), inv = b.newLocal(), s = b.newLocal();
+    auto at = [&](int k) { return B::add(B::mul(loopVar(row), B::i(M)), loopVar(k)); };
+    auto xhat = [&](int k) { return B::mul(b.ld(x, at(k)), local(inv, t)); };
+    auto g = [&](int k) { return B::mul(b.ld(dy, at(k)), b.ld(scale, loopVar(k))); };
+    ExprRef dx = B::mul(local(inv, t), B::sub(g(k2), B::mul(xhat(k2), B::div(local(s, t), B::c((double)M, t)))));
+    ks.push_back(b.finish(loop(row, rows, true,
+        {let(inv, cast(b.ld(invV, loopVar(row)), t)), let(s, B::c(0, t)), loop(k1, M, false, {set(s, B::add(local(s, t), B::mul(g(k1), xhat(k1))))}),
+         loop(k2, M, false, {b.st(n.outputs[0], at(k2), dx)})})));
+  }
+  { // dscale, one normalized element per iteration, summed over the rows
+    B b(name + "_dscale");
+    int e = b.newLoopVar(), r = b.newLoopVar(), ds = b.newLocal();
+    ExprRef at = B::add(B::mul(loopVar(r), B::i(M)), loopVar(e));
+    ExprRef xhat = B::mul(b.ld(x, at), cast(b.ld(invV, loopVar(r)), t));
+    ks.push_back(b.finish(loop(e, M, true, {let(ds, B::c(0, t)), loop(r, rows, false, {set(ds, B::add(local(ds, t), B::mul(b.ld(dy, at), xhat)))}),
+                                             b.st(n.outputs[1], loopVar(e), local(ds, t))})));
+  }
+  return ks;
+}
+
 /// Cross-entropy and negative log-likelihood losses and their gradients. The
 /// gradient is one parallel loop over positions, each writing its row. The
 /// loss sums over positions: a serial kernel on the CPU (a fixed order), or,

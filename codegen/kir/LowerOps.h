@@ -78,6 +78,10 @@ struct RowGroup {
 /// Whether `n` is a row-wise op that takes a prologue and an epilogue (softmax, its gradient).
 bool isRowOp(const ir::Node& n);
 
+/// Whether a row op's GPU form may store its prologue's result as it reads it
+/// (RowGroup::storePrologue): the normalizations' (LayerNormalization, RmsNorm).
+inline bool storesPrologue(const ir::Node& n) { return n.op == ir::Op::LayerNormalization || n.op == ir::Op::RmsNorm; }
+
 /// The GPU form of a row group: one kernel, a warp per row; none when the row op has no such
 /// form (rows not a multiple of 32 long, another axis).
 Expected<std::optional<std::vector<Kernel>>> lowerRowGroupGpu(const std::string& name, const RowGroup& g);

@@ -103,6 +103,25 @@ Error gradLayerNorm(GradCtx& c) {
   return Error::success();
 }
 
+Error gradRmsNorm(GradCtx& c) {
+  if (c.dy.size() > 1 && c.dy[1]) return c.fail("gradients through the InvStdDev output are not supported");
+  if (c.n.outputs.size() < 2 || !c.n.outputs[1]) { // the forward's 1 / rms of each row is reused
+    if (c.n.outputs.size() < 2) c.g.addResult(&c.n, c.n.name + ".invstd");
+    else c.n.outputs[1] = c.g.addResult(&c.n, c.n.name + ".invstd"), c.n.outputs.pop_back();
+    InferCtx ic{c.n, {}, {}, {}}; // its type, from the node's own rule
+    for (Value* in : c.n.inputs) {
+      ic.in.push_back(in ? in->type : Type{});
+      ic.values.push_back(nullptr);
+    }
+    if (Error e = inferNode(ic)) return e;
+    c.n.outputs[1]->type = ic.out[1];
+  }
+  Node* g = c.emitNode(Op::RmsNormGrad, {c.x(0), c.x(1), c.dy[0], c.n.outputs[1]}, 2,
+                       {{"axis", c.n.getInt("axis", -1)}, {"epsilon", c.n.getFloat("epsilon", 1e-5)}});
+  for (size_t i = 0; i < 2 && i < c.dx.size(); ++i) c.dx[i] = g->outputs[i];
+  return Error::success();
+}
+
 Error gradBatchNorm(GradCtx& c) {
   if (!c.n.getInt("training_mode", 0)) return c.fail("only training-mode BatchNormalization is differentiated");
   for (size_t i = 1; i < c.dy.size(); ++i)

@@ -84,6 +84,34 @@ Error evalLayerNormGrad(EvalCtx& c) {
   return Error::success();
 }
 
+/// RmsNormGrad from the forward's 1 / rms of each row: with xhat = x inv and g = dy scale,
+/// dx = inv (g - xhat mean(g xhat)), dscale = the sum over rows of dy xhat.
+Error evalRmsNormGrad(EvalCtx& c) {
+  const Tensor &x = *c.in[0], &scale = *c.in[1], &dy = *c.in[2], &invs = *c.in[3];
+  int64_t axis = c.node.getInt("axis", -1);
+  if (axis < -x.rank() || axis >= x.rank()) return c.fail("axis out of range");
+  if (axis < 0) axis += x.rank();
+  std::vector<int64_t> normShape(x.shape.begin() + axis, x.shape.end());
+  int64_t M = checkedNumel(normShape).value(), rows = M ? x.numel() / M : 0;
+  if (invs.numel() != rows) return c.fail("invstd must have one element per row");
+  auto offScale = broadcastOffsets(normShape, scale.shape);
+  std::vector<double> dscale(scale.numel(), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double inv = invs.getF(r), s = 0;
+    for (int64_t i = 0; i < M; ++i) {
+      double xhat = x.getF(r * M + i) * inv, g = dy.getF(r * M + i);
+      s += g * scale.getF(offScale[i]) * xhat;
+      dscale[offScale[i]] += g * xhat;
+    }
+    for (int64_t i = 0; i < M; ++i) {
+      double xhat = x.getF(r * M + i) * inv, g = dy.getF(r * M + i) * scale.getF(offScale[i]);
+      c.out[0].setF(r * M + i, inv * (g - xhat * s / (double)M));
+    }
+  }
+  for (int64_t i = 0; i < scale.numel(); ++i) c.out[1].setF(i, dscale[i]);
+  return Error::success();
+}
+
 Error evalBatchNormGrad(EvalCtx& c) {
   const Tensor &x = *c.in[0], &scale = *c.in[1], &dy = *c.in[2];
   int64_t N = x.shape[0], C = x.shape[1], inner = stridesOf(x.shape)[1];

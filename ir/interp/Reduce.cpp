@@ -152,6 +152,26 @@ Error evalLayerNorm(EvalCtx& c) {
   return Error::success();
 }
 
+/// RmsNorm: rows of the dims from axis on, x / sqrt(mean(x^2) + epsilon) * scale; the second
+/// result (when asked for) is each row's 1 / sqrt(mean(x^2) + epsilon).
+Error evalRmsNorm(EvalCtx& c) {
+  const Tensor &x = *c.in[0], &scale = *c.in[1];
+  int64_t axis = c.node.getInt("axis", -1);
+  if (axis < 0) axis += x.rank();
+  double eps = c.node.getFloat("epsilon", 1e-5);
+  std::vector<int64_t> normShape(x.shape.begin() + axis, x.shape.end());
+  int64_t inner = checkedNumel(normShape).value(), outer = inner ? x.numel() / inner : 0;
+  auto offScale = broadcastOffsets(normShape, scale.shape);
+  for (int64_t o = 0; o < outer; ++o) {
+    double squares = 0;
+    for (int64_t i = 0; i < inner; ++i) squares += std::pow(x.getF(o * inner + i), 2);
+    double inv = 1 / std::sqrt(squares / (double)inner + eps);
+    for (int64_t i = 0; i < inner; ++i) c.out[0].setF(o * inner + i, x.getF(o * inner + i) * inv * scale.getF(offScale[i]));
+    if (c.out.size() > 1) c.out[1].setF(o, inv);
+  }
+  return Error::success();
+}
+
 Error evalBatchNorm(EvalCtx& c) {
   const Tensor &x = *c.in[0], &scale = *c.in[1], &bias = *c.in[2], &rmean = *c.in[3], &rvar = *c.in[4];
   int64_t C = x.shape[1], inner = stridesOf(x.shape)[1], N = x.shape[0];

@@ -9,6 +9,7 @@
 #include "ir/passes/FoldTransposes.h"
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/FuseGelu.h"
+#include "ir/passes/FuseRmsNorm.h"
 #include "ir/passes/InferShapes.h"
 #include "ir/passes/NarrowMoves.h"
 #include "ir/passes/SplitToSlices.h"
@@ -30,6 +31,7 @@ Error runAttentionLayout(Graph& g) { return attentionLayout(g); }
 Error runPackAttention(Graph& g) { return packAttention(g); }
 Error runFuseLossGrad(Graph& g) { return fuseLossGrad(g); }
 Error runFuseGelu(Graph& g) { return fuseGelu(g); }
+Error runFuseRmsNorm(Graph& g) { return fuseRmsNorm(g); }
 Error runWidenSums(Graph& g) { return widenSums(g); }
 Error runNarrowMoves(Graph& g) { return narrowMoves(g); }
 Error runFoldTransposes(Graph& g) { return foldTransposes(g); }

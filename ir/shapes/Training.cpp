@@ -38,6 +38,11 @@ Error inferLayerNormGrad(InferCtx& c) {
   return Error::success();
 }
 
+Error inferRmsNormGrad(InferCtx& c) {
+  c.out = {c.in[0], c.in[1]};
+  return Error::success();
+}
+
 Error inferBatchNormGrad(InferCtx& c) {
   if (c.in[0].ranked && c.in[0].rank() < 2) return c.fail("input must be [N, C, ...]");
   c.out = {c.in[0], c.in[1], c.in[1]};

@@ -10,6 +10,7 @@
 #include "ir/passes/FoldTransposes.h"
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/FuseGelu.h"
+#include "ir/passes/FuseRmsNorm.h"
 #include "ir/passes/NarrowMoves.h"
 #include "ir/passes/WidenSums.h"
 #include "ir/passes/DataParallel.h"
@@ -219,6 +220,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   g.updates.push_back({step, nextStep});
 
   if (Error e = fuseGelu(g)) return e;
+  if (Error e = fuseRmsNorm(g)) return e;
   if (opts.attention == "fused") {
     if (Error e = fuseAttention(g)) return e;
     if (Error e = attentionLayout(g)) return e;

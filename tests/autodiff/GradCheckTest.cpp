@@ -81,6 +81,8 @@ std::vector<Case> cases() {
   cs.push_back({"LogSoftmax", Op::LogSoftmax, {p({2, 4})}});
   cs.push_back({"LayerNorm", Op::LayerNormalization, {p({2, 5}), p({5}), p({5})}});
   cs.push_back({"LayerNormAxis1", Op::LayerNormalization, {p({2, 2, 3}), p({2, 3})}, {{"axis", int64_t(1)}}});
+  cs.push_back({"RmsNorm", Op::RmsNorm, {p({2, 5}), p({5})}, {{"epsilon", 1e-3}}});
+  cs.push_back({"RmsNormAxis1", Op::RmsNorm, {p({2, 2, 3}), p({2, 3})}, {{"axis", int64_t(1)}}});
   cs.push_back({"BatchNormTraining", Op::BatchNormalization, {p({3, 2, 2}), p({2}), p({2}), f64({2}, {0, 0}), f64({2}, {1, 1})},
                 {{"training_mode", int64_t(1)}}});
   cs.push_back({"DropoutTraining", Op::Dropout, {p({4, 5}), f64({}, {0.3}), boolean({}, {1})}, {{"seed", int64_t(3)}}});

@@ -172,3 +172,42 @@ TEST(RowGroups, LayerNormStoresTheResidualSumItReads) {
   ASSERT_TRUE(!!apart);
   EXPECT_FALSE(apart->has_value());
 }
+
+TEST(RowGroups, RmsNormStoresTheResidualSumAndItsGradientTakesNoMean) {
+  // A Llama block's residual stream, normalized by RmsNorm (passes/FuseRmsNorm): as with the layer
+  // norm, the sum is stored as the GPU form reads it; the gradient reads the row's 1 / rms alone.
+  auto g = parsed(R"(graph @g {
+    input %proj : bf16[64, 64]
+    input %res : f32[64, 64]
+    input %w : f32[64]
+    input %dy : f32[64, 64]
+    %p : ?[*] = Cast(%proj) {to = "f32"}
+    %h : ?[*] = Add(%res, %p)
+    %y : ?[*], %inv : ?[*] = RmsNorm(%h, %w) {axis = -1}
+    %yb : ?[*] = Cast(%y) {to = "bf16"}
+    %dx : ?[*], %dw : ?[*] = RmsNormGrad(%h, %w, %dy, %inv) {axis = -1}
+    %dxb : ?[*] = Cast(%dx) {to = "bf16"}
+    output %yb, %h, %dxb, %dw
+  })");
+  auto schedule = codegen::kernelSchedule(*g);
+  EXPECT_EQ(labels(schedule), (std::vector<std::string>{"Cast+Add+RmsNorm+Cast", "RmsNormGrad+Cast"}));
+  const auto& group = schedule[0];
+  auto gpu = kir::lowerRowGroupGpu("k", kir::RowGroup{{group[0], group[1]}, group[2], {group[3]}, false, {true}, true});
+  ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
+  ASSERT_TRUE(gpu->has_value());
+  ASSERT_EQ((*gpu)->size(), 1u);
+  auto [written, read] = writtenAndRead((**gpu)[0]);
+  EXPECT_EQ(written, (std::vector<std::string>{"h", "yb", "inv"}));
+  const auto& back = schedule[1];
+  auto grad = kir::lowerRowGroupGpu("k", kir::RowGroup{{}, back[0], {back[1]}, false, {true}});
+  ASSERT_TRUE(!!grad) << errorText(grad.takeError());
+  ASSERT_TRUE(grad->has_value());
+  std::vector<std::string> outs, ins;
+  for (const kir::Kernel& k : **grad) {
+    auto [w, r] = writtenAndRead(k);
+    outs.insert(outs.end(), w.begin(), w.end());
+    ins.insert(ins.end(), r.begin(), r.end());
+  }
+  EXPECT_TRUE(std::count(outs.begin(), outs.end(), "dxb") && std::count(outs.begin(), outs.end(), "dw"));
+  EXPECT_TRUE(std::count(ins.begin(), ins.end(), "inv") && std::count(ins.begin(), ins.end(), "h") && !std::count(outs.begin(), outs.end(), "dx"));
+}

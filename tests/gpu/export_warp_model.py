@@ -8,7 +8,10 @@
 # in one launch (codegen/FuseLaunches.h): wide.onnx. And a classifier over
 # 10,000 classes, some targets ignored (-100), whose loss gradient runs a GPU
 # block per row (codegen/kir/LowerSceBlockGpu.cpp), with a part step past the
-# whole ones: vocab.onnx.
+# whole ones: vocab.onnx. And a small Llama (RMSNorm of width 64, SwiGLU,
+# rotary, grouped key/value heads) whose RMSNorms run the warp-per-row forms
+# with the residual sum stored as they read it: llamaw.onnx; and a wide MLP
+# with an RMSNorm of 4096, a row too long for a warp to hold: wide_rms.onnx.
 # Usage: /usr/bin/python3 export_warp_model.py SOURCE_DIR OUT_DIR
 import os, sys, warnings
 import torch
@@ -32,20 +35,24 @@ torch.onnx.export(model, (idx[0][:2], tgt[0][:2]), os.path.join(out, "gptw_half.
 
 
 class Wide(torch.nn.Module):
-    def __init__(s, d=16, hidden=4096):
+    def __init__(s, d=16, hidden=4096, norm=torch.nn.LayerNorm, act=torch.nn.functional.gelu):
         super().__init__()
-        s.up, s.norm, s.down = torch.nn.Linear(d, hidden), torch.nn.LayerNorm(hidden), torch.nn.Linear(hidden, d)
+        s.up, s.norm, s.down, s.act = torch.nn.Linear(d, hidden), norm(hidden), torch.nn.Linear(hidden, d), act
 
     def forward(s, x, y):
-        return ((s.down(torch.nn.functional.gelu(s.norm(s.up(x)))) - y) ** 2).mean()
+        return ((s.down(s.act(s.norm(s.up(x)))) - y) ** 2).mean()
+
+
+def export(model, data, name):
+    """Exports `model` on the first batch of `data` (name -> [12, ...] tensors) as NAME.onnx, the batches as NAME_data.safetensors."""
+    torch.onnx.export(model, tuple(v[0] for v in data.values()), os.path.join(out, name + ".onnx"), input_names=list(data),
+                      output_names=["loss"], opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+    st.write(os.path.join(out, name + "_data.safetensors"), data)
 
 
 torch.manual_seed(0)
 wide = Wide()
-x, y = torch.randn(12, 8, 16, generator=g), torch.randn(12, 8, 16, generator=g)
-torch.onnx.export(wide, (x[0], y[0]), os.path.join(out, "wide.onnx"), input_names=["x", "y"], output_names=["loss"],
-                  opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
-st.write(os.path.join(out, "wide_data.safetensors"), {"x": x, "y": y})
+export(wide, {"x": torch.randn(12, 8, 16, generator=g), "y": torch.randn(12, 8, 16, generator=g)}, "wide")
 
 
 class Vocab(torch.nn.Module):
@@ -61,6 +68,12 @@ torch.manual_seed(0)
 vocab = Vocab()
 x, t = torch.randn(12, 64, 64, generator=g), torch.randint(0, 10000, (12, 64), generator=g)
 t[torch.rand(12, 64, generator=g) < 0.1] = -100
-torch.onnx.export(vocab, (x[0], t[0]), os.path.join(out, "vocab.onnx"), input_names=["x", "t"], output_names=["loss"],
-                  opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
-st.write(os.path.join(out, "vocab_data.safetensors"), {"x": x, "t": t})
+export(vocab, {"x": x, "t": t}, "vocab")
+
+torch.manual_seed(0)
+llama = gm.Llama(V=128, d=64, L=2, h=4, kv=2, f=128, explicit=True)
+export(llama, {"idx": torch.randint(0, 128, (12, 4, 64), generator=g), "tgt": torch.randint(0, 128, (12, 4, 64), generator=g)}, "llamaw")
+
+torch.manual_seed(0)
+wide_rms = Wide(norm=gm.RMSNorm, act=torch.nn.functional.silu)
+export(wide_rms, {"x": torch.randn(12, 8, 16, generator=g), "y": torch.randn(12, 8, 16, generator=g)}, "wide_rms")
