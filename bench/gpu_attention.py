@@ -9,7 +9,8 @@
 # Checks that the kernels compute attention and its gradient: the first loss
 # of each side, and the gradient of the three parameters (which sum dq, dk and
 # dv over every row) read back from sgc's first SGD step, (p0 - p1) / lr,
-# against PyTorch's (bf16 autocast) by relative norm: fails over 2e-2.
+# against PyTorch's (bf16 autocast) by relative norm, in CHECKS fresh processes:
+# fails when any is over 2e-2.
 # JSON goes to $OUT/gpu_attention.json.
 # Usage: python3 bench/gpu_attention.py bench/out/attention [attn64,attn128]
 import json, os, subprocess, sys
@@ -44,6 +45,7 @@ def sgc_kernels(so, wfile, name, env):
     return {"kernels": kernels, "ms": sum(ms for _, ms in kernels), "loss": loss}
 
 
+CHECKS = 3  # one-step gradient checks per build
 LR = 1e3  # bench/gpu_attention_build.sh's: large, so that the step (about 1e-4 x lr) is read far above float32 rounding
 
 
@@ -110,7 +112,11 @@ def main():
         st.write(wfile, {k: v.clone() for k, v in gm.make(name).state_dict().items()})
         so = gt.unpacked(os.path.join(out_dir, name + ".so"))
         r = {"sgc": sgc_kernels(so, wfile, name, env)}
-        r["sgc"]["gradient_vs_torch"] = gradient_check(so, wfile, name, env)
+        # Three one-step runs: one in two left the parameters unchanged at D 128 on 2026-12-04
+        # (relative norm 1.0), a fault not found yet; the worst run counts.
+        checks = [gradient_check(so, wfile, name, env) for _ in range(CHECKS)]
+        r["sgc"]["gradient_checks"] = checks
+        r["sgc"]["gradient_vs_torch"] = next((c for c in checks if "error" in c), None) or {k: max(c[k] for c in checks) for k in checks[0]}
         for backend in ("cudnn", "flash"):
             try:
                 r[backend] = torch_sdpa(name, backend)

@@ -34,6 +34,12 @@ cp "$out/vocab_data.safetensors" "$out/vocab_bf16_data.safetensors"
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_fused_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16 --attention fused
 cp "$out/gptw_data.safetensors" "$out/gptw_fused_data.safetensors"
 cp "$out/gptw_data.safetensors" "$out/gptw_fused_bf16_data.safetensors"
+# SGD (the other bundles train with AdamW): f32, and bf16 with the tensor-core attention, as
+# bench/gpu_attention.py trains (whose one-step gradient check failed one run in two, 2026-12-04).
+"$sgc" compile "$out/gptw.onnx" -o "$out/gptw_sgd.so" --optimizer sgd --lr 0.1 --target cpu,sm_90
+"$sgc" compile "$out/gptw.onnx" -o "$out/gptw_sgd_bf16.so" --optimizer sgd --lr 0.1 --target cpu,sm_90 --precision bf16
+cp "$out/gptw_data.safetensors" "$out/gptw_sgd_data.safetensors"
+cp "$out/gptw_data.safetensors" "$out/gptw_sgd_bf16_data.safetensors"
 # Data-parallel builds: their collectives (several buckets) through NCCL on the GPU; ZeRO-1 with
 # clipping (its norm summed over the ranks' shards).
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_dp.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --data-parallel allreduce --bucket-mb 0.05
