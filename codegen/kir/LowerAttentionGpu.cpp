@@ -225,14 +225,15 @@ public:
   }
 
   /// The A operand fragments of 16 rows (`row` maps 0..15 to flat rows) of `m` (row-major,
-  /// `width` wide, contracted: Lane::dim), one per 16 columns, held in bf16 locals.
+  /// `width` wide, contracted: Lane::dim), one per 16 columns, held in locals (bf16 ones for a bf16 `m`).
   std::vector<std::array<int, 8>> operandRows(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t width) {
     std::vector<std::array<int, 8>> fs(width / 16);
     for (int64_t s = 0; s < width / 16; ++s)
       for (int i = 0; i < 8; ++i) {
         ExprRef r = row(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8)));
         fs[s][i] = b.newLocal();
-        body.push_back(letBf16(fs[s][i], b.ld(m, B::add(B::mul(r, B::i(width)), ln.dim(s, i & 1, i >= 4, width)))));
+        ExprRef v = b.ld(m, B::add(B::mul(r, B::i(width)), ln.dim(s, i & 1, i >= 4, width)));
+        body.push_back(m->type.dtype == ir::DType::BF16 ? letBf16(fs[s][i], v) : let(fs[s][i], v)); // bf16 exactly: half a register
       }
     return fs;
   }
