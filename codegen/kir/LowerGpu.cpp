@@ -331,17 +331,6 @@ constexpr int64_t kHeldPerLane = 64;
 
 bool holdable(int64_t rows, int64_t d, ir::DType t) { return warpable(rows, d, t) && d / 32 <= kHeldPerLane; }
 
-/// Whether a normalization subtracts its rows' mean: LayerNormalization and its gradient do,
-/// RmsNorm and its gradient do not (their rows' "variance" is the mean square).
-bool centered(const ir::Node& n) { return n.op == ir::Op::LayerNormalization || n.op == ir::Op::LayerNormGrad; }
-
-/// The result holding each row's 1 / sqrt(variance + epsilon), if asked for: LayerNormalization's
-/// third (after the mean), RmsNorm's second.
-const ir::Value* invStdOut(const ir::Node& n) {
-  size_t i = centered(n) ? 2 : 1;
-  return n.outputs.size() > i ? n.outputs[i] : nullptr;
-}
-
 /// LayerNormalization (or RmsNorm) a warp per row, over a row too long to hold: mean and variance
 /// by warp sums over three reads of the row (RmsNorm: the mean square over two).
 Kernel layerNormStreamed(const std::string& name, const ir::Node& n, int64_t M, int64_t rows) {
@@ -409,11 +398,6 @@ std::optional<std::vector<Kernel>> layerNormGpu(const std::string& name, const i
 
 constexpr int64_t kParamRows = 64; ///< rows one thread of LayerNormGrad's dscale/dbias kernel sums
 constexpr int64_t kParamUnroll = 8; ///< of which it loads this many at once
-
-/// A normalization gradient's saved statistics: LayerNormGrad's (x, scale, dy, mean, invstd),
-/// RmsNormGrad's (x, scale, dy, invstd), the mean then taken as 0.
-const ir::Value* meanIn(const ir::Node& n) { return centered(n) ? n.input(3) : nullptr; }
-const ir::Value* invStdIn(const ir::Node& n) { return n.input(centered(n) ? 4 : 3); }
 
 /// Each row's saved mean (0 for RmsNormGrad) into local `mean` and 1 / std-dev into `inv`.
 std::vector<StmtRef> rowStatistics(B& b, const ir::Node& n, const ExprRef& row, int mean, int inv) {

@@ -230,19 +230,26 @@ Expected<std::vector<Kernel>> lowerSoftmaxGrad(const std::string& name, const ir
       {let(s, B::c(0, t)), loop(k1, R.d, false, {set(s, B::add(local(s, t), term))}), loop(k2, R.d, false, {b.st(dx, at(k2), out)})}))};
 }
 
-/// LayerNorm statistics of row `row` (M elements from offset row*M) into locals mean and inv.
-static std::vector<StmtRef> rowStats(B& b, const ir::Value* x, int row, int64_t M, int mean, int inv, double eps, Scalar t) {
+/// A normalization's statistics of row `row` (M elements from offset row*M) into locals mean and
+/// inv: LayerNorm's mean and 1 / std-dev, or (not `centered`: RmsNorm) 0 and 1 / rms.
+static std::vector<StmtRef> rowStats(B& b, const ir::Value* x, int row, int64_t M, int mean, int inv, double eps, Scalar t, bool centered) {
   int k1 = b.newLoopVar(), k2 = b.newLoopVar(), var = b.newLocal();
   auto xAt = [&](int k) { return b.ld(x, B::add(B::mul(loopVar(row), B::i(M)), loopVar(k))); };
   ExprRef dev = B::sub(xAt(k2), local(mean, t));
-  return {let(mean, B::c(0, t)), loop(k1, M, false, {set(mean, B::add(local(mean, t), xAt(k1)))}),
-          set(mean, B::div(local(mean, t), B::c((double)M, t))), let(var, B::c(0, t)),
-          loop(k2, M, false, {set(var, B::add(local(var, t), B::mul(dev, dev)))}),
-          let(inv, B::div(B::c(1, t), unary(KOp::Sqrt, B::add(B::div(local(var, t), B::c((double)M, t)), B::c(eps, t)))))};
+  std::vector<StmtRef> body{let(mean, B::c(0, t))};
+  if (centered) {
+    body.push_back(loop(k1, M, false, {set(mean, B::add(local(mean, t), xAt(k1)))}));
+    body.push_back(set(mean, B::div(local(mean, t), B::c((double)M, t))));
+  }
+  for (StmtRef st : {let(var, B::c(0, t)), loop(k2, M, false, {set(var, B::add(local(var, t), B::mul(dev, dev)))}),
+                     let(inv, B::div(B::c(1, t), unary(KOp::Sqrt, B::add(B::div(local(var, t), B::c((double)M, t)), B::c(eps, t)))))})
+    body.push_back(std::move(st));
+  return body;
 }
 
+/// LayerNormalization, and RmsNorm (kir::centered), a row per iteration.
 Expected<std::vector<Kernel>> lowerLayerNorm(const std::string& name, const ir::Node& n) {
-  const ir::Value *x = n.input(0), *scale = n.input(1), *bias = n.input(2), *y = n.outputs[0];
+  const ir::Value *x = n.input(0), *scale = n.input(1), *bias = centered(n) ? n.input(2) : nullptr, *y = n.outputs[0];
   int64_t axis = axisOf(n, x->type.rank(), -1), M = 1;
   for (int64_t d = axis; d < x->type.rank(); ++d) M *= x->type.dims[d].value;
   if (scale->type.staticNumel() != M || (bias && bias->type.staticNumel() != M))
@@ -250,93 +257,57 @@ Expected<std::vector<Kernel>> lowerLayerNorm(const std::string& name, const ir::
   Scalar t = computeType(x->type.dtype);
   B b(name);
   int row = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal();
-  auto body = rowStats(b, x, row, M, mean, inv, n.getFloat("epsilon", 1e-5), t);
+  auto body = rowStats(b, x, row, M, mean, inv, n.getFloat("epsilon", 1e-5), t, centered(n));
   int k = b.newLoopVar();
   ExprRef at = B::add(B::mul(loopVar(row), B::i(M)), loopVar(k));
   ExprRef v = B::mul(B::mul(B::sub(b.ld(x, at), local(mean, t)), local(inv, t)), b.ld(scale, loopVar(k)));
   if (bias) v = B::add(v, b.ld(bias, loopVar(k)));
   body.push_back(loop(k, M, false, {b.st(y, at, v)}));
-  if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], loopVar(row), local(mean, t)));
-  if (n.outputs.size() > 2 && n.outputs[2]) body.push_back(b.st(n.outputs[2], loopVar(row), local(inv, t)));
+  if (centered(n) && n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], loopVar(row), local(mean, t)));
+  if (const ir::Value* is = invStdOut(n)) body.push_back(b.st(is, loopVar(row), local(inv, t)));
   return std::vector<Kernel>{b.finish(loop(row, numel(x) / std::max<int64_t>(M, 1), true, body))};
 }
 
+/// LayerNormGrad, and RmsNormGrad (kir::centered: no mean, no bias gradient).
 Expected<std::vector<Kernel>> lowerLayerNormGrad(const std::string& name, const ir::Node& n) {
-  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = n.input(3), *invV = n.input(4);
+  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *meanV = meanIn(n), *invV = invStdIn(n);
+  const bool c = centered(n);
   int64_t axis = axisOf(n, x->type.rank(), -1), M = 1;
   for (int64_t d = axis; d < x->type.rank(); ++d) M *= x->type.dims[d].value;
   if (scale->type.staticNumel() != M) return makeError(ir::describe(n) + ": broadcast scale is not generated yet");
-  if (!meanV || !invV) return makeError(ir::describe(n) + ": the forward statistics (mean, inverse std-dev) are needed");
+  if ((c && !meanV) || !invV) return makeError(ir::describe(n) + ": the forward statistics (mean, inverse std-dev) are needed");
   int64_t rows = numel(x) / std::max<int64_t>(M, 1);
   Scalar t = computeType(x->type.dtype);
+  auto meanOf = [&](B& b, const ExprRef& row) { return c ? cast(b.ld(meanV, row), t) : B::c(0, t); };
   std::vector<Kernel> ks;
-  { // dx, one row per iteration, from the forward's saved statistics
+  { // dx, one row per iteration, from the forward's saved statistics: inv / M (M dxhat - s1 - xhat s2)
     B b(name + "_dx");
     int row = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
     auto at = [&](int k) { return B::add(B::mul(loopVar(row), B::i(M)), loopVar(k)); };
     auto xhat = [&](int k) { return B::mul(B::sub(b.ld(x, at(k)), local(mean, t)), local(inv, t)); };
     auto dxhat = [&](int k) { return B::mul(b.ld(dy, at(k)), b.ld(scale, loopVar(k))); };
-    ExprRef dx = B::mul(B::div(local(inv, t), B::c((double)M, t)),
-                        B::sub(B::sub(B::mul(B::c((double)M, t), dxhat(k2)), local(s1, t)), B::mul(xhat(k2), local(s2, t))));
+    ExprRef scaled = B::mul(B::c((double)M, t), dxhat(k2));
+    if (c) scaled = B::sub(scaled, local(s1, t));
+    ExprRef dx = B::mul(B::div(local(inv, t), B::c((double)M, t)), B::sub(scaled, B::mul(xhat(k2), local(s2, t))));
+    std::vector<StmtRef> sums;
+    if (c) sums.push_back(set(s1, B::add(local(s1, t), dxhat(k1))));
+    sums.push_back(set(s2, B::add(local(s2, t), B::mul(dxhat(k1), xhat(k1)))));
     ks.push_back(b.finish(loop(row, rows, true,
-        {let(mean, cast(b.ld(meanV, loopVar(row)), t)), let(inv, cast(b.ld(invV, loopVar(row)), t)), let(s1, B::c(0, t)), let(s2, B::c(0, t)),
-         loop(k1, M, false, {set(s1, B::add(local(s1, t), dxhat(k1))), set(s2, B::add(local(s2, t), B::mul(dxhat(k1), xhat(k1))))}),
-         loop(k2, M, false, {b.st(n.outputs[0], at(k2), dx)})})));
+        {let(mean, meanOf(b, loopVar(row))), let(inv, cast(b.ld(invV, loopVar(row)), t)), let(s1, B::c(0, t)), let(s2, B::c(0, t)),
+         loop(k1, M, false, std::move(sums)), loop(k2, M, false, {b.st(n.outputs[0], at(k2), dx)})})));
   }
-  { // dscale and dbias, one normalized element per iteration, summed over the rows
+  { // dscale (and dbias), one normalized element per iteration, summed over the rows
+    const ir::Value* dbias = c && n.outputs.size() > 2 ? n.outputs[2] : nullptr;
     B b(name + "_dparams");
     int e = b.newLoopVar(), r = b.newLoopVar(), ds = b.newLocal(), db = b.newLocal();
     ExprRef at = B::add(B::mul(loopVar(r), B::i(M)), loopVar(e));
-    ExprRef xhat = B::mul(B::sub(b.ld(x, at), cast(b.ld(meanV, loopVar(r)), t)), cast(b.ld(invV, loopVar(r)), t));
-    ks.push_back(b.finish(loop(e, M, true, {let(ds, B::c(0, t)), let(db, B::c(0, t)),
-        loop(r, rows, false, {set(ds, B::add(local(ds, t), B::mul(b.ld(dy, at), xhat))), set(db, B::add(local(db, t), b.ld(dy, at)))}),
-        b.st(n.outputs[1], loopVar(e), local(ds, t)), b.st(n.outputs[2], loopVar(e), local(db, t))})));
-  }
-  return ks;
-}
-
-Expected<std::vector<Kernel>> lowerRmsNorm(const std::string& name, const ir::Node& n) {
-  const ir::Value *x = n.input(0), *scale = n.input(1), *y = n.outputs[0];
-  int64_t axis = axisOf(n, x->type.rank(), -1), M = 1;
-  for (int64_t d = axis; d < x->type.rank(); ++d) M *= x->type.dims[d].value;
-  if (scale->type.staticNumel() != M) return makeError(ir::describe(n) + ": a broadcast scale is not generated yet");
-  Scalar t = computeType(x->type.dtype);
-  B b(name);
-  int row = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), sq = b.newLocal(), inv = b.newLocal();
-  auto at = [&](int k) { return B::add(B::mul(loopVar(row), B::i(M)), loopVar(k)); };
-  std::vector<StmtRef> body{let(sq, B::c(0, t)), loop(k1, M, false, {set(sq, B::add(local(sq, t), B::mul(b.ld(x, at(k1)), b.ld(x, at(k1)))))}),
-                            let(inv, B::div(B::c(1, t), unary(KOp::Sqrt, B::add(B::div(local(sq, t), B::c((double)M, t)), B::c(n.getFloat("epsilon", 1e-5), t)))))};
-  body.push_back(loop(k2, M, false, {b.st(y, at(k2), B::mul(B::mul(b.ld(x, at(k2)), local(inv, t)), b.ld(scale, loopVar(k2))))}));
-  if (n.outputs.size() > 1 && n.outputs[1]) body.push_back(b.st(n.outputs[1], loopVar(row), local(inv, t)));
-  return std::vector<Kernel>{b.finish(loop(row, numel(x) / std::max<int64_t>(M, 1), true, body))};
-}
-
-Expected<std::vector<Kernel>> lowerRmsNormGrad(const std::string& name, const ir::Node& n) {
-  const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *invV = n.input(3);
-  int64_t axis = axisOf(n, x->type.rank(), -1), M = 1;
-  for (int64_t d = axis; d < x->type.rank(); ++d) M *= x->type.dims[d].value;
-  if (scale->type.staticNumel() != M) return makeError(ir::describe(n) + ": a broadcast scale is not generated yet");
-  int64_t rows = numel(x) / std::max<int64_t>(M, 1);
-  Scalar t = computeType(x->type.dtype);
-  std::vector<Kernel> ks;
-  { // dx = inv (g - xhat mean(g xhat)), g = dy scale, one row per iteration
-    B b(name + "_dx");
-    int row = b.newLoopVar(), k1 = b.newLoopVar(), k2 = b.newLoopVar(), inv = b.newLocal(), s = b.newLocal();
-    auto at = [&](int k) { return B::add(B::mul(loopVar(row), B::i(M)), loopVar(k)); };
-    auto xhat = [&](int k) { return B::mul(b.ld(x, at(k)), local(inv, t)); };
-    auto g = [&](int k) { return B::mul(b.ld(dy, at(k)), b.ld(scale, loopVar(k))); };
-    ExprRef dx = B::mul(local(inv, t), B::sub(g(k2), B::mul(xhat(k2), B::div(local(s, t), B::c((double)M, t)))));
-    ks.push_back(b.finish(loop(row, rows, true,
-        {let(inv, cast(b.ld(invV, loopVar(row)), t)), let(s, B::c(0, t)), loop(k1, M, false, {set(s, B::add(local(s, t), B::mul(g(k1), xhat(k1))))}),
-         loop(k2, M, false, {b.st(n.outputs[0], at(k2), dx)})})));
-  }
-  { // dscale, one normalized element per iteration, summed over the rows
-    B b(name + "_dscale");
-    int e = b.newLoopVar(), r = b.newLoopVar(), ds = b.newLocal();
-    ExprRef at = B::add(B::mul(loopVar(r), B::i(M)), loopVar(e));
-    ExprRef xhat = B::mul(b.ld(x, at), cast(b.ld(invV, loopVar(r)), t));
-    ks.push_back(b.finish(loop(e, M, true, {let(ds, B::c(0, t)), loop(r, rows, false, {set(ds, B::add(local(ds, t), B::mul(b.ld(dy, at), xhat)))}),
-                                             b.st(n.outputs[1], loopVar(e), local(ds, t))})));
+    ExprRef xhat = B::mul(B::sub(b.ld(x, at), meanOf(b, loopVar(r))), cast(b.ld(invV, loopVar(r)), t));
+    std::vector<StmtRef> sums{set(ds, B::add(local(ds, t), B::mul(b.ld(dy, at), xhat)))}, body{let(ds, B::c(0, t))};
+    if (dbias) sums.push_back(set(db, B::add(local(db, t), b.ld(dy, at)))), body.push_back(let(db, B::c(0, t)));
+    body.push_back(loop(r, rows, false, std::move(sums)));
+    body.push_back(b.st(n.outputs[1], loopVar(e), local(ds, t)));
+    if (dbias) body.push_back(b.st(dbias, loopVar(e), local(db, t)));
+    ks.push_back(b.finish(loop(e, M, true, std::move(body))));
   }
   return ks;
 }

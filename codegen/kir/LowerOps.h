@@ -82,6 +82,21 @@ bool isRowOp(const ir::Node& n);
 /// (RowGroup::storePrologue): the normalizations' (LayerNormalization, RmsNorm).
 inline bool storesPrologue(const ir::Node& n) { return n.op == ir::Op::LayerNormalization || n.op == ir::Op::RmsNorm; }
 
+/// The normalizations share their lowerings (CPU and GPU). Whether one subtracts its rows' mean:
+/// LayerNormalization and LayerNormGrad do; RmsNorm and RmsNormGrad do not (the mean taken as 0,
+/// the "variance" the mean square, no bias).
+inline bool centered(const ir::Node& n) { return n.op == ir::Op::LayerNormalization || n.op == ir::Op::LayerNormGrad; }
+/// A normalization's result holding each row's 1 / sqrt(variance + epsilon), if asked for:
+/// LayerNormalization's third (after the mean), RmsNorm's second.
+inline const ir::Value* invStdOut(const ir::Node& n) {
+  size_t i = centered(n) ? 2 : 1;
+  return n.outputs.size() > i ? n.outputs[i] : nullptr;
+}
+/// A normalization gradient's saved statistics: LayerNormGrad's (x, scale, dy, mean, invstd),
+/// RmsNormGrad's (x, scale, dy, invstd).
+inline const ir::Value* meanIn(const ir::Node& n) { return centered(n) ? n.input(3) : nullptr; }
+inline const ir::Value* invStdIn(const ir::Node& n) { return n.input(centered(n) ? 4 : 3); }
+
 /// The GPU form of a row group: one kernel, a warp per row; none when the row op has no such
 /// form (rows not a multiple of 32 long, another axis).
 Expected<std::optional<std::vector<Kernel>>> lowerRowGroupGpu(const std::string& name, const RowGroup& g);

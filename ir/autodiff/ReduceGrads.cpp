@@ -77,12 +77,11 @@ Error gradSoftmax(GradCtx& c) {
   return Error::success();
 }
 
-Error gradLayerNorm(GradCtx& c) {
-  if ((c.dy.size() > 1 && c.dy[1]) || (c.dy.size() > 2 && c.dy[2]))
-    return c.fail("gradients through the Mean and InvStdDev outputs are not supported");
-  // The forward's row statistics are reused (given results of its own if it had none).
-  while (c.n.outputs.size() < 3) c.g.addResult(&c.n, c.n.name + ".stat");
-  for (size_t i = 1; i < 3; ++i)
+/// Gives the normalization `c.n` results 1 .. count - 1 (its row statistics) where it has none,
+/// typed by its own shape rule, so that the gradient reuses what the forward computes.
+static Error giveStatistics(GradCtx& c, size_t count) {
+  while (c.n.outputs.size() < count) c.g.addResult(&c.n, c.n.name + ".stat");
+  for (size_t i = 1; i < count; ++i)
     if (!c.n.outputs[i]) {
       Value* v = c.g.addResult(&c.n, c.n.name + ".stat");
       c.n.outputs.pop_back();
@@ -94,7 +93,14 @@ Error gradLayerNorm(GradCtx& c) {
     ic.values.push_back(nullptr);
   }
   if (Error e = inferNode(ic)) return e;
-  for (size_t i = 1; i < 3; ++i) c.n.outputs[i]->type = ic.out[i];
+  for (size_t i = 1; i < count; ++i) c.n.outputs[i]->type = ic.out[i];
+  return Error::success();
+}
+
+Error gradLayerNorm(GradCtx& c) {
+  if ((c.dy.size() > 1 && c.dy[1]) || (c.dy.size() > 2 && c.dy[2]))
+    return c.fail("gradients through the Mean and InvStdDev outputs are not supported");
+  if (Error e = giveStatistics(c, 3)) return e; // mean, 1 / std-dev
   Node* g = c.emitNode(Op::LayerNormGrad, {c.x(0), c.x(1), c.dy[0], c.n.outputs[1], c.n.outputs[2]}, 3,
                        {{"axis", c.n.getInt("axis", -1)}, {"epsilon", c.n.getFloat("epsilon", 1e-5)}});
   for (size_t i = 0; i < 3 && i < c.dx.size(); ++i) c.dx[i] = g->outputs[i];
@@ -105,17 +111,7 @@ Error gradLayerNorm(GradCtx& c) {
 
 Error gradRmsNorm(GradCtx& c) {
   if (c.dy.size() > 1 && c.dy[1]) return c.fail("gradients through the InvStdDev output are not supported");
-  if (c.n.outputs.size() < 2 || !c.n.outputs[1]) { // the forward's 1 / rms of each row is reused
-    if (c.n.outputs.size() < 2) c.g.addResult(&c.n, c.n.name + ".invstd");
-    else c.n.outputs[1] = c.g.addResult(&c.n, c.n.name + ".invstd"), c.n.outputs.pop_back();
-    InferCtx ic{c.n, {}, {}, {}}; // its type, from the node's own rule
-    for (Value* in : c.n.inputs) {
-      ic.in.push_back(in ? in->type : Type{});
-      ic.values.push_back(nullptr);
-    }
-    if (Error e = inferNode(ic)) return e;
-    c.n.outputs[1]->type = ic.out[1];
-  }
+  if (Error e = giveStatistics(c, 2)) return e; // 1 / rms
   Node* g = c.emitNode(Op::RmsNormGrad, {c.x(0), c.x(1), c.dy[0], c.n.outputs[1]}, 2,
                        {{"axis", c.n.getInt("axis", -1)}, {"epsilon", c.n.getFloat("epsilon", 1e-5)}});
   for (size_t i = 0; i < 2 && i < c.dx.size(); ++i) c.dx[i] = g->outputs[i];

@@ -11,8 +11,8 @@ namespace sgc::ir {
 namespace {
 
 bool isScalar(const Value* v, double want) {
-  if (!v || v->kind != ValueKind::Const || !isFloat(v->type.dtype) || v->data->numel() != 1) return false;
-  return std::fabs(v->data->getF(0) - want) <= 1e-6 * std::fabs(want);
+  auto s = constantScalar(v);
+  return s && std::fabs(*s - want) <= 1e-6 * std::fabs(want);
 }
 
 struct Matcher {

@@ -10,14 +10,8 @@
 namespace sgc::ir {
 namespace {
 
-/// The value of a one-element float constant.
-std::optional<double> scalarOf(const Value* v) {
-  if (!v || v->kind != ValueKind::Const || !isFloat(v->type.dtype) || v->data->numel() != 1) return std::nullopt;
-  return v->data->getF(0);
-}
-
 bool isScalar(const Value* v, double want) {
-  auto s = scalarOf(v);
+  auto s = constantScalar(v);
   return s && *s == want;
 }
 
@@ -58,7 +52,7 @@ struct Matcher {
     Node* s = only(v, Op::Sqrt);
     Node* a = s ? only(s->inputs[0], Op::Add) : nullptr;
     for (int i = 0; a && i < 2; ++i)
-      if (auto eps = scalarOf(a->inputs[1 - i]); eps && *eps > 0 && isMeanSquareOf(a->inputs[i], x, axis)) return eps;
+      if (auto eps = constantScalar(a->inputs[1 - i]); eps && *eps > 0 && isMeanSquareOf(a->inputs[i], x, axis)) return eps;
     return std::nullopt;
   }
 

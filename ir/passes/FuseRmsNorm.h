@@ -8,7 +8,7 @@
 //                                                 that keeps the dtype between)
 //
 // with the mean over x's trailing dims and `scale` of their shape, and
-// replaces it by one RmsNorm node. Its gradient is then one RMSNormGrad
+// replaces it by one RmsNorm node. Its gradient is then one RmsNormGrad
 // instead of the chain rule through seven nodes, and a GPU runs it as one
 // row kernel (a warp per row) forward and backward.
 //

@@ -20,6 +20,11 @@ Node* producerReadOnce(const Value* v, Op op, const std::map<const Value*, int>&
   return it != uses.end() && it->second == 1 ? v->producer : nullptr;
 }
 
+std::optional<double> constantScalar(const Value* v) {
+  if (!v || v->kind != ValueKind::Const || !isFloat(v->type.dtype) || v->data->numel() != 1) return std::nullopt;
+  return v->data->getF(0);
+}
+
 Error rewriteInOrder(Graph& g, const std::function<std::optional<std::vector<Node*>>(Node&)>& rewrite, bool removeDead, int* count) {
   std::vector<Node*> order, placed;
   for (const auto& n : g.nodes()) order.push_back(n.get());

@@ -19,6 +19,10 @@ std::map<const Value*, int> countUses(const Graph& g);
 /// matched, which may then replace it); else null.
 Node* producerReadOnce(const Value* v, Op op, const std::map<const Value*, int>& uses);
 
+/// The value of `v` when it is a one-element floating-point constant (the scalars of a written-out
+/// formula: epsilon, 0.5, sqrt(2)...); else none.
+std::optional<double> constantScalar(const Value* v);
+
 /// Calls `rewrite` on each node in graph order; the nodes it returns (new nodes it made,
 /// perhaps none) are placed just before that node, and a rewrite counts when it returns
 /// anything at all. Afterwards, when something was rewritten, unread nodes are removed (with
