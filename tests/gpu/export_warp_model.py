@@ -11,7 +11,8 @@
 # whole ones: vocab.onnx. And a small Llama (RMSNorm of width 64, SwiGLU,
 # rotary, grouped key/value heads) whose RMSNorms run the warp-per-row forms
 # with the residual sum stored as they read it: llamaw.onnx; and a wide MLP
-# with an RMSNorm of 4096, a row too long for a warp to hold: wide_rms.onnx.
+# with an RMSNorm of 4096, a row too long for a warp to hold: wide_rms.onnx;
+# and of 2048, the longest it holds: rms_2k.onnx.
 # Usage: /usr/bin/python3 export_warp_model.py SOURCE_DIR OUT_DIR
 import os, sys, warnings
 import torch
@@ -77,3 +78,7 @@ export(llama, {"idx": torch.randint(0, 128, (12, 4, 64), generator=g), "tgt": to
 torch.manual_seed(0)
 wide_rms = Wide(norm=gm.RMSNorm, act=torch.nn.functional.silu)
 export(wide_rms, {"x": torch.randn(12, 8, 16, generator=g), "y": torch.randn(12, 8, 16, generator=g)}, "wide_rms")
+# And of 2,048 (Llama's width): the longest rows a warp holds, 64 a lane.
+torch.manual_seed(0)
+rms_2k = Wide(hidden=2048, norm=gm.RMSNorm, act=torch.nn.functional.silu)
+export(rms_2k, {"x": torch.randn(12, 8, 16, generator=g), "y": torch.randn(12, 8, 16, generator=g)}, "rms_2k")

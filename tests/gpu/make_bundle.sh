@@ -26,6 +26,7 @@ cp "$out/gptw_data.safetensors" "$out/gptw_bf16_data.safetensors"
 "$sgc" compile "$out/llamaw.onnx" -o "$out/llamaw_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16
 cp "$out/llamaw_data.safetensors" "$out/llamaw_bf16_data.safetensors"
 "$sgc" compile "$out/wide_rms.onnx" -o "$out/wide_rms.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90
+"$sgc" compile "$out/rms_2k.onnx" -o "$out/rms_2k.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90
 "$sgc" compile "$out/vocab.onnx" -o "$out/vocab_bf16.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90 --precision bf16
 cp "$out/vocab_data.safetensors" "$out/vocab_bf16_data.safetensors"
 # Fused attention's kernels (--attention fused) on the GPU, in f32 (a thread per row) and bf16
