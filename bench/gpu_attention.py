@@ -112,8 +112,8 @@ def main():
         st.write(wfile, {k: v.clone() for k, v in gm.make(name).state_dict().items()})
         so = gt.unpacked(os.path.join(out_dir, name + ".so"))
         r = {"sgc": sgc_kernels(so, wfile, name, env)}
-        # Three one-step runs: one in two left the parameters unchanged at D 128 on 2026-12-04
-        # (relative norm 1.0), a fault not found yet; the worst run counts.
+        # Fresh sessions' first steps: the arena's clearing once raced the uploads (2026-12-04,
+        # fixed in runtime/Cuda.cpp); the worst run counts.
         checks = [gradient_check(so, wfile, name, env) for _ in range(CHECKS)]
         r["sgc"]["gradient_checks"] = checks
         r["sgc"]["gradient_vs_torch"] = next((c for c in checks if "error" in c), None) or {k: max(c[k] for c in checks) for k in checks[0]}

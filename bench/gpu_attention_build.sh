@@ -13,19 +13,7 @@ sgc=${1:-build/driver/sgc}
 out=bench/out/attention
 mkdir -p "$out"
 for name in attn64 attn128; do
-  [ -f "$out/$name.onnx" ] || /usr/bin/python3 - "$out" "$name" <<'PY'
-import os, sys, warnings
-import torch
-sys.path.insert(0, "bench")
-import gpu_models as gm
-warnings.filterwarnings("ignore")
-out, name = sys.argv[1:3]
-model = gm.make(name, explicit=True)
-with torch.no_grad():
-    torch.onnx.export(model, gm.batch(name, rows=1), os.path.join(out, name + ".onnx"), input_names=["x", "y"], output_names=["loss"],
-                      opset_version=17, do_constant_folding=False, dynamic_axes={n: {0: "B"} for n in ("x", "y")},
-                      training=torch.onnx.TrainingMode.TRAINING)
-PY
+  [ -f "$out/$name.onnx" ] || /usr/bin/python3 -c "import sys; sys.path.insert(0, 'bench'); import gpu_models as gm; gm.export_attention('$name', '$out/$name.onnx')"
 done
 flags="--optimizer sgd --lr 1e3 --precision bf16 --weights none --target sm_90"
 "$sgc" compile "$out/attn64.onnx" -o "$out/attn64.so" --dim B=16 $flags

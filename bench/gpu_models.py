@@ -188,3 +188,15 @@ def rank_batch(name, rank, world, device="cpu"):
         return batch(name, device)
     rows = GPT_B if name == "gpt" else MLP_B
     return tuple(t[rank * rows:(rank + 1) * rows].contiguous() for t in batch(name, device, rows * world))
+
+
+def export_attention(name, path):
+    """Exports attention model `name` written out (explicit) to ONNX `path` with Debian's PyTorch
+    1.13, its batch dimension named B, in training mode (bench/gpu_attention_build.sh, and the GPU
+    bundle's first-step check)."""
+    import warnings
+    warnings.filterwarnings("ignore")
+    with torch.no_grad():
+        torch.onnx.export(make(name, explicit=True), batch(name, rows=1), path, input_names=["x", "y"], output_names=["loss"],
+                          opset_version=17, do_constant_folding=False, dynamic_axes={n: {0: "B"} for n in ("x", "y")},
+                          training=torch.onnx.TrainingMode.TRAINING)

@@ -36,7 +36,7 @@ struct CudaDevice::Api {
   CUresult (*cuModuleGetFunction)(void**, void*, const char*);
   CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
   CUresult (*cuMemFree)(CUdeviceptr);
-  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, void*);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
@@ -83,7 +83,7 @@ struct CudaDevice::Api {
                    {"cuDevicePrimaryCtxRelease", (void**)&cuDevicePrimaryCtxRelease}, {"cuCtxSetCurrent", (void**)&cuCtxSetCurrent},
                    {"cuCtxSynchronize", (void**)&cuCtxSynchronize}, {"cuModuleLoadData", (void**)&cuModuleLoadData},
                    {"cuModuleUnload", (void**)&cuModuleUnload}, {"cuModuleGetFunction", (void**)&cuModuleGetFunction},
-                   {"cuMemAlloc", (void**)&cuMemAlloc}, {"cuMemFree", (void**)&cuMemFree}, {"cuMemsetD8", (void**)&cuMemsetD8},
+                   {"cuMemAlloc", (void**)&cuMemAlloc}, {"cuMemFree", (void**)&cuMemFree}, {"cuMemsetD8Async", (void**)&cuMemsetD8Async},
                    {"cuMemcpyHtoD", (void**)&cuMemcpyHtoD}, {"cuMemcpyDtoH", (void**)&cuMemcpyDtoH},
                    {"cuMemcpyDtoD", (void**)&cuMemcpyDtoD}, {"cuLaunchKernel", (void**)&cuLaunchKernel},
                    {"cuGetErrorString", (void**)&cuGetErrorString}, {"cuStreamCreate", (void**)&cuStreamCreate},
@@ -172,15 +172,16 @@ std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal, const std::vector<GpuB
     if (d->lt_) d->gemmNote_ = d->lt_->version();
     else d->gemmNote_ = "GEMMs on sgc kernels: " + d->gemmNote_;
   }
-  // One allocation: the arena, then (with cuBLASLt) its workspace, 256-byte aligned.
+  // One allocation: the arena, then (with cuBLASLt) its workspace, 256-byte aligned. It is
+  // cleared on the step's stream: a memset on the legacy stream would not be ordered before the
+  // uploads that follow on a non-blocking one, and could zero them (parameters, the learning rate).
   uint64_t arenaRounded = (arenaBytes + 255) / 256 * 256;
   d->workspaceBytes_ = d->lt_ ? kWorkspaceBytes : 0;
   CUdeviceptr p = 0;
   uint64_t total = std::max<uint64_t>(256, arenaRounded + d->workspaceBytes_);
-  if (!d->check(a.cuMemAlloc(&p, total), ("allocating the " + std::to_string(total) + "-byte arena").c_str(), error) ||
-      !d->check(a.cuMemsetD8(p, 0, arenaBytes), "clearing the arena", error))
-    return nullptr;
+  if (!d->check(a.cuMemAlloc(&p, total), ("allocating the " + std::to_string(total) + "-byte arena").c_str(), error)) return nullptr;
   d->arena_ = p;
+  if (!d->check(a.cuMemsetD8Async(p, 0, arenaBytes, d->stream_), "clearing the arena", error)) return nullptr;
   d->workspace_ = p + arenaRounded;
   std::string code = chosen.size() == 1 ? chosen[0]->name
                                          : chosen[0]->name.substr(0, chosen[0]->name.find('.')) + " in " + std::to_string(chosen.size()) + " modules";

@@ -55,6 +55,8 @@ worst = max(abs(a - b) / abs(b) for a, b in zip(host, own))
 print(f"gptw on the host's stream: 12 steps, max relative loss difference against the session's stream {worst:.2e}")
 sys.exit(0 if worst <= 1e-4 else 1)
 PY
+# The first step of fresh sessions against PyTorch's gradient, each in a process of its own.
+python3 -u first_step.py attn128_sgd.so 6 || status=1
 # The Python package as a PyTorch host uses it: torch's stream, CUDA inputs, DLPack views, a trace.
 python3 -u package_gpu.py gptw.so gptw_data.safetensors gptw.gpu.out || status=1
 # Decoding over the paged cache on the GPU: PyTorch's greedy tokens and logits, the fork, the
