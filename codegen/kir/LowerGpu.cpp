@@ -66,28 +66,6 @@ std::optional<std::vector<Kernel>> splitReduction(const std::string& name, const
   return ks;
 }
 
-std::optional<std::vector<Kernel>> reduceGpu(const std::string& name, const ir::Node& n) {
-  const ir::Value *x = n.input(0), *y = n.outputs[0];
-  int64_t rank = x->type.rank();
-  std::set<int64_t> axes;
-  if (n.op == ir::Op::SumTo) { // the dims y lacks or has as 1 where x does not
-    std::vector<int64_t> xs = x->type.shape(), ys = y->type.shape();
-    size_t lead = xs.size() - ys.size();
-    for (size_t d = 0; d < xs.size(); ++d)
-      if (d < lead || (ys[d - lead] == 1 && xs[d] != 1)) axes.insert((int64_t)d);
-  } else {
-    if (n.input(1)) {
-      if (n.input(1)->kind != ir::ValueKind::Const) return std::nullopt;
-      for (int64_t a : n.input(1)->data->toI64()) axes.insert(a < 0 ? a + rank : a);
-    }
-    if (axes.empty() && !n.getInt("noop_with_empty_axes", 0))
-      for (int64_t d = 0; d < rank; ++d) axes.insert(d);
-  }
-  int64_t extent = 1;
-  for (int64_t d : axes) extent *= x->type.dims[d].value;
-  return splitReduction(name, x, y, axes, n.op == ir::Op::ReduceMean ? 1.0 / (double)extent : 1.0);
-}
-
 /// dx[a, idx[k], i] += dy[a, k, i]: one parallel iteration per element of dy, after zeroing dx.
 std::optional<std::vector<Kernel>> gatherGradGpu(const std::string& name, const ir::Node& n) {
   const ir::Value *dy = n.input(0), *idx = n.input(1), *dx = n.outputs[0];
@@ -212,6 +190,55 @@ Kernel warpKernel(B& b, int e, int64_t rows, std::vector<StmtRef> body) {
   Kernel k = b.finish(loop(e, rows * 32, true, std::move(body)));
   k.gpuOnly = true;
   return k;
+}
+
+/// y[o] = scale * sum over r of x[o, r] where the summed dims are x's last (x read as [outer,
+/// extent], rows contiguous): a warp per span of its row (lanes on neighbouring terms, so that the
+/// loads coalesce and merge into vectors), the span's sum by the warp, and one atomic add a warp
+/// into the zeroed result. A loss's mean over all of a batch is 8,192 such warps, not 131,072
+/// threads each reading 256 terms 1 KB apart from its neighbours' and adding them atomically.
+std::optional<std::vector<Kernel>> trailingReduction(const std::string& name, const ir::Value* x, const ir::Value* y, int64_t outer,
+                                                     int64_t extent, double scale) {
+  constexpr int64_t kMostSpan = 32 * 128, kLeastSpan = 32 * 4; // terms a warp sums: 128 a lane at most, 4 at least
+  int64_t span = kMostSpan;
+  while (span > kLeastSpan && extent % span) span /= 2;
+  if (y->type.dtype != ir::DType::F32 || extent < kLongLoop || extent % span || !warpable(outer, span, x->type.dtype)) return std::nullopt;
+  B b(name);
+  int e = b.newLoopVar(), j = b.newLoopVar(), acc = b.newLocal();
+  WarpRows rows{b, e, span, laneWidth(span)};
+  std::vector<StmtRef> body{rows.begin()};
+  for (StmtRef& st : rows.reduce(acc, KOp::Add, 0, j, [&](int u) { return b.ld(x, rows.at(j, u)); })) body.push_back(std::move(st));
+  ExprRef sum = local(acc, Scalar::F32);
+  if (scale != 1) sum = B::mul(sum, B::c(scale, Scalar::F32));
+  ExprRef result = binary(KOp::IDiv, rows.row(), B::i(extent / span));
+  body.push_back(when(b, binary(KOp::Eq, rows.lane(), B::i(0)), {b.atomic(y, result, sum)}));
+  return std::vector<Kernel>{zeroKernel(name + "_zero", y), warpKernel(b, e, outer * (extent / span), std::move(body))};
+}
+
+std::optional<std::vector<Kernel>> reduceGpu(const std::string& name, const ir::Node& n) {
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  int64_t rank = x->type.rank();
+  std::set<int64_t> axes;
+  if (n.op == ir::Op::SumTo) { // the dims y lacks or has as 1 where x does not
+    std::vector<int64_t> xs = x->type.shape(), ys = y->type.shape();
+    size_t lead = xs.size() - ys.size();
+    for (size_t d = 0; d < xs.size(); ++d)
+      if (d < lead || (ys[d - lead] == 1 && xs[d] != 1)) axes.insert((int64_t)d);
+  } else {
+    if (n.input(1)) {
+      if (n.input(1)->kind != ir::ValueKind::Const) return std::nullopt;
+      for (int64_t a : n.input(1)->data->toI64()) axes.insert(a < 0 ? a + rank : a);
+    }
+    if (axes.empty() && !n.getInt("noop_with_empty_axes", 0))
+      for (int64_t d = 0; d < rank; ++d) axes.insert(d);
+  }
+  int64_t extent = 1;
+  for (int64_t d : axes) extent *= x->type.dims[d].value;
+  double scale = n.op == ir::Op::ReduceMean ? 1.0 / (double)extent : 1.0;
+  bool trailing = !axes.empty() && *axes.begin() == rank - (int64_t)axes.size(); // the summed dims are x's last
+  if (trailing)
+    if (auto ks = trailingReduction(name, x, y, x->type.staticNumel().value() / extent, extent, scale)) return ks;
+  return splitReduction(name, x, y, axes, scale);
 }
 
 /// Where a row op's GPU form reads its operands and writes its result: by default loads and
