@@ -387,11 +387,12 @@ TEST(Kernel, LossWithGradientMatchesInterpreter) {
 
 TEST(Kernel, GpuFormsMatchInterpreter) {
   // The GPU forms (chunks of work meeting in atomic adds), run here on the CPU in two halves as
-  // two thread-pool workers would, against the interpreter.
+  // two thread-pool workers would, against the interpreter. (Sums over the last dims take a warp
+  // per span of a row, which a CPU cannot run: KernelCheck.PtxAssembles, the GPU bundle.)
   const char* graphs[] = {
       "graph @g { input %x : f32[2048, 8]\n const %s : i64[1] = dense<\"0x0800000000000000\">\n %y : ?[*] = SumTo(%x, %s)\n output %y }",
       "graph @g { input %x : bf16[2048, 8]\n const %s : i64[1] = dense<\"0x0800000000000000\">\n %y : ?[*] = SumTo(%x, %s) {to = \"f32\"}\n output %y }",
-      "graph @g { input %x : f32[64, 64]\n %y : ?[*] = ReduceMean(%x) {keepdims = 0}\n output %y }",
+      "graph @g { input %x : f32[2048, 4]\n const %ax : i64[1] = dense<\"0x0000000000000000\">\n %y : ?[*] = ReduceMean(%x, %ax) {keepdims = 0}\n output %y }",
       "graph @g { input %x : f32[1024, 3]\n const %ax : i64[1] = dense<\"0x0000000000000000\">\n %y : ?[*] = ReduceSum(%x, %ax)\n output %y }",
       "graph @g { input %dy : f32[2, 6, 3]\n const %i : i64[6] = dense<\"0x0100000000000000ffffffffffffffff0100000000000000000000000000000002000000000000000100000000000000\">\n"
       " const %s : i64[3] = dense<\"0x020000000000000004000000000000000300000000000000\">\n %y : ?[*] = GatherGrad(%dy, %i, %s) {axis = 1}\n output %y }",
@@ -729,6 +730,37 @@ TEST(Kernel, ContentKeyIgnoresNamesNotConstants) {
   for (int level = 0; level < 40; ++level) x = kir::binary(kir::KOp::Add, x, x);
   kir::Kernel deep = d.finish(kir::loop(i, 8, true, {kir::let(d.newLocal(), x)}));
   EXPECT_LT(kir::contentKey(deep).size(), 40u * 64);
+}
+
+TEST(Kernel, SumsOverTheLastDimsAreAWarpPerSpan) {
+  // A loss's mean over all of a batch, and row sums: each warp sums a span of a row from
+  // neighbouring 16-byte loads and adds it atomically (not a thread per 256 terms 1 KB apart).
+  const char* ptxas = "/usr/local/cuda/bin/ptxas";
+  const char* graphs[] = {
+      "graph @g { input %x : f32[64, 4096]\n %y : ?[*] = ReduceMean(%x) {keepdims = 0}\n output %y }",
+      "graph @g { input %x : f32[8, 2048]\n const %ax : i64[1] = dense<\"0x0100000000000000\">\n %y : ?[*] = ReduceSum(%x, %ax)\n output %y }",
+  };
+  for (const char* text : graphs) {
+    auto g = ir::parse(text, "gpu");
+    ASSERT_TRUE(!!g) << errorText(g.takeError());
+    ASSERT_FALSE(ir::inferShapes(**g, false));
+    auto gpu = kir::lowerForGpu("k", *(*g)->nodes()[0]);
+    ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
+    ASSERT_TRUE(gpu->has_value()) << text;
+    ASSERT_EQ((*gpu)->size(), 2u); // zeroing, then the warps
+    EXPECT_TRUE((**gpu)[1].gpuOnly);
+    llvm::LLVMContext ctx;
+    auto spec = codegen::TargetSpec::nvptx("sm_90");
+    auto mod = codegen::emitKernels(ctx, **gpu, spec);
+    ASSERT_TRUE(!!mod) << errorText(mod.takeError());
+    auto ptx = codegen::compileModule(**mod, spec);
+    ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
+    EXPECT_NE(ptx->find("ld.global.v4.f32"), std::string::npos) << *ptx;
+    EXPECT_NE(ptx->find("shfl.sync.bfly"), std::string::npos) << *ptx;
+    if (!std::filesystem::exists(ptxas)) continue; // SKIP the assembly: no CUDA toolkit
+    auto [rc, log] = assembled(*ptx, ptxas);
+    EXPECT_EQ(rc, 0) << log;
+  }
 }
 
 // A bf16 local (kir::letBf16) holds its values rounded to bf16, to nearest even, its let's and
