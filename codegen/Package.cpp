@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <spawn.h>
@@ -37,17 +38,32 @@ void addBytes(llvm::Module& m, const std::string& name, const void* data, size_t
 
 } // namespace
 
-/// Runs argv[0] with the arguments (no shell: paths are passed as they are).
-static Error run(const std::vector<std::string>& args) {
+/// Runs argv[0] with the arguments (no shell: paths are passed as they are). With `log`, its
+/// standard output and error go to that file, and the error on failure carries the file's end
+/// (ptxas prints notes on success too, which a compile keeps off the user's terminal).
+static Error run(const std::vector<std::string>& args, const std::string& log = "") {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!log.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
   pid_t pid;
-  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return makeError("cannot run " + args[0]);
+  int spawned = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) return makeError("cannot run " + args[0]);
   int status = 0;
-  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return makeError(args[0] + " failed (status " + std::to_string(WEXITSTATUS(status)) + ")");
-  return Error::success();
+  if (waitpid(pid, &status, 0) >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) return Error::success();
+  std::string said;
+  if (!log.empty()) {
+    std::ifstream f(log);
+    said.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (said.size() > 2000) said = "..." + said.substr(said.size() - 2000);
+  }
+  return makeError(args[0] + " failed (status " + std::to_string(WEXITSTATUS(status)) + ")" + (said.empty() ? "" : ":\n" + said));
 }
 
 static Expected<std::string> ptxOf(const std::vector<kir::Kernel>& kernels, const std::string& sm) {
@@ -66,7 +82,8 @@ Expected<std::string> assemblePtx(const std::string& ptx, const std::string& sm,
   if (!mkdtemp(dirTemplate.data())) return makeError("cannot create a temporary folder");
   fs::path dir = dirTemplate;
   std::ofstream(dir / "kernels.ptx") << ptx;
-  Error e = run({ptxas, "-arch=" + sm, (dir / "kernels.ptx").string(), "-o", (dir / "kernels.cubin").string()});
+  std::string arch = TargetSpec::nvptx(sm).cpu;
+  Error e = run({ptxas, "-arch=" + arch, (dir / "kernels.ptx").string(), "-o", (dir / "kernels.cubin").string()}, (dir / "ptxas.log").string());
   std::string cubin;
   if (!e) {
     std::ifstream f(dir / "kernels.cubin", std::ios::binary);
@@ -74,7 +91,7 @@ Expected<std::string> assemblePtx(const std::string& ptx, const std::string& sm,
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
-  if (e) return makeError("ptxas -arch=" + sm + ": " + errorText(std::move(e)));
+  if (e) return makeError("ptxas -arch=" + arch + ": " + errorText(std::move(e)));
   return cubin;
 }
 

@@ -461,6 +461,24 @@ std::optional<kir::RowGroup> rowGroup(const Group& group, Readers& readers) {
   return g;
 }
 
+/// What the GPU targets named by `options` (sgc compile's canonical flags: --target=LIST, cpu and
+/// sm_90 when absent) have in common.
+kir::GpuArch gpuArchOf(const std::string& options) {
+  std::string targets = "cpu,sm_90";
+  if (size_t at = options.find("--target="); at != std::string::npos) {
+    size_t end = options.find('\n', at);
+    targets = options.substr(at + 9, end == std::string::npos ? std::string::npos : end - at - 9);
+  }
+  bool gpus = false, hopper = true;
+  for (size_t start = 0; start <= targets.size();) {
+    size_t end = std::min(targets.find(',', start), targets.size());
+    std::string t = targets.substr(start, end - start);
+    if (!t.empty() && t != "cpu") gpus = true, hopper = hopper && t == "sm_90";
+    start = end + 1;
+  }
+  return {gpus && hopper};
+}
+
 } // namespace
 
 Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr, Weights mode,
@@ -469,6 +487,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     return makeError("a decode step has the logits for its output, and each row's greedy next token");
   if (!decode && (g.outputs.size() != 1 || g.inputs.empty())) return makeError("the graph is not a training step (build it with the training flags)");
   CompiledProgram p;
+  const kir::GpuArch arch = gpuArchOf(options);
   p.schedule = kernelSchedule(g);
   AbsorbedTransposes absorbed = absorbTransposes(g, p.schedule);
   GemmGelus gelus = fuseGemmGelus(g, p.schedule);
@@ -592,11 +611,11 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     if (rows) {
       gpu = kir::lowerRowGroupGpu(name + "_gpu", *rows);
       if (gpu && !*gpu) { // no fused form: the row op's own, alone
-        gpu = kir::lowerForGpu(name + "_gpu", *rows->row);
+        gpu = kir::lowerForGpu(name + "_gpu", *rows->row, arch);
         first += rowFirst, count = rowLaunches;
       }
     } else if (group.size() == 1) {
-      gpu = kir::lowerForGpu(name + "_gpu", *group[0]);
+      gpu = kir::lowerForGpu(name + "_gpu", *group[0], arch);
     }
     if (!gpu) return gpu.takeError();
     if (*gpu) {

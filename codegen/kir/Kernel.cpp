@@ -201,6 +201,44 @@ StmtRef mmaBf16(std::vector<int> acc, std::vector<ExprRef> a, std::vector<ExprRe
   return s;
 }
 
+ExprRef wgmmaTileOffset(const ExprRef& row, const ExprRef& col, int64_t rows) {
+  auto i = [](int64_t v) { return constantI64(v); };
+  ExprRef chunk = binary(KOp::Xor, binary(KOp::And, binary(KOp::Shr, col, i(3)), i(7)), binary(KOp::And, row, i(7)));
+  return binary(KOp::Shr, col, i(6)) * i(rows * 128) + row * i(128) + chunk * i(16) + binary(KOp::And, col, i(7)) * i(2);
+}
+
+namespace {
+StmtRef wgmmaOf(std::vector<int> acc, std::vector<ExprRef> a, std::vector<WgmmaTile> tiles, bool accumulate) {
+  assert(!acc.empty() && acc.size() % 4 == 0 && acc.size() <= 128 && "wgmma's n is a multiple of 8 up to 256");
+  assert((a.empty() || a.size() == 8) && "a warp's A fragment of wgmma is mma.m16n8k16's: 8 elements");
+  assert(std::all_of(tiles.begin(), tiles.end(), [](const WgmmaTile& t) { return t.offset && t.offset->type == Scalar::I64 && t.rows % 8 == 0; }) &&
+         "wgmma tiles: i64 offsets, rows of 8");
+  auto s = std::make_shared<Stmt>();
+  s->kind = StmtKind::Wgmma;
+  s->acc = std::move(acc), s->operands = std::move(a), s->tiles = std::move(tiles), s->extent = accumulate;
+  return s;
+}
+} // namespace
+
+StmtRef wgmmaBf16(std::vector<int> acc, std::vector<ExprRef> a, WgmmaTile b, bool accumulate) {
+  return wgmmaOf(std::move(acc), std::move(a), {std::move(b)}, accumulate);
+}
+
+StmtRef wgmmaBf16(std::vector<int> acc, WgmmaTile a, WgmmaTile b, bool accumulate) {
+  assert(!a.mnMajor && "an A tile is K-major");
+  return wgmmaOf(std::move(acc), {}, {std::move(b), std::move(a)}, accumulate);
+}
+
+StmtRef wgmmaFence() { return stmtOf(StmtKind::WgmmaFence, 0, 0, false, nullptr, nullptr, {}); }
+StmtRef wgmmaCommit() { return stmtOf(StmtKind::WgmmaCommit, 0, 0, false, nullptr, nullptr, {}); }
+StmtRef fenceProxyAsync() { return stmtOf(StmtKind::FenceProxyAsync, 0, 0, false, nullptr, nullptr, {}); }
+
+StmtRef wgmmaWait(int inFlight, std::vector<int> acc) {
+  StmtRef s = stmtOf(StmtKind::WgmmaWait, 0, inFlight, false, nullptr, nullptr, {});
+  s->acc = std::move(acc);
+  return s;
+}
+
 namespace {
 
 std::string exprText(const Expr& e) {
@@ -248,6 +286,20 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
   case StmtKind::AsyncWait: out += pad + "async_wait(" + std::to_string(s.extent) + ")\n"; return;
   case StmtKind::Barrier: out += pad + "barrier\n"; return;
   case StmtKind::SharedStore: out += pad + "s" + std::to_string(s.id) + "[" + exprText(*s.index) + "] = " + exprText(*s.value) + "\n"; return;
+  case StmtKind::Wgmma: {
+    auto tile = [](const WgmmaTile& t) {
+      return "s" + std::to_string(t.array) + "@" + exprText(*t.offset) + (t.mnMajor ? " mn-major" : " k-major") + " rows " + std::to_string(t.rows);
+    };
+    std::string a = s.tiles.size() > 1 ? tile(s.tiles[1]) : "";
+    for (size_t i = 0; i < s.operands.size(); ++i) a += (i ? ", " : "") + exprText(*s.operands[i]);
+    out += pad + "(t" + std::to_string(s.acc[0]) + "..t" + std::to_string(s.acc.back()) + (s.extent ? ") += " : ") = ") + "wgmma_bf16 m64n" + std::to_string(2 * s.acc.size()) +
+           "k16([" + a + "], [" + tile(s.tiles[0]) + "])\n";
+    return;
+  }
+  case StmtKind::WgmmaFence: out += pad + "wgmma_fence\n"; return;
+  case StmtKind::WgmmaCommit: out += pad + "wgmma_commit\n"; return;
+  case StmtKind::WgmmaWait: out += pad + "wgmma_wait(" + std::to_string(s.extent) + ")\n"; return;
+  case StmtKind::FenceProxyAsync: out += pad + "fence_proxy_async\n"; return;
   case StmtKind::Mma: {
     std::string acc, a, b;
     for (size_t i = 0; i < 4; ++i) acc += (i ? ", t" : "t") + std::to_string(s.acc[i]);
@@ -259,6 +311,14 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
 }
 
 } // namespace
+
+namespace {
+bool hasWgmma(const Stmt& s) {
+  return s.kind == StmtKind::Wgmma || std::any_of(s.body.begin(), s.body.end(), [](const StmtRef& b) { return hasWgmma(*b); });
+}
+} // namespace
+
+bool hasWgmma(const Kernel& k) { return k.body && hasWgmma(*k.body); }
 
 bool storesOnly(const Stmt& loop) {
   return std::all_of(loop.body.begin(), loop.body.end(), [](const StmtRef& s) { return s->kind == StmtKind::Store; });
@@ -315,6 +375,11 @@ struct KeyWriter {
     out += " |";
     for (const ExprRef& o : s.operands) expr(*o);
     for (int a : s.acc) out += " " + std::to_string(a);
+    for (const WgmmaTile& t : s.tiles) {
+      out += " {" + std::to_string(t.array) + " " + std::to_string(t.rows) + " " + std::to_string(t.mnMajor);
+      expr(*t.offset);
+      out += "}";
+    }
     out += "]";
   }
 };
@@ -327,7 +392,8 @@ std::string contentKey(const Kernel& k) {
     out += std::to_string((int)b.dtype) + ":" + std::to_string(b.numel) + (b.written ? "w " : "r ");
   out += std::to_string(k.numLoopVars) + " " + std::to_string(k.numLocals) + " " + std::to_string(k.gpuOnly) + " " +
          std::to_string(k.threads) + " " + std::to_string(k.minBlocks) + "\n";
-  for (const SharedArray& a : k.shared) out += "shared " + std::to_string((int)a.dtype) + ":" + std::to_string(a.count) + "\n";
+  for (const SharedArray& a : k.shared)
+    out += "shared " + std::to_string((int)a.dtype) + ":" + std::to_string(a.count) + " align " + std::to_string(a.align) + "\n";
   KeyWriter w;
   w.stmt(*k.body);
   return out + w.out;
@@ -342,7 +408,8 @@ std::string print(const Kernel& k) {
   }
   out += ")\n";
   for (size_t i = 0; i < k.shared.size(); ++i)
-    out += "  shared s" + std::to_string(i) + ": " + std::string(ir::dtypeName(k.shared[i].dtype)) + "[" + std::to_string(k.shared[i].count) + "]\n";
+    out += "  shared s" + std::to_string(i) + ": " + std::string(ir::dtypeName(k.shared[i].dtype)) + "[" + std::to_string(k.shared[i].count) + "]" +
+           (k.shared[i].align != 16 ? " align " + std::to_string(k.shared[i].align) : "") + "\n";
   if (int w = vectorWidthFor(k); w > 1) out += "  // GPU: " + std::to_string(w) + " consecutive iterations per thread\n";
   stmtText(*k.body, 1, out);
   return out;

@@ -121,13 +121,35 @@ ExprRef constantLike(const ExprRef& like, double v);
 struct Stmt;
 using StmtRef = std::shared_ptr<Stmt>;
 
-enum class StmtKind : uint8_t { Loop, Store, AtomicAdd, Let, Set, Block, Mma, CopyAsync, AsyncCommit, AsyncWait, Barrier, SharedStore };
+enum class StmtKind : uint8_t {
+  Loop, Store, AtomicAdd, Let, Set, Block, Mma, CopyAsync, AsyncCommit, AsyncWait, Barrier, SharedStore,
+  Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait, FenceProxyAsync
+};
+
+/// A warpgroup product's operand in shared memory (Hopper's wgmma reads it there itself): a tile
+/// of `rows` rows of bf16 elements in the 128-byte swizzled layout that wgmma and its descriptors
+/// name (see wgmmaTileOffset), from byte `offset` (an i64 expression) of shared array `array`.
+/// K-major: the tile's rows are the product's rows (A) or columns (B), its width the contracted
+/// dim. MN-major (`mnMajor`, B only): its rows are the contracted dim, its width B's columns.
+struct WgmmaTile {
+  int array = 0;
+  ExprRef offset;       ///< bytes, at the product's first contracted element
+  int64_t rows = 0;     ///< the whole tile's rows (the stride of its 64-column blocks is rows * 128 bytes)
+  bool mnMajor = false;
+};
+
+/// The byte offset of element (row, col) of a tile of `rows` rows in wgmma's 128-byte swizzled
+/// layout: 64-column blocks one after another, each `rows` rows of 128 bytes, the 16-byte chunks
+/// of row r permuted by chunk ^ (r mod 8) (so that 8 rows' chunk c lie in 8 different bank groups).
+/// The tile must start 1024-byte aligned (SharedArray::align), as the swizzle is of the address.
+ExprRef wgmmaTileOffset(const ExprRef& row, const ExprRef& col, int64_t rows);
 
 struct Stmt {
   StmtKind kind;
   int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer; CopyAsync, SharedStore: the shared array
   int buffer = 0;              ///< CopyAsync: the buffer copied from
-  int64_t extent = 0;          ///< Loop: iterations [0, extent); AsyncWait: the groups left in flight; CopyAsync: its bytes
+  int64_t extent = 0;          ///< Loop: iterations [0, extent); AsyncWait, WgmmaWait: the groups left in flight; CopyAsync: its
+                               ///< bytes; Wgmma: 1 when it adds to the accumulators, 0 when it replaces them
   bool parallel = false;       ///< Loop: iterations are independent; when its body is stores only, an
                                ///< iteration computes all their values before it stores any
   bool bf16 = false;           ///< Let: the local (f32) holds its values rounded to bf16 (letBf16)
@@ -135,8 +157,9 @@ struct Stmt {
                                ///< CopyAsync: shared[index...] = buffer[value...];
                                ///< Loop (serial): when set, an i64 bound: iterations [0, min(extent, value))
   std::vector<StmtRef> body;   ///< Loop, Block
-  std::vector<ExprRef> operands; ///< Mma: a0..a7, b0..b3
-  std::vector<int> acc;          ///< Mma: the four f32 locals c0..c3, updated in place
+  std::vector<ExprRef> operands; ///< Mma: a0..a7, b0..b3; Wgmma: its warp's A fragment a0..a7 (none when A is a tile)
+  std::vector<int> acc;          ///< Mma: the four f32 locals c0..c3, updated in place; Wgmma: its n / 2; WgmmaWait: those it waits for
+  std::vector<WgmmaTile> tiles;  ///< Wgmma: B, then A when A is a tile
 };
 
 StmtRef loop(int var, int64_t extent, bool parallel, std::vector<StmtRef> body);
@@ -185,9 +208,32 @@ StmtRef barrier();
 /// reduction's partial results, one a warp).
 StmtRef sharedStore(int array, ExprRef index, ExprRef value);
 
+/// Hopper's warpgroup products (PTX wgmma, sm_90a), for gpuOnly kernels whose blocks are whole
+/// warpgroups (4 warps, `threads` a multiple of 128) that all run each product together.
+/// wgmmaBf16 starts D = A B + D for a 64 x 16 A and a 16 x n B (n = 2 acc.size(), a multiple of 8
+/// up to 256), bf16 operands, f32 accumulators: warp w of the warpgroup holds D's rows 16w..16w+15,
+/// lane (g = lane / 4, t = lane % 4) the elements acc[4j..4j+3] = D[g][8j+2t], D[g][8j+2t+1],
+/// D[g+8][8j+2t], D[g+8][8j+2t+1] (mmaBf16's fragments of each 8 columns j). A comes from the warp's
+/// registers, `a` as mmaBf16's a0..a7 for the warp's 16 rows, or from a K-major tile; B from a tile.
+/// The product runs behind the statements after it: wgmmaCommit() closes the products this thread
+/// started into a group, wgmmaWait(n, acc) waits until at most n groups are in flight, after which
+/// `acc` (the locals the finished products wrote) may be read. wgmmaFence() must come between
+/// writes of a product's accumulators or register operands and the product (and first, before any).
+/// Tiles written by the block's threads (cp.async, shared stores) are read by a product only after
+/// each writer's fenceProxyAsync() and then a barrier.
+/// With `accumulate` false the product replaces the accumulators: D = A B (their values before
+/// it are not read).
+StmtRef wgmmaBf16(std::vector<int> acc, std::vector<ExprRef> a, WgmmaTile b, bool accumulate = true);
+StmtRef wgmmaBf16(std::vector<int> acc, WgmmaTile a, WgmmaTile b, bool accumulate = true);
+StmtRef wgmmaFence();
+StmtRef wgmmaCommit();
+StmtRef wgmmaWait(int inFlight, std::vector<int> acc);
+StmtRef fenceProxyAsync();
+
 struct SharedArray {
   ir::DType dtype;
   int64_t count;
+  int64_t align = 16; ///< bytes; 1024 for wgmma tiles
 };
 
 struct BufferArg {
@@ -200,7 +246,7 @@ struct BufferArg {
 struct Kernel {
   std::string name;
   std::vector<BufferArg> buffers;
-  std::vector<SharedArray> shared; ///< GPU: each block's shared memory (at most 48 KiB in all)
+  std::vector<SharedArray> shared; ///< GPU: each block's shared memory (at most 48 KiB in all, alignment included)
   StmtRef body;
   int numLoopVars = 0, numLocals = 0;
   bool gpuOnly = false; ///< uses warp operations: emitted for GPU targets only
@@ -245,6 +291,12 @@ Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& pa
 
 /// Whether `k` is a horizontal kernel: gpuOnly, its body a block of parallel loops.
 bool isHorizontal(const Kernel& k);
+
+/// Whether `k` has warpgroup products. On a GPU such a kernel runs one parallel iteration a
+/// thread, on a grid of exactly extent / threads blocks (so that the compiler sees its products
+/// reached by whole warpgroups alike): its extent must be a multiple of its threads, and at most
+/// kMostGridBlocks of them.
+bool hasWgmma(const Kernel& k);
 
 /// The vector width of parallel loop `loop` of horizontal kernel `k`: vectorWidthFor's rule over
 /// the buffers the loop reads and writes.

@@ -684,7 +684,7 @@ std::optional<std::vector<Kernel>> argReduceGpu(const std::string& name, const i
 
 } // namespace
 
-Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name, const ir::Node& n) {
+Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name, const ir::Node& n, GpuArch arch) {
   using ir::Op;
   switch (n.op) {
   case Op::SumTo: case Op::ReduceSum: case Op::ReduceMean: return reduceGpu(name, n);
@@ -704,7 +704,7 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
     }
   case Op::ArgMax: case Op::ArgMin: return argReduceGpu(name, n);
   case Op::Sample: return sampleGpu(name, n);
-  case Op::FusedAttention: case Op::FusedAttentionGrad: return attentionGpu(name, n);
+  case Op::FusedAttention: case Op::FusedAttentionGrad: return attentionGpu(name, n, arch);
   case Op::PagedAttention: return pagedAttentionGpu(name, n);
   case Op::SoftmaxCrossEntropyLoss:
     if (auto ks = sceGpu(name, n)) return ks;

@@ -48,14 +48,21 @@ void foldBatchIntoRows(GemmShape& s);
 /// one element per parallel iteration; none when the product is all.
 Expected<std::optional<Kernel>> lowerProductEpilogue(const std::string& name, const std::vector<const ir::Node*>& group);
 
+/// What the GPU targets of a program share: `hopper` when every one is sm_90 (kernels may use
+/// its warpgroup products, kir::wgmmaBf16), else forms every target since sm_80 runs.
+struct GpuArch {
+  bool hopper = false;
+};
+
 /// The GPU form of a node whose generic kernel gives a GPU too little
 /// parallelism (few long reductions; see LowerGpu.cpp); none when the
 /// generic kernels suit a GPU too.
-Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name, const ir::Node& n);
+Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name, const ir::Node& n, GpuArch arch = {});
 
 /// The tensor-core form of FusedAttention and FusedAttentionGrad (LowerAttentionGpu.cpp); none
-/// when it does not apply (operands other than bf16, sizes not multiples of 16).
-Expected<std::optional<std::vector<Kernel>>> attentionGpu(const std::string& name, const ir::Node& n);
+/// when it does not apply (operands other than bf16, sizes not multiples of 16). On Hopper the
+/// forward pass's products are warpgroup ones where the head dims are multiples of 64.
+Expected<std::optional<std::vector<Kernel>>> attentionGpu(const std::string& name, const ir::Node& n, GpuArch arch = {});
 
 /// The GPU form of PagedAttention (LowerPaged.cpp): a warp per token and head, reading 16 bytes
 /// a lane; none when it does not apply (a cache other than bf16, a head dim not a multiple of 64,

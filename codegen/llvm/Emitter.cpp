@@ -1,6 +1,7 @@
 // The LLVM emitter (see Emitter.h).
 #include "codegen/llvm/Emitter.h"
 
+#include "codegen/llvm/EmitHopper.h"
 #include "codegen/llvm/EmitMath.h"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
@@ -135,13 +136,15 @@ private:
     if (t_.kind != Target::NVPTX || !k_.gpuOnly) return fail("shared memory is for GPU-only kernels");
     int64_t bytes = 0;
     for (size_t i = 0; i < k_.shared.size(); ++i) {
-      llvm::Type* et = elementType(k_.shared[i].dtype);
+      const kir::SharedArray& a = k_.shared[i];
+      llvm::Type* et = elementType(a.dtype);
       if (!et) return fail("a shared array of an element type not generated");
-      bytes += k_.shared[i].count * (int64_t)ir::dtypeSize(k_.shared[i].dtype);
-      auto* ty = llvm::ArrayType::get(et, (uint64_t)k_.shared[i].count);
+      if (a.align < 16 || (a.align & (a.align - 1))) return fail("a shared array aligned to " + std::to_string(a.align) + " bytes");
+      bytes = (bytes + a.align - 1) / a.align * a.align + a.count * (int64_t)ir::dtypeSize(a.dtype);
+      auto* ty = llvm::ArrayType::get(et, (uint64_t)a.count);
       auto* g = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
                                          k_.name + "_s" + std::to_string(i), nullptr, llvm::GlobalValue::NotThreadLocal, 3);
-      g->setAlignment(llvm::Align(16));
+      g->setAlignment(llvm::Align((uint64_t)a.align));
       shared_.push_back(g);
     }
     if (bytes > kSharedLimit) return fail("its shared arrays take " + std::to_string(bytes) + " bytes, more than 48 KiB");
@@ -163,6 +166,8 @@ private:
       begin = fn_->getArg(1);
       end = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {fn_->getArg(2), b_.getInt64(s.extent)});
       step = b_.getInt64(1);
+    } else if (kir::hasWgmma(k_)) {
+      return exactGrid(s);
     } else {
       llvm::Value* ntid = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
       begin = b_.CreateAdd(b_.CreateMul(sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid), sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x));
@@ -171,6 +176,22 @@ private:
       return loop(s, begin, end, step, width);
     }
     return loop(s, begin, end, step);
+  }
+
+  /// One iteration a thread, iteration blockIdx * threads + threadIdx, on a grid of exactly
+  /// extent / threads blocks (kir::hasWgmma): no loop and no bound, and the thread index known
+  /// to be below `threads`, so that values computed from the iteration / threads are seen to be
+  /// the same across a block (the warpgroup products' walks are not divergent to ptxas).
+  Error exactGrid(const Stmt& s) {
+    if (s.extent % k_.threads || s.extent / k_.threads > kir::kMostGridBlocks)
+      return fail("a kernel with warpgroup products runs one iteration a thread: " + std::to_string(s.extent) + " iterations in blocks of " +
+                  std::to_string(k_.threads));
+    auto* tid = b_.CreateIntrinsic(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {});
+    llvm::Metadata* range[] = {llvm::ConstantAsMetadata::get(b_.getInt32(0)), llvm::ConstantAsMetadata::get(b_.getInt32(k_.threads))};
+    tid->setMetadata(llvm::LLVMContext::MD_range, llvm::MDNode::get(ctx_, range));
+    llvm::Value* block = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    loopVars_[s.id] = b_.CreateAdd(b_.CreateMul(block, b_.getInt64(k_.threads)), b_.CreateZExt(tid, b_.getInt64Ty()));
+    return stmts(s.body);
   }
 
   /// A horizontal kernel (kir::horizontal): part p on its own blocks [first, first + n) of the
@@ -326,6 +347,8 @@ private:
       if (t_.kind != Target::NVPTX) return fail("barriers are generated for GPUs only");
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
       return Error::success();
+    case StmtKind::Wgmma: case StmtKind::WgmmaFence: case StmtKind::WgmmaCommit: case StmtKind::WgmmaWait: case StmtKind::FenceProxyAsync:
+      return hopperStmt(s);
     case StmtKind::SharedStore: {
       if (t_.kind != Target::NVPTX || (size_t)s.id >= shared_.size()) return fail("a shared store outside a GPU kernel's shared arrays");
       if (k_.shared[s.id].dtype != ir::DType::F32 || s.value->type != Scalar::F32) return fail("shared stores are of f32 values into f32 arrays");
@@ -337,6 +360,93 @@ private:
     }
     }
     return fail("unknown statement");
+  }
+
+  /// Hopper's warpgroup statements (kir::wgmmaBf16), for sm_90a only (EmitHopper.h).
+  bool hopper() const { return t_.kind == Target::NVPTX && t_.cpu == "sm_90a"; }
+
+  Error needsHopper(const Stmt& s) {
+    if (hopper()) return Error::success();
+    const char* what = s.kind == StmtKind::Wgmma ? "a warpgroup product (wgmma)" : s.kind == StmtKind::FenceProxyAsync ? "fence.proxy.async" : "a wgmma fence or wait";
+    return fail(std::string(what) + " needs sm_90 (Hopper)");
+  }
+
+  Error hopperStmt(const Stmt& s) {
+    if (Error e = needsHopper(s)) return e;
+    HopperEmitter h(b_);
+    switch (s.kind) {
+    case StmtKind::Wgmma: return wgmma(s);
+    case StmtKind::WgmmaFence: return h.fence(), Error::success();
+    case StmtKind::WgmmaCommit: return h.commit(), Error::success();
+    case StmtKind::FenceProxyAsync: return h.proxyFence(), Error::success();
+    default: break;
+    }
+    std::vector<llvm::Value*> acc;
+    for (int id : s.acc) acc.push_back(b_.CreateLoad(b_.getFloatTy(), locals_.at(id)));
+    std::vector<llvm::Value*> after = h.wait(s.extent, acc);
+    for (size_t i = 0; i < after.size(); ++i) b_.CreateStore(after[i], locals_.at(s.acc[i]));
+    return Error::success();
+  }
+
+  /// The shared address of a wgmma tile (kir::WgmmaTile) as its descriptor.
+  Expected<llvm::Value*> descriptor(const kir::WgmmaTile& t) {
+    if ((size_t)t.array >= shared_.size() || k_.shared[t.array].dtype != ir::DType::BF16 || k_.shared[t.array].align < 1024)
+      return fail("a wgmma tile outside the kernel's 1024-byte aligned bf16 shared arrays");
+    auto offset = expr(*t.offset);
+    if (!offset) return offset.takeError();
+    return HopperEmitter(b_).descriptor(b_.CreateAdd(b_.CreatePtrToInt(shared_[t.array], b_.getInt64Ty()), *offset), t);
+  }
+
+  /// A product's register A operand as four packed pairs of bf16.
+  Expected<std::vector<llvm::Value*>> wgmmaA(const Stmt& s) {
+    std::vector<llvm::Value*> a;
+    for (size_t i = 0; i < s.operands.size(); i += 2) {
+      auto pair = packedPair(*s.operands[i], *s.operands[i + 1]);
+      if (!pair) return pair.takeError();
+      a.push_back(*pair);
+    }
+    return a;
+  }
+
+  /// A fence and the products right after it, their register operands packed before the fence:
+  /// a register written between the fence and a product that reads it would need another fence
+  /// (which ptxas inserts, serializing the products).
+  Expected<size_t> fencedProducts(const std::vector<kir::StmtRef>& list, size_t i) {
+    std::vector<std::vector<llvm::Value*>> packed;
+    size_t j = i + 1;
+    for (; j < list.size() && list[j]->kind == StmtKind::Wgmma; ++j) {
+      cache_.clear();
+      auto a = wgmmaA(*list[j]);
+      if (!a) return a.takeError();
+      packed.push_back(std::move(*a));
+    }
+    if (Error e = stmt(*list[i])) return e;
+    for (size_t r = 0; r < packed.size(); ++r)
+      if (Error e = wgmma(*list[i + 1 + r], &packed[r])) return e;
+    return j;
+  }
+
+  /// A warpgroup product; its accumulators' old values are read only when it adds to them.
+  Error wgmma(const Stmt& s, const std::vector<llvm::Value*>* packedA = nullptr) {
+    if (Error e = needsHopper(s)) return e;
+    cache_.clear();
+    llvm::Value* aTile = nullptr;
+    std::vector<llvm::Value*> a, acc;
+    if (s.tiles.size() > 1) {
+      auto d = descriptor(s.tiles[1]);
+      if (!d) return d.takeError();
+      aTile = *d;
+    } else {
+      auto regs = packedA ? Expected<std::vector<llvm::Value*>>(*packedA) : wgmmaA(s);
+      if (!regs) return regs.takeError();
+      a = std::move(*regs);
+    }
+    auto b = descriptor(s.tiles[0]);
+    if (!b) return b.takeError();
+    for (size_t i = 0; s.extent && i < s.acc.size(); ++i) acc.push_back(b_.CreateLoad(b_.getFloatTy(), locals_.at(s.acc[i])));
+    llvm::Value* d = HopperEmitter(b_).product(s.acc.size(), acc, a, aTile, *b, s.tiles[0].mnMajor);
+    for (size_t i = 0; i < s.acc.size(); ++i) b_.CreateStore(b_.CreateExtractValue(d, (unsigned)i), locals_.at(s.acc[i]));
+    return Error::success();
   }
 
   /// A bf16 operand's 16 bits: a bf16 load (or local) as it is, else the f32 value rounded.
@@ -397,6 +507,12 @@ private:
   /// runs hold more registers).
   Error stmts(const std::vector<kir::StmtRef>& list) {
     for (size_t i = 0; i < list.size();) {
+      if (list[i]->kind == StmtKind::WgmmaFence) {
+        auto next = fencedProducts(list, i);
+        if (!next) return next.takeError();
+        i = *next;
+        continue;
+      }
       if (list[i]->kind != StmtKind::Mma) {
         if (Error e = stmt(*list[i++])) return e;
         continue;

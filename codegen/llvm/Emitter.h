@@ -23,11 +23,13 @@ enum class Target { X86, NVPTX };
 
 struct TargetSpec {
   Target kind = Target::X86;
-  std::string cpu = "x86-64-v3"; ///< x86: a -march level; NVPTX: sm_90, sm_80
+  std::string cpu = "x86-64-v3"; ///< x86: a -march level; NVPTX: sm_90a, sm_80 (also ptxas's -arch)
   std::string features;          ///< NVPTX: +ptx85
 
   static TargetSpec x86() { return {Target::X86, "x86-64-v3", ""}; }
-  static TargetSpec nvptx(const std::string& sm) { return {Target::NVPTX, sm, "+ptx85"}; }
+  /// A GPU architecture as `--target` names it: sm_90 is generated as sm_90a, Hopper's own
+  /// instructions (wgmma) included; such code runs on compute capability 9.0 only.
+  static TargetSpec nvptx(const std::string& sm) { return {Target::NVPTX, sm == "sm_90" ? "sm_90a" : sm, "+ptx85"}; }
 };
 
 /// Builds a module holding one function per kernel, with the target's

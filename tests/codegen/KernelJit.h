@@ -63,12 +63,12 @@ inline void runKernels(const ir::Node& n, const std::string& name, std::map<std:
   }
 }
 
-/// ptxas -v run on `ptx` for sm_90: its exit status and what it printed.
+/// ptxas -v run on `ptx` for sm_90 (as sgc generates it: sm_90a): its exit status and what it printed.
 inline std::pair<int, std::string> assembled(const std::string& ptx, const char* ptxas) {
   auto dir = std::filesystem::temp_directory_path() / ("sgc-ptx-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "k.ptx") << ptx;
-  std::string cmd = std::string(ptxas) + " -v -arch=sm_90 " + (dir / "k.ptx").string() + " -o " + (dir / "k.cubin").string() + " > " +
+  std::string cmd = std::string(ptxas) + " -v -arch=" + codegen::TargetSpec::nvptx("sm_90").cpu + " " + (dir / "k.ptx").string() + " -o " + (dir / "k.cubin").string() + " > " +
                     (dir / "log").string() + " 2>&1";
   int rc = std::system(cmd.c_str());
   std::ifstream in(dir / "log");

@@ -173,7 +173,7 @@ TEST_P(KernelCheck, PtxAssembles) {
     auto dir = std::filesystem::temp_directory_path() / ("sgc-ptx-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir);
     std::ofstream(dir / "k.ptx") << *ptx;
-    std::string cmd = std::string(ptxas) + " -arch=" + sm + " " + (dir / "k.ptx").string() + " -o " + (dir / "k.cubin").string() + " 2>&1";
+    std::string cmd = std::string(ptxas) + " -arch=" + spec.cpu + " " + (dir / "k.ptx").string() + " -o " + (dir / "k.cubin").string() + " 2>&1";
     int rc = std::system(cmd.c_str());
     std::filesystem::remove_all(dir);
     EXPECT_EQ(rc, 0) << sm << "\n" << *ptx;
@@ -589,6 +589,66 @@ TEST(Kernel, AttentionTensorCoreForm) {
       EXPECT_LE(std::stoi(log.substr(log.rfind(',', at) + 2)), 128) << log;
     for (size_t at = log.find("Used "); at != std::string::npos; at = log.find("Used ", at + 1))
       EXPECT_LE(std::stoi(log.substr(at + 5)), 65536 / (128 * 2)) << log; // two blocks of 128 threads an SM
+  }
+}
+
+TEST(Kernel, AttentionOnHopperIsWarpgroupProducts) {
+  // With every GPU target Hopper, attention at head dims of 64 and 128 (GPT-2's and Llama's) is
+  // warpgroup products: GPU blocks of 128 threads per 64 rows, run one iteration a thread; the
+  // forward pass, dq and dk/dv read the other side's rows from shared memory in wgmma's layout
+  // (1024-byte aligned, 32 KiB for the operand tiles). ptxas takes them with no serialized
+  // products and no spills at 64 (dk/dv spills a little at 128: 255 registers); for other targets (sm_80)
+  // attention stays mma.sync, and Hopper's kernels are refused by name. The numbers are checked
+  // on the device (bench/gpu_attention.py against PyTorch, tests/gpu/check_gpu.sh against the CPU).
+  const char* ptxas = "/usr/local/cuda/bin/ptxas";
+  for (int64_t d : {64, 128}) {
+    std::string text = attentionGraph("bf16", 128, 128, true, d, d, false, true);
+    SCOPED_TRACE(text);
+    auto g = ir::parse(text, "attention");
+    ASSERT_TRUE(!!g) << errorText(g.takeError());
+    ASSERT_FALSE(ir::inferShapes(**g, false));
+    std::vector<kir::Kernel> ks;
+    for (const auto& n : (*g)->nodes()) {
+      auto portable = kir::attentionGpu("p", *n);
+      ASSERT_TRUE(!!portable && portable->has_value()) << (portable ? "" : errorText(portable.takeError()));
+      for (const kir::Kernel& k : **portable) EXPECT_FALSE(kir::hasWgmma(k)) << k.name;
+      auto hopper = kir::attentionGpu("k" + std::to_string(ks.size()), *n, kir::GpuArch{true});
+      ASSERT_TRUE(!!hopper && hopper->has_value()) << (hopper ? "" : errorText(hopper.takeError()));
+      ks.insert(ks.end(), (*hopper)->begin(), (*hopper)->end());
+    }
+    ASSERT_EQ(ks.size(), 3u); // forward; dq (and delta); dk and dv
+    for (const kir::Kernel& k : ks) {
+      ASSERT_TRUE(kir::hasWgmma(k)) << kir::print(k);
+      EXPECT_EQ(k.threads, 128);
+      EXPECT_EQ(k.body->extent, 2 * 3 * (128 / 16) * 32); // a warp per 16 rows of each of 2 x 3 problems
+      int64_t tiles = 0;
+      for (const kir::SharedArray& a : k.shared)
+        if (a.dtype == ir::DType::BF16) {
+          EXPECT_EQ(a.align, 1024);
+          tiles += a.count * 2;
+        }
+      EXPECT_EQ(tiles, 32 << 10) << k.name;
+    }
+    if (!std::filesystem::exists(ptxas)) GTEST_SKIP() << "SKIP: no ptxas (CUDA toolkit) on this machine";
+    llvm::LLVMContext ctx80;
+    auto refused = codegen::emitKernels(ctx80, ks, codegen::TargetSpec::nvptx("sm_80"));
+    ASSERT_FALSE(!!refused);
+    EXPECT_NE(errorText(refused.takeError()).find("needs sm_90"), std::string::npos);
+    llvm::LLVMContext ctx;
+    auto spec = codegen::TargetSpec::nvptx("sm_90");
+    auto mod = codegen::emitKernels(ctx, ks, spec);
+    ASSERT_TRUE(!!mod) << errorText(mod.takeError());
+    auto ptx = codegen::compileModule(**mod, spec);
+    ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
+    EXPECT_NE(ptx->find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(d) + "k16.f32.bf16.bf16"), std::string::npos);
+    EXPECT_NE(ptx->find("fence.proxy.async.shared::cta"), std::string::npos);
+    EXPECT_EQ(ptx->find("mma.sync"), std::string::npos);
+    auto [rc, log] = assembled(*ptx, ptxas);
+    EXPECT_EQ(rc, 0) << log;
+    EXPECT_EQ(log.find("serialized"), std::string::npos) << log;
+    EXPECT_NE(log.find("spill stores"), std::string::npos) << log;
+    for (size_t at = log.find("spill stores"); at != std::string::npos; at = log.find("spill stores", at + 1))
+      EXPECT_LE(std::stoi(log.substr(log.rfind(',', at) + 2)), d == 64 ? 0 : 128) << log;
   }
 }
 

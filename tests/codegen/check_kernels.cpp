@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
     auto dir = std::filesystem::temp_directory_path() / ("sgc-check-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir);
     std::ofstream(dir / "model.ptx") << *ptx;
-    std::string cmd = std::string(ptxas) + " -arch=" + sm + " " + (dir / "model.ptx").string() + " -o " + (dir / "model.cubin").string();
+    std::string cmd = std::string(ptxas) + " -arch=" + spec.cpu + " " + (dir / "model.ptx").string() + " -o " + (dir / "model.cubin").string();
     int rc = std::system(cmd.c_str());
     std::filesystem::remove_all(dir);
     printf("ptxas -arch=%s on %zu kernels (%zu bytes of PTX): %s\n", sm, all.size(), ptx->size(), rc == 0 ? "ok" : "FAILED");

@@ -270,7 +270,7 @@ std::string ptxCheck(const std::vector<kir::Kernel>& ks) {
   auto dir = fs::temp_directory_path() / ("sgc-check-ops-" + std::to_string(getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "k.ptx") << *ptx;
-  std::string cmd = "/usr/local/cuda/bin/ptxas -arch=sm_90 " + (dir / "k.ptx").string() + " -o " + (dir / "k.cubin").string() + " 2>&1";
+  std::string cmd = "/usr/local/cuda/bin/ptxas -arch=" + spec.cpu + " " + (dir / "k.ptx").string() + " -o " + (dir / "k.cubin").string() + " 2>&1";
   int rc = std::system(cmd.c_str());
   fs::remove_all(dir);
   return rc == 0 ? "" : "ptxas failed";

@@ -25,7 +25,7 @@ if [ -z "${SGC_NCCL:-}" ] && [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
   export SGC_NCCL
 fi
 status=0
-for m in sample mlp cnn gpt gptw wide vocab llamaw wide_rms rms_2k gptw_fused gptw_sgd gptw_dp gptw_z1 mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_sgd_bf16 gptw_dp_bf16 vocab_bf16 llamaw_bf16; do
+for m in sample mlp cnn gpt gptw wide vocab llamaw wide_rms rms_2k gptw_fused gptw_sgd gptw_dp gptw_z1 mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_sgd_bf16 gptw_dp_bf16 vocab_bf16 llamaw_bf16 gpth_bf16 gpth128_bf16; do
   comm=; case $m in *_dp*|*_z1*) comm=nccl ;; esac # data-parallel builds: NCCL (one rank) on the GPU
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cpu > $m.cpu.out 2> $m.cpu.err
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cuda:0 $comm > $m.gpu.out 2> $m.gpu.err
@@ -40,6 +40,23 @@ if len(cpu) != 12 or len(gpu) != 12:
 worst = max(abs(a - b) / abs(b) for a, b in zip(gpu, cpu))
 print(f"{m}: 12 steps, max relative loss difference GPU vs CPU {worst:.2e}")
 sys.exit(0 if worst <= (2e-2 if m.endswith("bf16") else 1e-4) else 1)
+PY
+done
+# Attention as Hopper's warpgroup products against the mma.sync kernels of an sm_80 build, both on
+# this GPU: the same arithmetic in another order, far closer than either is to the CPU's.
+for m in gpth gpth128; do
+  python3 -u train_ctypes.py ${m}_mma_bf16.so ${m}_bf16_data.safetensors 12 cuda:0 > ${m}_mma.gpu.out 2> ${m}_mma.gpu.err
+  python3 - $m <<'PY' || status=1
+import json, sys
+m = sys.argv[1]
+hopper = [json.loads(l)["loss"] for l in open(m + "_bf16.gpu.out")]
+mma = [json.loads(l)["loss"] for l in open(m + "_mma.gpu.out")]
+if len(mma) != 12:
+    print(m, "with sm_80's kernels FAILED:", open(m + "_mma.gpu.err").read()[-300:])
+    sys.exit(1)
+worst = max(abs(a - b) / abs(b) for a, b in zip(hopper, mma))
+print(f"{m}: 12 steps, max relative loss difference of the warpgroup products from sm_80's mma.sync {worst:.2e}")
+sys.exit(0 if worst <= 1e-3 else 1)
 PY
 done
 # The host's own stream (sgc_session_options.cuda_stream): the same training as on the session's.

@@ -12,7 +12,8 @@
 # rotary, grouped key/value heads) whose RMSNorms run the warp-per-row forms
 # with the residual sum stored as they read it: llamaw.onnx; and a wide MLP
 # with an RMSNorm of 4096, a row too long for a warp to hold: wide_rms.onnx;
-# and of 2048, the longest it holds: rms_2k.onnx.
+# and of 2048, the longest it holds: rms_2k.onnx. And GPTs with heads of 64 and 128 over 128
+# positions, whose attention runs warpgroup products on Hopper: gpth.onnx and gpth128.onnx.
 # Usage: /usr/bin/python3 export_warp_model.py SOURCE_DIR OUT_DIR
 import os, sys, warnings
 import torch
@@ -30,6 +31,15 @@ idx, tgt = torch.randint(0, 128, (12, 4, 64), generator=g), torch.randint(0, 128
 torch.onnx.export(model, (idx[0], tgt[0]), os.path.join(out, "gptw.onnx"), input_names=["idx", "tgt"], output_names=["loss"],
                   opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)  # eval mode ties equal initializers
 st.write(os.path.join(out, "gptw_data.safetensors"), {"idx": idx, "tgt": tgt})
+# GPTs whose attention runs Hopper's warpgroup products in bf16 (heads of 64 and of 128, 128
+# positions: codegen/kir/LowerAttentionHopper.cpp): gpth.onnx and gpth128.onnx.
+for name, h in (("gpth", 2), ("gpth128", 1)):
+    torch.manual_seed(0)
+    wide_heads = gm.GPT(V=128, T=128, d=128, L=2, h=h, explicit=True)
+    hi, ht = torch.randint(0, 128, (12, 2, 128), generator=g), torch.randint(0, 128, (12, 2, 128), generator=g)
+    torch.onnx.export(wide_heads, (hi[0], ht[0]), os.path.join(out, name + ".onnx"), input_names=["idx", "tgt"], output_names=["loss"],
+                      opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+    st.write(os.path.join(out, name + "_data.safetensors"), {"idx": hi, "tgt": ht})
 # The same model taking half of each batch: one rank's share when two train it data-parallel.
 torch.onnx.export(model, (idx[0][:2], tgt[0][:2]), os.path.join(out, "gptw_half.onnx"), input_names=["idx", "tgt"],
                   output_names=["loss"], opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)

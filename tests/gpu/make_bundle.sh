@@ -35,6 +35,14 @@ cp "$out/vocab_data.safetensors" "$out/vocab_bf16_data.safetensors"
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_fused_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16 --attention fused
 cp "$out/gptw_data.safetensors" "$out/gptw_fused_data.safetensors"
 cp "$out/gptw_data.safetensors" "$out/gptw_fused_bf16_data.safetensors"
+# Attention as Hopper's warpgroup products (heads of 64 and 128, bf16) against the CPU's kernels,
+# and the same for sm_80 (mma.sync; the driver compiles its PTX on the H200) against them.
+for m in gpth gpth128; do
+  "$sgc" compile "$out/$m.onnx" -o "$out/${m}_bf16.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90 --precision bf16
+  "$sgc" compile "$out/$m.onnx" -o "$out/${m}_mma_bf16.so" --optimizer adamw --lr 1e-3 --target sm_80 --precision bf16
+  mv "$out/${m}_data.safetensors" "$out/${m}_bf16_data.safetensors"
+  rm "$out/$m.onnx"
+done
 # SGD (the other bundles train with AdamW): f32, and bf16 with the tensor-core attention, as
 # bench/gpu_attention.py trains.
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_sgd.so" --optimizer sgd --lr 0.1 --target cpu,sm_90

@@ -1,0 +1,442 @@
+// The pieces the GPU forms of FusedAttention and its gradient are written with (internal to
+// LowerAttentionGpu.cpp, the tensor-core kernels of every GPU since sm_80, and
+// LowerAttentionHopper.cpp, the warpgroup ones of sm_90): a lane's place in the tensor cores'
+// fragments, the problem's geometry, operand tiles in a GPU block's shared memory and the staged
+// walk over the other side's rows.
+#pragma once
+#include "codegen/kir/AttentionGeometry.h"
+#include "codegen/kir/Builder.h"
+#include "codegen/kir/LowerOps.h"
+
+#include <array>
+#include <cmath>
+#include <functional>
+
+namespace sgc::kir::attention {
+using B = Builder;
+using Frag = std::array<int, 4>; ///< an m16n8 f32 result fragment: four locals
+using RowOf = std::function<ExprRef(const ExprRef&)>;
+
+/// A column of an operand: its index, and for the swizzled layout of a SharedTile its 16-byte
+/// chunk and the element within (set where the width is a multiple of 64).
+struct Col {
+  ExprRef index, chunk;
+  int64_t within = 0;
+};
+
+/// Where a product's operand comes from: element (row, col), `row` counted within the 16 (or 8)
+/// rows the product reads.
+using Source = std::function<ExprRef(const ExprRef& row, const Col& col)>;
+
+/// One lane's coordinates within its warp's 16-row tile: g = lane / 4 picks rows g and g + 8;
+/// t = lane % 4 picks columns 2t, 2t + 1 (and 2t + 8, 2t + 9 of an operand).
+struct Lane {
+  ExprRef warp, g, t;
+  explicit Lane(const ExprRef& iv) {
+    ExprRef lane = binary(KOp::IMod, iv, B::i(32));
+    warp = binary(KOp::IDiv, iv, B::i(32));
+    g = binary(KOp::IDiv, lane, B::i(4));
+    t = binary(KOp::IMod, lane, B::i(4));
+  }
+  /// Row of result element i (0..3) of a fragment: g or g + 8.
+  ExprRef row(int i) const { return i < 2 ? g : B::add(g, B::i(8)); }
+  /// Column of result element i within its 8 columns: 2t or 2t + 1.
+  ExprRef col(int i) const { return B::add(B::mul(t, B::i(2)), B::i(i & 1)); }
+  /// Column (of A) or row (of B) of operand element i within its 16: 2t, 2t+1, 2t+8, 2t+9.
+  ExprRef k(int i) const { return B::add(B::mul(t, B::i(2)), B::i((i & 1) + (i >= 2 ? 8 : 0))); }
+
+  /// Where a contracted dim's index goes in memory. A product's sum over its k indices may
+  /// take them in any order, as long as both operands agree: k-step s's indices 2t, 2t+1, 2t+8,
+  /// 2t+9 (`pair` the +1, `high` the +8) map to 4 neighbouring elements, and those of k-steps
+  /// s and s+1 to 8, so that a lane reads its operands of two k-steps from one 16-byte load.
+  /// `width` is the dim's size (a multiple of 16; 4 elements per lane when not of 32).
+  ExprRef dim(int64_t s, int pair, int high, int64_t width) const {
+    int64_t per = width % 32 == 0 ? 8 : 4, steps = per / 4; // elements per lane per chunk; k-steps per chunk
+    return B::add(B::i((s / steps) * 4 * per + 4 * (s % steps) + pair + 2 * high), B::mul(t, B::i(per)));
+  }
+
+  /// dim(...) as a Col.
+  Col dimCol(int64_t s, int pair, int high, int64_t width) const {
+    Col c{dim(s, pair, high, width), nullptr};
+    if (width % 64 == 0) c.chunk = B::add(B::i((s / 2) * 4), t), c.within = 4 * (s % 2) + pair + 2 * high;
+    return c;
+  }
+
+  /// spread(n, g, width) as a Col.
+  static Col spreadCol(int64_t n, const ExprRef& g, int64_t width) {
+    Col c{spread(n, g, width), nullptr};
+    if (width % 64 == 0) c.chunk = B::add(B::mul(g, B::i(width / 64)), B::i(n / 8)), c.within = n % 8;
+    return c;
+  }
+
+  /// The index of column g of n-tile n of a product's result, in a dim of `width` (the other
+  /// operand's columns, also in any order): lane g's columns of all n-tiles are neighbours, so
+  /// that it reads its B operands of all of them in one load.
+  static ExprRef spread(int64_t n, const ExprRef& g, int64_t width) { return B::add(B::mul(g, B::i(width / 8)), B::i(n)); }
+};
+
+struct Geometry : AttentionGeometry {
+  using AttentionGeometry::AttentionGeometry;
+
+  /// The flat rows (of a tensor of `len` positions seen as [rows, width]) of problem p's
+  /// positions pos0, pos0 + 1, ...: of the result (and its gradient, the row statistics), or
+  /// with `which` >= 0 of operand `which` (0 q, 1 k, 2 v; they differ where packed).
+  RowOf rows(const ExprRef& p, const ExprRef& pos0, int64_t len, int which = -1) const {
+    bool inPacked = packed && which >= 0;
+    return [this, p, pos0, len, which, inPacked](const ExprRef& r) {
+      ExprRef pos = B::add(pos0, r);
+      if (!bthd) return B::add(B::mul(p, B::i(len)), pos);
+      ExprRef position = B::add(B::mul(binary(KOp::IDiv, p, B::i(h)), B::i(len)), pos), head = binary(KOp::IMod, p, B::i(h));
+      if (!inPacked) return B::add(B::mul(position, B::i(h)), head);
+      return B::add(B::mul(position, B::i(3 * h)), B::add(B::i(which * h), head));
+    };
+  }
+
+  /// Whether the tensor-core kernels apply: bf16 operands, every size a multiple of 16.
+  bool fits() const {
+    for (size_t i = 0; i < 3; ++i)
+      if (n.input(i)->type.dtype != ir::DType::BF16) return false;
+    return heads > 0 && tq % 16 == 0 && tk % 16 == 0 && d % 16 == 0 && dv % 16 == 0 && (!causal || tq == tk);
+  }
+};
+
+inline ExprRef f(double v) { return B::c(v, Scalar::F32); }
+
+inline ExprRef lf(int id) { return local(id, Scalar::F32); }
+
+/// The largest of 64, 32, 16 that divides n.
+inline int64_t blockFor(int64_t n, int64_t most) {
+  int64_t b = most;
+  while (n % b) b /= 2;
+  return b;
+}
+
+inline ExprRef bitAnd(const ExprRef& x, int64_t m) { return binary(KOp::And, x, B::i(m)); }
+inline ExprRef shl(const ExprRef& x, int64_t n) { return binary(KOp::Shl, x, B::i(n)); }
+
+/// `rows` x `width` bf16 elements of an operand in a block's shared memory, two stages of them
+/// (a pipeline's tile in use and the next one arriving), filled by asynchronous 16-byte copies.
+/// Where the width is a multiple of 64 the 16-byte chunks of each row are swizzled (chunk ^
+/// swizzle(row)) so that each quarter warp's fragment loads hit 32 different banks: a contracted
+/// load reads rows g, g + 1 at chunks 4c + t (t < 4), a spread one rows 2t (or 2t + 1, + 8) at
+/// chunk g width / 64 (+ 1), and a quarter warp is g < 2.
+struct SharedTile {
+  int array;
+  int64_t rows, width;
+
+  SharedTile(B& b, int64_t rows, int64_t width) : array((int)b.k.shared.size()), rows(rows), width(width) {
+    b.k.shared.push_back({ir::DType::BF16, 2 * rows * width});
+  }
+
+  bool swizzled() const { return width % 64 == 0; }
+
+  /// Rows 2p and 2p + 1 differ in bit 2; rows 2t (t < 4) in two bits that the spread loads'
+  /// chunks (bit 0 where width / 64 > 1) do not use.
+  ExprRef swizzle(const ExprRef& row) const {
+    ExprRef u = bitAnd(binary(KOp::Shr, row, B::i(1)), 3);
+    ExprRef spread = width == 64 ? shl(u, 1) : binary(KOp::Or, bitAnd(u, 1), shl(bitAnd(u, 2), 1));
+    return binary(KOp::Xor, spread, shl(bitAnd(row, 1), 2));
+  }
+
+  ExprRef at(const ExprRef& stage, const ExprRef& row, const Col& c) const {
+    ExprRef base = B::add(B::mul(stage, B::i(rows * width)), B::mul(row, B::i(width)));
+    if (!swizzled()) return B::add(base, c.index);
+    return B::add(base, B::add(B::mul(binary(KOp::Xor, c.chunk, swizzle(row)), B::i(8)), B::i(c.within)));
+  }
+
+  /// The tile's rows from `row0` on, as a product's operand.
+  Source source(const ExprRef& stage, const ExprRef& row0) const {
+    return [this, stage, row0](const ExprRef& r, const Col& c) { return sharedLoad(array, at(stage, B::add(row0, r), c), Scalar::F32); };
+  }
+
+  /// The copies of `m`'s rows rowOf(0..rows-1) into stage `stage`, spread over the block's
+  /// `threads` threads (`tid` the thread's index in its block).
+  std::vector<StmtRef> copies(B& b, const ExprRef& stage, const ir::Value* m, const RowOf& rowOf, const ExprRef& tid, int64_t threads) const {
+    std::vector<StmtRef> out;
+    int64_t perRow = width / 8, total = rows * perRow;
+    for (int64_t c0 = 0; c0 < total; c0 += threads) {
+      ExprRef chunk = B::add(B::i(c0), tid);
+      ExprRef row = binary(KOp::IDiv, chunk, B::i(perRow)), cc = binary(KOp::IMod, chunk, B::i(perRow));
+      Col col{B::mul(cc, B::i(8)), cc, 0};
+      StmtRef copy = copyAsync(array, at(stage, row, col), b.buf(m), B::add(B::mul(rowOf(row), B::i(width)), B::mul(cc, B::i(8))));
+      out.push_back(c0 + threads <= total ? copy : when(b, binary(KOp::Lt, chunk, B::i(total)), {copy}));
+    }
+    return out;
+  }
+};
+
+/// One f32 per row of `rows` rows of a problem (the log-sum-exp, delta) in a block's shared
+/// memory, two stages as SharedTile's, copied 4 bytes a thread (a problem's rows may lie apart).
+struct SharedRowValues {
+  int array;
+  int64_t rows;
+
+  SharedRowValues(B& b, int64_t rows) : array((int)b.k.shared.size()), rows(rows) { b.k.shared.push_back({ir::DType::F32, 2 * rows}); }
+
+  ExprRef at(const ExprRef& stage, const ExprRef& row) const { return sharedLoad(array, B::add(B::mul(stage, B::i(rows)), row), Scalar::F32); }
+
+  std::vector<StmtRef> copies(B& b, const ExprRef& stage, const ir::Value* m, const RowOf& rowOf, const ExprRef& tid, int64_t threads) const {
+    std::vector<StmtRef> out;
+    for (int64_t r0 = 0; r0 < rows; r0 += threads) {
+      ExprRef r = B::add(B::i(r0), tid);
+      StmtRef copy = copyAsync(array, B::add(B::mul(stage, B::i(rows)), r), b.buf(m), rowOf(r), 4);
+      out.push_back(when(b, binary(KOp::Lt, r, B::i(rows)), {copy}));
+    }
+    return out;
+  }
+};
+
+/// `rows` x `width` bf16 elements of an operand of warpgroup products in a block's shared memory,
+/// two stages as SharedTile's, in wgmma's 128-byte swizzled layout (kir::wgmmaTileOffset; the
+/// width a multiple of 64): the same bytes are a K-major operand where the width is contracted
+/// (K in S = Q K^T) and an MN-major one where the rows are (V in O = P V).
+struct WgTile {
+  int array;
+  int64_t rows, width;
+
+  WgTile(B& b, int64_t rows, int64_t width) : array((int)b.k.shared.size()), rows(rows), width(width) {
+    b.k.shared.push_back({ir::DType::BF16, 2 * rows * width, 1024});
+  }
+
+  ExprRef stageBytes(const ExprRef& stage) const { return B::mul(stage, B::i(rows * width * 2)); }
+
+  /// The tile as B of a product contracting its columns [16e, 16e + 16): its rows are B's columns.
+  WgmmaTile contracted(const ExprRef& stage, int64_t e) const {
+    return {array, B::add(stageBytes(stage), B::i((16 * e / 64) * rows * 128 + (16 * e % 64) * 2)), rows, false};
+  }
+
+  /// The tile's rows [16e, 16e + 16) as B of a product contracting them: its columns are B's.
+  WgmmaTile rowsOf(const ExprRef& stage, int64_t e) const { return {array, B::add(stageBytes(stage), B::i(2048 * e)), rows, true}; }
+
+  /// The copies of `m`'s rows rowOf(0..rows-1) into stage `stage`, 16 bytes a copy, spread over
+  /// the block's `threads` threads (`tid` the thread's index in its block).
+  std::vector<StmtRef> copies(B& b, const ExprRef& stage, const ir::Value* m, const RowOf& rowOf, const ExprRef& tid, int64_t threads) const {
+    std::vector<StmtRef> out;
+    int64_t perRow = width / 8, total = rows * perRow;
+    for (int64_t c0 = 0; c0 < total; c0 += threads) {
+      ExprRef chunk = B::add(B::i(c0), tid);
+      ExprRef row = binary(KOp::IDiv, chunk, B::i(perRow)), col = B::mul(binary(KOp::IMod, chunk, B::i(perRow)), B::i(8));
+      ExprRef at = binary(KOp::Shr, B::add(stageBytes(stage), wgmmaTileOffset(row, col, rows)), B::i(1)); // bytes -> elements
+      StmtRef copy = copyAsync(array, at, b.buf(m), B::add(B::mul(rowOf(row), B::i(width)), col));
+      out.push_back(c0 + threads <= total ? copy : when(b, binary(KOp::Lt, chunk, B::i(total)), {copy}));
+    }
+    return out;
+  }
+};
+
+class Writer {
+public:
+  Writer(const std::string& name, const Geometry& geo) : b(name), a(geo) {}
+
+  B b;
+  const Geometry& a;
+  std::vector<StmtRef> body;
+
+  /// `count` result fragments, zeroed.
+  std::vector<Frag> zeros(int64_t count, std::vector<StmtRef>& out) {
+    std::vector<Frag> fs(count);
+    for (Frag& fr : fs)
+      for (int& id : fr) {
+        id = b.newLocal();
+        out.push_back(let(id, f(0)));
+      }
+    return fs;
+  }
+
+  /// The A operand fragments of 16 rows (`row` maps 0..15 to flat rows) of `m` (row-major,
+  /// `width` wide, contracted: Lane::dim), one per 16 columns, held in locals (bf16 ones for a bf16 `m`).
+  std::vector<std::array<int, 8>> operandRows(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t width) {
+    std::vector<std::array<int, 8>> fs(width / 16);
+    for (int64_t s = 0; s < width / 16; ++s)
+      for (int i = 0; i < 8; ++i) {
+        ExprRef r = row(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8)));
+        fs[s][i] = b.newLocal();
+        ExprRef v = b.ld(m, B::add(B::mul(r, B::i(width)), ln.dim(s, i & 1, i >= 4, width)));
+        body.push_back(m->type.dtype == ir::DType::BF16 ? letBf16(fs[s][i], v) : let(fs[s][i], v)); // bf16 exactly: half a register
+      }
+    return fs;
+  }
+
+  /// operandRows with the contracted columns in their own order (16s + 2t, 2t + 1, 2t + 8, 2t + 9
+  /// at k-step s): the A operand of a warpgroup product whose B is a tile.
+  std::vector<std::array<int, 8>> naturalRows(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t width) {
+    std::vector<std::array<int, 8>> fs(width / 16);
+    for (int64_t s = 0; s < width / 16; ++s)
+      for (int i = 0; i < 8; ++i) {
+        ExprRef r = row(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8)));
+        ExprRef col = B::add(B::i(16 * s), ln.k((i & 1) + (i >= 4 ? 2 : 0)));
+        fs[s][i] = b.newLocal();
+        body.push_back(letBf16(fs[s][i], b.ld(m, B::add(B::mul(r, B::i(width)), col))));
+      }
+    return fs;
+  }
+
+  static std::vector<int> accOf(const std::vector<Frag>& fs) {
+    std::vector<int> ids;
+    for (const Frag& fr : fs) ids.insert(ids.end(), fr.begin(), fr.end());
+    return ids;
+  }
+
+  static std::vector<ExprRef> held(const std::array<int, 8>& a) {
+    std::vector<ExprRef> v;
+    for (int id : a) v.push_back(lf(id));
+    return v;
+  }
+
+  /// The A operand for 16 columns made of two neighbouring result fragments (flash attention's
+  /// register reuse: P and dS go from one product to the next without leaving the warp).
+  static std::vector<ExprRef> fromResults(const Frag& left, const Frag& right) {
+    return {lf(left[0]), lf(left[1]), lf(left[2]), lf(left[3]), lf(right[0]), lf(right[1]), lf(right[2]), lf(right[3])};
+  }
+
+  /// B[k][n] = M[n][k] for k-step s, n < 8: the transpose of 8 rows of `m`, k contracted
+  /// (Lane::dim): K^T in S = Q K^T.
+  static std::vector<ExprRef> contracted(const Lane& ln, const Source& m, int64_t s, int64_t width) {
+    std::vector<ExprRef> v;
+    for (int i = 0; i < 4; ++i) v.push_back(m(ln.g, ln.dimCol(s, i & 1, i >= 2, width)));
+    return v;
+  }
+
+  /// acc[n] += A M_n^T for every n-tile n of `acc`: A the held fragments (one per 16 of the
+  /// contracted `width`), M_n the 8 rows tile(n) (S = Q K^T, dP = dO V^T, ...).
+  static void timesRowsOf(std::vector<StmtRef>& step, const Lane& ln, const std::vector<Frag>& acc, const std::vector<std::array<int, 8>>& a,
+                          int64_t width, const std::function<Source(int64_t)>& tile) {
+    for (size_t n = 0; n < acc.size(); ++n) {
+      Source rows = tile((int64_t)n);
+      for (int64_t e = 0; e < width / 16; ++e) step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, held(a[e]), contracted(ln, rows, e, width)));
+    }
+  }
+
+  /// acc[n] += R M for every n-tile n of `acc`: R the result fragments `r` (P or dS; two of them
+  /// per k-step of 16), M the 16 rows rows(e) for k-step e, its columns spread.
+  static void resultsTimesRows(std::vector<StmtRef>& step, const Lane& ln, const std::vector<Frag>& acc, const std::vector<Frag>& r,
+                               int64_t width, const std::function<Source(int64_t)>& rows) {
+    for (size_t e = 0; e < r.size() / 2; ++e) {
+      Source m = rows((int64_t)e);
+      for (size_t n = 0; n < acc.size(); ++n)
+        step.push_back(mmaBf16({acc[n].begin(), acc[n].end()}, fromResults(r[2 * e], r[2 * e + 1]), spreadRows(ln, m, (int64_t)n, width)));
+    }
+  }
+
+  /// B[k][n] = M[k][spread(n-tile, n)], k < 16: 16 rows as they are, their columns spread
+  /// (Lane::spread): V in O = P V.
+  static std::vector<ExprRef> spreadRows(const Lane& ln, const Source& m, int64_t tile, int64_t width) {
+    std::vector<ExprRef> v;
+    for (int i = 0; i < 4; ++i) v.push_back(m(ln.k(i), Lane::spreadCol(tile, ln.g, width)));
+    return v;
+  }
+
+  /// Blocks start, start + 1, ... (`count` of them, at most `extent`) of a walk, each one's
+  /// statements from step(block).
+  StmtRef walk(int64_t extent, const ExprRef& start, const ExprRef& count, const std::function<std::vector<StmtRef>(ExprRef)>& step) {
+    int j = b.newLoopVar();
+    return loopUpTo(j, extent, count, step(B::add(start, loopVar(j))));
+  }
+
+  /// The blocks [start, start + count) of a walk, masked or not (the causal diagonal crosses them).
+  struct Segment {
+    ExprRef start, count;
+    bool masked;
+  };
+  struct Walk {
+    ExprRef count;                 ///< blocks in all
+    std::vector<Segment> segments; ///< in order
+  };
+  using Copies = std::function<std::vector<StmtRef>(const ExprRef& stage, const ExprRef& block)>;
+  using Work = std::function<std::vector<StmtRef>(const ExprRef& stage, const ExprRef& block, bool masked)>;
+
+  /// A walk of the GPU block's warps together over blocks [0, count) of the other side's rows
+  /// (count >= 1, at most `extent`), segment after segment, each block's rows staged in shared
+  /// memory one block ahead: copies(stage, jb) starts the copies of block jb into stage 0 or 1,
+  /// work(stage, jb, masked) computes on it once they have arrived. The last block's look-ahead
+  /// copies it again, harmlessly, into the stage not in use.
+  /// With `forWgmma` each thread also fences its arrived copies for the warpgroup products, which
+  /// read shared memory through the async proxy.
+  void stagedWalk(int64_t extent, const Walk& walkOver, const Copies& copies, const Work& work, bool forWgmma = false) {
+    const ExprRef& count = walkOver.count;
+    for (StmtRef& c : copies(B::i(0), B::i(0))) body.push_back(std::move(c));
+    body.push_back(asyncCommit());
+    for (const Segment& seg : walkOver.segments)
+      body.push_back(walk(extent, seg.start, seg.count, [&](ExprRef jb) {
+        std::vector<StmtRef> step = copies(bitAnd(B::add(jb, B::i(1)), 1), binary(KOp::Min, B::add(jb, B::i(1)), B::sub(count, B::i(1))));
+        step.push_back(asyncCommit());
+        step.push_back(asyncWait(1));
+        if (forWgmma) step.push_back(fenceProxyAsync());
+        step.push_back(barrier());
+        for (StmtRef& s : work(bitAnd(jb, 1), jb, seg.masked)) step.push_back(std::move(s));
+        step.push_back(barrier()); // every warp is done with this stage before it is copied over
+        return step;
+      }));
+    body.push_back(asyncWait(0));
+  }
+
+  /// Blocks of `threads` threads (a multiple of 32), as many of them on an SM at once as make
+  /// 8 warps (up to 255 registers a thread: 12 warps at 168 spilled to local memory).
+  Kernel finish(int iv, int64_t warps, int64_t threads) {
+    Kernel k = b.finish(loop(iv, warps * 32, true, std::move(body)));
+    k.gpuOnly = true;
+    k.threads = (int)threads;
+    k.minBlocks = (int)(256 / threads);
+    return k;
+  }
+};
+
+/// The warps of one GPU block: `warps` (4, else 2 or 1: what divides a problem's `tiles` warps)
+/// neighbouring warps of one problem, each owning `rows` rows from the block's first row0 (the
+/// blocks of a problem in reverse order with `reversed`: the longest causal walks first).
+struct WarpBlock {
+  int64_t warps, threads, rows;
+  ExprRef tid, head, row0, warpRow0; ///< the thread in its block; the problem; the block's and the warp's first row
+
+  WarpBlock(const Lane& ln, const ExprRef& iv, int64_t tiles, int64_t rows, bool reversed) : rows(rows) {
+    warps = tiles % 4 == 0 ? 4 : tiles % 2 == 0 ? 2 : 1;
+    threads = 32 * warps;
+    tid = binary(KOp::IMod, iv, B::i(threads));
+    int64_t perProblem = tiles / warps;
+    ExprRef block = binary(KOp::IDiv, ln.warp, B::i(warps)), within = binary(KOp::IMod, block, B::i(perProblem));
+    head = binary(KOp::IDiv, block, B::i(perProblem));
+    if (reversed) within = B::sub(B::i(perProblem - 1), within);
+    row0 = B::mul(within, B::i(warps * rows));
+    warpRow0 = B::add(row0, B::mul(binary(KOp::IDiv, tid, B::i(32)), B::i(rows)));
+  }
+};
+
+/// The walk over blocks of kb keys for the queries [row0, row0 + rows) of a GPU block: without
+/// a causal mask all of them; with it the blocks wholly below the diagonal, then those it
+/// crosses (masked), so that only those pay for the mask.
+inline Writer::Walk keyWalk(const Geometry& a, const ExprRef& row0, int64_t rows, int64_t kb) {
+  if (!a.causal) return {B::i(a.tk / kb), {{B::i(0), B::i(a.tk / kb), false}}};
+  ExprRef full = binary(KOp::IDiv, B::add(row0, B::i(1)), B::i(kb));
+  ExprRef count = binary(KOp::IDiv, B::add(row0, B::i(rows + kb - 1)), B::i(kb));
+  return {count, {{B::i(0), full, false}, {full, B::sub(count, full), true}}};
+}
+
+/// A walk's copies over blocks of kb keys: block jb's rows of K and V into a stage of `ks` and `vs`.
+inline Writer::Copies keyValueCopies(Writer& w, const SharedTile& ks, const SharedTile& vs, const WarpBlock& wb, int64_t kb) {
+  return [&w, &ks, &vs, &wb, kb](const ExprRef& stage, const ExprRef& jb) {
+    ExprRef key0 = B::mul(jb, B::i(kb));
+    std::vector<StmtRef> c = ks.copies(w.b, stage, w.a.n.input(1), w.a.rows(wb.head, key0, w.a.tk, 1), wb.tid, wb.threads);
+    for (StmtRef& s : vs.copies(w.b, stage, w.a.n.input(2), w.a.rows(wb.head, key0, w.a.tk, 2), wb.tid, wb.threads)) c.push_back(std::move(s));
+    return c;
+  };
+}
+
+/// The column of element i of result fragment `tile` (8 columns each), counted from col0.
+inline ExprRef colOf(const Lane& ln, const ExprRef& col0, int64_t tile, int i) { return B::add(col0, B::add(B::i(tile * 8), ln.col(i))); }
+
+/// max or sum of a row's values held by one lane (elements i and i + 1 of every fragment, i = 0
+/// or 2), then over the four lanes holding that row.
+inline ExprRef rowReduce(KOp op, const std::vector<Frag>& fs, int i, ExprRef init) {
+  ExprRef r = std::move(init);
+  for (const Frag& fr : fs) r = binary(op, binary(op, r, lf(fr[i])), lf(fr[i + 1]));
+  return warpReduce(op, r, 4);
+}
+
+/// The Hopper forms (LowerAttentionHopper.cpp): whether they apply, and the kernels.
+bool forwardFitsWgmma(const Geometry& a);
+bool gradFitsWgmma(const Geometry& a);
+Kernel forwardWgmma(const std::string& name, const Geometry& a);
+Kernel gradQueriesWgmma(const std::string& name, const Geometry& a);
+Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a);
+
+} // namespace sgc::kir::attention

@@ -1,0 +1,248 @@
+// The GPU forms of FusedAttention and its gradient on Hopper (sm_90): LowerAttentionGpu.cpp's
+// flash attention with its products as warpgroup ones (kir::wgmmaBf16). A GPU block is one
+// warpgroup, 4 warps each owning 16 rows as there (queries: forward, dq; keys: dk, dv), 64 in all,
+// and walks the other side in blocks staged in shared memory by asynchronous copies one block
+// ahead, in wgmma's 128-byte swizzled layout (WgTile), from which the tensor cores read them
+// themselves: no operand fragments are loaded for them. The block's own rows stay in registers as
+// bf16 in the order wgmma takes its A operand (Writer::naturalRows); a product's result fragments
+// are the next product's A operand, as there. Each warpgroup product waits for its results before
+// the softmax reads them. The warps of a warpgroup run every product together, so none skips a
+// block that a causal mask hides from its rows: such rows are masked instead.
+#include "codegen/kir/AttentionGpu.h"
+
+namespace sgc::kir::attention {
+
+/// Forward on Hopper: a warpgroup (a GPU block of 4 warps) per 64 queries, each warp's 16 as the
+/// forward kernel's; blocks of kb keys staged in shared memory in wgmma's layout, S = Q K^T and
+/// O += P V each one warpgroup product per 16 contracted columns (Q and P from the warps'
+/// registers, K and V read by the tensor cores from shared memory). The warps of a warpgroup run
+/// every product together, so none skips a block: rows before a block's keys mask all of it.
+bool forwardFitsWgmma(const Geometry& a) { return a.d % 64 == 0 && a.dv % 64 == 0 && a.d <= 128 && a.dv <= 128 && a.tq % 64 == 0; }
+
+Kernel forwardWgmma(const std::string& name, const Geometry& a) {
+  const ir::Value *q = a.n.input(0), *y = a.n.outputs[0], *lse = a.n.outputs[1];
+  Writer w(name, a);
+  B& b = w.b;
+  int iv = b.newLoopVar();
+  Lane ln(loopVar(iv));
+  // Two stages of K and V within 32 KiB: 64 keys a block for heads of 64, 32 for 128.
+  int64_t kb = blockFor(a.tk, a.d + a.dv <= 128 ? 64 : 32);
+  WarpBlock wb(ln, loopVar(iv), a.tq / 16, 16, true);
+  const ExprRef &head = wb.head, &q0 = wb.warpRow0;
+  WgTile ks(b, kb, a.d), vs(b, kb, a.dv);
+  const double c2 = a.scale * M_LOG2E; // as forward's: the max of the raw scores, scaled, when c2 > 0
+  const bool rawMax = c2 > 0;
+  RowOf qrows = a.rows(head, q0, a.tq);
+  auto qf = w.naturalRows(ln, q, a.rows(head, q0, a.tq, 0), a.d);
+  auto o = w.zeros(a.dv / 8, w.body);
+  std::array<int, 2> m, l;
+  for (int r = 0; r < 2; ++r) {
+    m[r] = b.newLocal(), l[r] = b.newLocal();
+    w.body.push_back(let(m[r], f(-INFINITY)));
+    w.body.push_back(let(l[r], f(0)));
+  }
+  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
+    ExprRef key0 = B::mul(jb, B::i(kb));
+    std::vector<StmtRef> c = ks.copies(b, stage, a.n.input(1), a.rows(head, key0, a.tk, 1), wb.tid, wb.threads);
+    for (StmtRef& st : vs.copies(b, stage, a.n.input(2), a.rows(head, key0, a.tk, 2), wb.tid, wb.threads)) c.push_back(std::move(st));
+    return c;
+  };
+  auto s = w.zeros(kb / 8, w.body); // each block's scores: its first product replaces them
+  auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
+    std::vector<StmtRef> step;
+    ExprRef key0 = B::mul(jb, B::i(kb));
+    step.push_back(wgmmaFence());
+    for (int64_t e = 0; e < a.d / 16; ++e) step.push_back(wgmmaBf16(Writer::accOf(s), Writer::held(qf[e]), ks.contracted(stage, e), e > 0));
+    step.push_back(wgmmaCommit());
+    step.push_back(wgmmaWait(0, Writer::accOf(s)));
+    if (masked || !rawMax)
+      for (int64_t n = 0; n < kb / 8; ++n)
+        for (int i = 0; i < 4; ++i) {
+          ExprRef score = rawMax ? lf(s[n][i]) : B::mul(lf(s[n][i]), f(c2));
+          if (masked) score = select(binary(KOp::Le, colOf(ln, key0, n, i), B::add(q0, ln.row(i))), score, f(-INFINITY));
+          step.push_back(set(s[n][i], score));
+        }
+    int mx[2], corr[2];
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = b.newLocal(), corr[r] = b.newLocal();
+      ExprRef top = rowReduce(KOp::Max, s, 2 * r, f(-INFINITY));
+      step.push_back(let(mx[r], binary(KOp::Max, lf(m[r]), rawMax ? B::mul(top, f(c2)) : top)));
+      step.push_back(let(corr[r], exp2(B::sub(lf(m[r]), lf(mx[r])))));
+    }
+    for (int64_t n = 0; n < kb / 8; ++n)
+      for (int i = 0; i < 4; ++i)
+        step.push_back(set(s[n][i], exp2(B::sub(rawMax ? B::mul(lf(s[n][i]), f(c2)) : lf(s[n][i]), lf(mx[i / 2])))));
+    for (int r = 0; r < 2; ++r) {
+      ExprRef sum = f(0);
+      for (const Frag& fr : s) sum = B::add(sum, B::add(lf(fr[2 * r]), lf(fr[2 * r + 1])));
+      step.push_back(set(l[r], B::add(B::mul(lf(l[r]), lf(corr[r])), sum)));
+      step.push_back(set(m[r], lf(mx[r])));
+    }
+    for (const Frag& fr : o)
+      for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
+    step.push_back(wgmmaFence());
+    for (int64_t e = 0; e < kb / 16; ++e)
+      step.push_back(wgmmaBf16(Writer::accOf(o), Writer::fromResults(s[2 * e], s[2 * e + 1]), vs.rowsOf(stage, e)));
+    step.push_back(wgmmaCommit());
+    step.push_back(wgmmaWait(0, Writer::accOf(o)));
+    return step;
+  };
+  w.stagedWalk(a.tk / kb, keyWalk(a, wb.row0, 64, kb), copies, block, true);
+  for (int r = 0; r < 2; ++r) w.body.push_back(set(l[r], warpReduce(KOp::Add, lf(l[r]), 4)));
+  for (int64_t n = 0; n < a.dv / 8; ++n)
+    for (int i = 0; i < 4; ++i)
+      w.body.push_back(b.st(y, B::add(B::mul(qrows(ln.row(i)), B::i(a.dv)), colOf(ln, B::i(0), n, i)), B::div(lf(o[n][i]), lf(l[i / 2]))));
+  for (int r = 0; r < 2; ++r)
+    w.body.push_back(b.st(lse, qrows(ln.row(2 * r)), B::add(B::mul(lf(m[r]), f(M_LN2)), unary(KOp::Log, lf(l[r])))));
+  return w.finish(iv, a.heads * (a.tq / 16), wb.threads);
+}
+
+/// Whether the Hopper forms of the gradient apply: head dims of 64 or 128, rows in whole warpgroups.
+bool gradFitsWgmma(const Geometry& a) { return forwardFitsWgmma(a) && a.tk % 64 == 0; }
+
+/// dq on Hopper: gradQueries' walk for a warpgroup per 64 queries, its four products (S = Q K^T,
+/// dP = dO V^T, then dQ += dS K) warpgroup products reading K and V from shared memory.
+Kernel gradQueriesWgmma(const std::string& name, const Geometry& a) {
+  const ir::Value *q = a.n.input(0), *y = a.n.input(3), *lse = a.n.input(4), *dy = a.n.input(5);
+  const ir::Value *dq = a.gradOf(0), *delta = a.n.outputs[3];
+  Writer w(name, a);
+  B& b = w.b;
+  int iv = b.newLoopVar();
+  Lane ln(loopVar(iv));
+  int64_t kb = blockFor(a.tk, a.d + a.dv <= 128 ? 64 : 32); // two stages of K and V within 32 KiB
+  WarpBlock wb(ln, loopVar(iv), a.tq / 16, 16, true);
+  const ExprRef &head = wb.head, &q0 = wb.warpRow0;
+  WgTile ks(b, kb, a.d), vs(b, kb, a.dv);
+  RowOf qrows = a.rows(head, q0, a.tq), qIn = a.rows(head, q0, a.tq, 0);
+  auto qf = w.naturalRows(ln, q, qIn, a.d);
+  auto dyf = w.naturalRows(ln, dy, qrows, a.dv);
+  ExprRef partial[2] = {f(0), f(0)}; // delta = dy . y: rows g and g + 8, each lane's own elements
+  for (int64_t s = 0; s < a.dv / 16; ++s)
+    for (int i = 0; i < 8; ++i) {
+      ExprRef col = B::add(B::i(16 * s), ln.k((i & 1) + (i >= 4 ? 2 : 0)));
+      ExprRef at = B::add(B::mul(qrows(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8))), B::i(a.dv)), col);
+      partial[i % 4 >= 2] = B::add(partial[i % 4 >= 2], B::mul(lf(dyf[s][i]), b.ld(y, at)));
+    }
+  int rl[2], rd[2];
+  for (int r = 0; r < 2; ++r) {
+    rl[r] = b.newLocal(), rd[r] = b.newLocal();
+    w.body.push_back(let(rl[r], B::mul(b.ld(lse, qrows(ln.row(2 * r))), f(M_LOG2E)))); // in log2 units
+    w.body.push_back(let(rd[r], warpReduce(KOp::Add, partial[r], 4)));
+    w.body.push_back(when(b, binary(KOp::Eq, ln.t, B::i(0)), {b.st(delta, qrows(ln.row(2 * r)), lf(rd[r]))}));
+  }
+  auto acc = w.zeros(a.d / 8, w.body);
+  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
+    ExprRef key0 = B::mul(jb, B::i(kb));
+    std::vector<StmtRef> c = ks.copies(b, stage, a.n.input(1), a.rows(head, key0, a.tk, 1), wb.tid, wb.threads);
+    for (StmtRef& st : vs.copies(b, stage, a.n.input(2), a.rows(head, key0, a.tk, 2), wb.tid, wb.threads)) c.push_back(std::move(st));
+    return c;
+  };
+  auto s = w.zeros(kb / 8, w.body), dp = w.zeros(kb / 8, w.body); // each block's: its first products replace them
+  std::vector<int> both = Writer::accOf(s), dps = Writer::accOf(dp);
+  both.insert(both.end(), dps.begin(), dps.end());
+  auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
+    std::vector<StmtRef> step;
+    ExprRef key0 = B::mul(jb, B::i(kb));
+    step.push_back(wgmmaFence());
+    for (int64_t e = 0; e < a.d / 16; ++e) step.push_back(wgmmaBf16(Writer::accOf(s), Writer::held(qf[e]), ks.contracted(stage, e), e > 0));
+    for (int64_t e = 0; e < a.dv / 16; ++e) step.push_back(wgmmaBf16(dps, Writer::held(dyf[e]), vs.contracted(stage, e), e > 0));
+    step.push_back(wgmmaCommit());
+    step.push_back(wgmmaWait(0, both));
+    for (int64_t n = 0; n < kb / 8; ++n)
+      for (int i = 0; i < 4; ++i) {
+        ExprRef p = exp2(B::sub(B::mul(lf(s[n][i]), f(a.scale * M_LOG2E)), lf(rl[i / 2])));
+        if (masked) p = select(binary(KOp::Le, colOf(ln, key0, n, i), B::add(q0, ln.row(i))), p, f(0));
+        step.push_back(set(s[n][i], B::mul(p, B::sub(lf(dp[n][i]), lf(rd[i / 2]))))); // dS
+      }
+    step.push_back(wgmmaFence());
+    for (int64_t e = 0; e < kb / 16; ++e)
+      step.push_back(wgmmaBf16(Writer::accOf(acc), Writer::fromResults(s[2 * e], s[2 * e + 1]), ks.rowsOf(stage, e)));
+    step.push_back(wgmmaCommit());
+    step.push_back(wgmmaWait(0, Writer::accOf(acc)));
+    return step;
+  };
+  w.stagedWalk(a.tk / kb, keyWalk(a, wb.row0, 64, kb), copies, block, true);
+  for (int64_t n = 0; n < a.d / 8; ++n)
+    for (int i = 0; i < 4; ++i)
+      w.body.push_back(b.st(dq, B::add(B::mul(qIn(ln.row(i)), B::i(a.d)), colOf(ln, B::i(0), n, i)), B::mul(lf(acc[n][i]), f(a.scale))));
+  return w.finish(iv, a.heads * (a.tq / 16), wb.threads);
+}
+
+/// dk and dv on Hopper: gradKeysValues' walk for a warpgroup per 64 keys over blocks of qb
+/// queries, its four products (S^T = K Q^T, dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q)
+/// warpgroup products reading Q and dO from shared memory, each tile both ways: contracted over
+/// its width, then over its rows.
+Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
+  const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
+  const ir::Value *dk = a.gradOf(1), *dvOut = a.gradOf(2), *delta = a.n.outputs[3];
+  Writer w(name, a);
+  B& b = w.b;
+  int iv = b.newLoopVar();
+  Lane ln(loopVar(iv));
+  int64_t qb = a.d + a.dv <= 128 ? 64 : 32; // the registers of S^T and dP^T beside K, V, dK and dV
+  WarpBlock wb(ln, loopVar(iv), a.tk / 16, 16, false); // the longest walks (first keys) first
+  const ExprRef &head = wb.head, &k0 = wb.warpRow0;
+  RowOf krows = a.rows(head, k0, a.tk, 1), vrows = a.rows(head, k0, a.tk, 2);
+  auto kf = w.naturalRows(ln, k, krows, a.d);
+  auto vf = w.naturalRows(ln, v, vrows, a.dv);
+  auto dkAcc = w.zeros(a.d / 8, w.body), dvAcc = w.zeros(a.dv / 8, w.body);
+  WgTile qs(b, qb, a.d), dys(b, qb, a.dv);
+  SharedRowValues lses(b, qb), deltas(b, qb);
+  ExprRef first = a.causal ? wb.row0 : B::i(0); // causal: the queries before the block's keys see none of them
+  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
+    ExprRef pos0 = B::add(first, B::mul(jb, B::i(qb)));
+    RowOf rows = a.rows(head, pos0, a.tq);
+    std::vector<StmtRef> c;
+    for (auto part : {qs.copies(b, stage, q, a.rows(head, pos0, a.tq, 0), wb.tid, wb.threads), dys.copies(b, stage, dy, rows, wb.tid, wb.threads),
+                      lses.copies(b, stage, lse, rows, wb.tid, wb.threads), deltas.copies(b, stage, delta, rows, wb.tid, wb.threads)})
+      c.insert(c.end(), part.begin(), part.end());
+    return c;
+  };
+  auto s = w.zeros(qb / 8, w.body), dp = w.zeros(qb / 8, w.body); // each block's: its first products replace them
+  std::vector<int> both = Writer::accOf(s), dps = Writer::accOf(dp);
+  both.insert(both.end(), dps.begin(), dps.end());
+  auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
+    std::vector<StmtRef> step;
+    ExprRef qpos0 = B::add(first, B::mul(jb, B::i(qb)));
+    step.push_back(wgmmaFence());
+    for (int64_t e = 0; e < a.d / 16; ++e) step.push_back(wgmmaBf16(Writer::accOf(s), Writer::held(kf[e]), qs.contracted(stage, e), e > 0));
+    for (int64_t e = 0; e < a.dv / 16; ++e) step.push_back(wgmmaBf16(dps, Writer::held(vf[e]), dys.contracted(stage, e), e > 0));
+    step.push_back(wgmmaCommit());
+    step.push_back(wgmmaWait(0, both));
+    for (int64_t n = 0; n < qb / 8; ++n)
+      for (int i = 0; i < 4; ++i) {
+        ExprRef r = colOf(ln, B::i(0), n, i); // the query within the block
+        ExprRef pt = exp2(B::sub(B::mul(lf(s[n][i]), f(a.scale * M_LOG2E)), B::mul(lses.at(stage, r), f(M_LOG2E)))); // in log2 units
+        if (masked) pt = select(binary(KOp::Ge, B::add(qpos0, r), B::add(k0, ln.row(i))), pt, f(0));
+        int p = b.newLocal();
+        step.push_back(let(p, pt));
+        step.push_back(set(s[n][i], lf(p)));                                                        // P^T
+        step.push_back(set(dp[n][i], B::mul(lf(p), B::sub(lf(dp[n][i]), deltas.at(stage, r))))); // dS^T
+      }
+    std::vector<int> grads = Writer::accOf(dvAcc), dks = Writer::accOf(dkAcc);
+    grads.insert(grads.end(), dks.begin(), dks.end());
+    step.push_back(wgmmaFence());
+    for (int64_t e = 0; e < qb / 16; ++e)
+      step.push_back(wgmmaBf16(Writer::accOf(dvAcc), Writer::fromResults(s[2 * e], s[2 * e + 1]), dys.rowsOf(stage, e)));
+    for (int64_t e = 0; e < qb / 16; ++e) step.push_back(wgmmaBf16(dks, Writer::fromResults(dp[2 * e], dp[2 * e + 1]), qs.rowsOf(stage, e)));
+    step.push_back(wgmmaCommit());
+    step.push_back(wgmmaWait(0, grads));
+    return step;
+  };
+  ExprRef count = binary(KOp::IDiv, B::sub(B::i(a.tq), first), B::i(qb));
+  Writer::Walk walk{count, {{B::i(0), count, false}}};
+  if (a.causal) { // the blocks the diagonal crosses for some warp of the GPU block, then the others
+    ExprRef crossed = binary(KOp::Min, B::i(64 / qb), count);
+    walk.segments = {{B::i(0), crossed, true}, {crossed, B::sub(count, crossed), false}};
+  }
+  w.stagedWalk(a.tq / qb, walk, copies, block, true);
+  for (int64_t n = 0; n < a.d / 8; ++n)
+    for (int i = 0; i < 4; ++i)
+      w.body.push_back(b.st(dk, B::add(B::mul(krows(ln.row(i)), B::i(a.d)), colOf(ln, B::i(0), n, i)), B::mul(lf(dkAcc[n][i]), f(a.scale))));
+  for (int64_t n = 0; n < a.dv / 8; ++n)
+    for (int i = 0; i < 4; ++i)
+      w.body.push_back(b.st(dvOut, B::add(B::mul(vrows(ln.row(i)), B::i(a.dv)), colOf(ln, B::i(0), n, i)), lf(dvAcc[n][i])));
+  return w.finish(iv, a.heads * (a.tk / 16), wb.threads);
+}
+
+} // namespace sgc::kir::attention
