@@ -345,6 +345,7 @@ nlohmann::json launchJson(const kir::Kernel& k, int index, const std::map<std::s
   nlohmann::json launch = {{"kernel", index}, {"serial", kir::isSerial(k)}, {"extent", kir::isSerial(k) ? 1 : kir::launchExtent(k)}, {"args", args}};
   if (int width = kir::vectorWidthFor(k); width > 1) launch["vector"] = width; // the threads the GPU needs: extent / width
   if (k.threads != 256) launch["threads"] = k.threads;                          // GPU threads per block
+  if (int64_t shared = kir::dynamicSharedBytes(k)) launch["shared"] = shared;   // GPU dynamic shared memory a block
   return launch;
 }
 

@@ -41,6 +41,7 @@ struct CudaDevice::Api {
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*cuLaunchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
+  CUresult (*cuFuncSetAttribute)(void*, int, int);
   CUresult (*cuGetErrorString)(CUresult, const char**);
   CUresult (*cuStreamCreate)(void**, unsigned);
   CUresult (*cuStreamDestroy)(void*);
@@ -86,6 +87,7 @@ struct CudaDevice::Api {
                    {"cuMemAlloc", (void**)&cuMemAlloc}, {"cuMemFree", (void**)&cuMemFree}, {"cuMemsetD8Async", (void**)&cuMemsetD8Async},
                    {"cuMemcpyHtoD", (void**)&cuMemcpyHtoD}, {"cuMemcpyDtoH", (void**)&cuMemcpyDtoH},
                    {"cuMemcpyDtoD", (void**)&cuMemcpyDtoD}, {"cuLaunchKernel", (void**)&cuLaunchKernel},
+                   {"cuFuncSetAttribute", (void**)&cuFuncSetAttribute},
                    {"cuGetErrorString", (void**)&cuGetErrorString}, {"cuStreamCreate", (void**)&cuStreamCreate},
                    {"cuStreamDestroy", (void**)&cuStreamDestroy}, {"cuStreamSynchronize", (void**)&cuStreamSynchronize},
                    {"cuMemcpyHtoDAsync", (void**)&cuMemcpyHtoDAsync}, {"cuMemcpyDtoHAsync", (void**)&cuMemcpyDtoHAsync},
@@ -218,14 +220,22 @@ bool CudaDevice::copy(uint64_t dst, uint64_t src, uint64_t bytes, std::string& e
   return !bytes || check(api_->cuMemcpyDtoDAsync(dst, src, bytes, stream_), "cuMemcpyDtoDAsync", error);
 }
 
-bool CudaDevice::launch(int index, std::vector<uint64_t>& args, bool serial, int64_t extent, int perBlock, std::string& error) {
+bool CudaDevice::launch(int index, std::vector<uint64_t>& args, bool serial, int64_t extent, int perBlock, int64_t shared, std::string& error) {
+  if (sharedAllowed_.size() < functions_.size()) sharedAllowed_.resize(functions_.size(), 48 << 10);
+  if (shared > sharedAllowed_[index]) { // past the 48 KiB every kernel may have, once per kernel
+    constexpr int kMaxDynamicShared = 8; // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if (!check(api_->cuFuncSetAttribute(functions_[index], kMaxDynamicShared, (int)shared),
+               ("giving a kernel " + std::to_string(shared) + " bytes of shared memory a block").c_str(), error))
+      return false;
+    sharedAllowed_[index] = shared;
+  }
   std::vector<void*> params;
   for (uint64_t& a : args) params.push_back(&a);
   unsigned threads = serial ? 1 : (unsigned)perBlock;
   // At most 65535 blocks (kir::kMostGridBlocks): kernels grid-stride over the rest, and a
   // horizontal kernel's parts fit within them.
   int64_t blocks = serial ? 1 : std::max<int64_t>(1, std::min<int64_t>((extent + threads - 1) / threads, 65535));
-  return check(api_->cuLaunchKernel(functions_[index], (unsigned)blocks, 1, 1, threads, 1, 1, 0, stream_, params.data(), nullptr),
+  return check(api_->cuLaunchKernel(functions_[index], (unsigned)blocks, 1, 1, threads, 1, 1, (unsigned)shared, stream_, params.data(), nullptr),
                "cuLaunchKernel", error);
 }
 

@@ -37,10 +37,10 @@ public:
   bool toDevice(uint64_t dst, const void* src, uint64_t bytes, std::string& error);
   bool toHost(void* dst, uint64_t src, uint64_t bytes, std::string& error);
   bool copy(uint64_t dst, uint64_t src, uint64_t bytes, std::string& error);
-  /// Launches kernel `index` over `extent` parallel iterations (one thread when serial).
   /// Kernel `index` over `extent` threads, in blocks of `threads` (a grid-stride loop covers the
-  /// rest when the grid's limit is reached); one thread when serial.
-  bool launch(int index, std::vector<uint64_t>& args, bool serial, int64_t extent, int threads, std::string& error);
+  /// rest when the grid's limit is reached), each with `shared` bytes of dynamic shared memory;
+  /// one thread when serial.
+  bool launch(int index, std::vector<uint64_t>& args, bool serial, int64_t extent, int threads, int64_t shared, std::string& error);
   /// Whether cuBLASLt is loaded; when not, `gemmNote` says why.
   bool hasGemms() const { return lt_ != nullptr; }
   const std::string& gemmNote() const { return gemmNote_; }
@@ -97,6 +97,7 @@ private:
   int device_ = 0;
   uint64_t arena_ = 0, workspace_ = 0, workspaceBytes_ = 0;
   std::vector<void*> functions_, events_;
+  std::vector<int64_t> sharedAllowed_; ///< per kernel: the dynamic shared memory its launches may ask for (raised past 48 KiB once)
   std::string description_;
 };
 

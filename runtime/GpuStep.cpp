@@ -91,10 +91,10 @@ bool GpuStep::collective(size_t i, const Collective& c, std::string& error) {
   return !comm || gpu_.commDone(i, error);
 }
 
-bool GpuStep::launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error, int threads) {
+bool GpuStep::launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error, int threads, int64_t shared) {
   args_.clear();
   for (int a : ids) args_.push_back(address_[a]);
-  return gpu_.launch(kernel, args_, serial, extent, threads, error);
+  return gpu_.launch(kernel, args_, serial, extent, threads, shared, error);
 }
 
 bool GpuStep::enqueue(bool train, std::string& error) {
@@ -120,7 +120,7 @@ bool GpuStep::enqueue(bool train, std::string& error) {
     if (profiling && !gpu_.recordEvent(2 * i, error)) return false;
     if (l.gpu) {
       for (const KernelCall& c : *l.gpu)
-        if (!launch(c.kernel, c.args, c.serial, c.extent / c.vector, error, c.threads)) return false;
+        if (!launch(c.kernel, c.args, c.serial, c.extent / c.vector, error, c.threads, c.shared)) return false;
     } else if (gemmPlans_[i] < 0) {
       if (!launch(l.kernel, l.args, l.serial, l.extent / l.vector, error)) return false;
     } else {

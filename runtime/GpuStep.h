@@ -51,7 +51,7 @@ private:
   /// or a shard) a copy on the compute stream.
   bool collective(size_t i, const Collective& c, std::string& error);
   bool onCommStream(const Collective& c) const;
-  bool launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error, int threads = 256);
+  bool launch(int kernel, const std::vector<int>& ids, bool serial, int64_t extent, std::string& error, int threads = 256, int64_t shared = 0);
   void writeProfile() const;
 
   const Program& prog_;

@@ -81,10 +81,11 @@ bool parseGemm(const nlohmann::json& j, const Program& p, Gemm& g, std::string& 
 
 bool parseCall(const nlohmann::json& c, const Program& p, KernelCall& k, std::string& error) {
   k = KernelCall{c.at("kernel"), c.at("serial"), c.at("extent"), c.value("vector", int64_t(1)), c.at("args").get<std::vector<int>>(),
-                 c.value("threads", 256)};
+                 c.value("threads", 256), c.value("shared", int64_t(0))};
   if (k.kernel < 0 || k.kernel >= p.numKernels || k.extent < 0) return fail(error, "a launch names no kernel");
   if (k.vector < 1) return fail(error, "a launch has a bad vector width");
   if (k.threads < 32 || k.threads > 1024 || k.threads % 32) return fail(error, "a launch has a bad block size");
+  if (k.shared < 0 || k.shared > (227 << 10)) return fail(error, "a launch asks for more shared memory than a GPU block has");
   for (int a : k.args)
     if (!validTensor(p, a)) return fail(error, "a launch names no tensor");
   return true;

@@ -66,6 +66,7 @@ struct KernelCall {
   int64_t vector = 1;    ///< GPU: parallel iterations per thread (threads needed: extent / vector)
   std::vector<int> args; ///< tensor ids, in the kernel's buffer order
   int threads = 256;     ///< GPU: threads per block
+  int64_t shared = 0;    ///< GPU: the block's dynamic shared memory, bytes (kir::dynamicSharedBytes)
 };
 
 /// A collective over tensors of every rank (see Comm.h): "allreduce" (in place on `tensors`), or

@@ -187,20 +187,21 @@ struct SharedRowValues {
 };
 
 /// `rows` x `width` bf16 elements of an operand of warpgroup products in a block's shared memory,
-/// two stages as SharedTile's, in wgmma's 128-byte swizzled layout (kir::wgmmaTileOffset; the
-/// width a multiple of 64): the same bytes are a K-major operand where the width is contracted
+/// two stages as SharedTile's (or one), in wgmma's 128-byte swizzled layout (kir::wgmmaTileOffset;
+/// the width a multiple of 64): the same bytes are a K-major operand where the width is contracted
 /// (K in S = Q K^T) and an MN-major one where the rows are (V in O = P V).
 struct WgTile {
   int array;
   int64_t rows, width;
 
-  WgTile(B& b, int64_t rows, int64_t width) : array((int)b.k.shared.size()), rows(rows), width(width) {
-    b.k.shared.push_back({ir::DType::BF16, 2 * rows * width, 1024});
+  WgTile(B& b, int64_t rows, int64_t width, int64_t stages = 2) : array((int)b.k.shared.size()), rows(rows), width(width) {
+    b.k.shared.push_back({ir::DType::BF16, stages * rows * width, 1024});
   }
 
   ExprRef stageBytes(const ExprRef& stage) const { return B::mul(stage, B::i(rows * width * 2)); }
 
-  /// The tile as B of a product contracting its columns [16e, 16e + 16): its rows are B's columns.
+  /// The tile as B of a product contracting its columns [16e, 16e + 16): its rows are B's columns
+  /// (or, 64 of them, A's rows).
   WgmmaTile contracted(const ExprRef& stage, int64_t e) const {
     return {array, B::add(stageBytes(stage), B::i((16 * e / 64) * rows * 128 + (16 * e % 64) * 2)), rows, false};
   }

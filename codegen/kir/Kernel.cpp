@@ -320,6 +320,29 @@ bool hasWgmma(const Stmt& s) {
 
 bool hasWgmma(const Kernel& k) { return k.body && hasWgmma(*k.body); }
 
+std::vector<int64_t> sharedOffsets(const Kernel& k) {
+  std::vector<int64_t> at;
+  int64_t bytes = 0;
+  for (const SharedArray& a : k.shared) {
+    bytes = (bytes + a.align - 1) / a.align * a.align;
+    at.push_back(bytes);
+    bytes += a.count * (int64_t)ir::dtypeSize(a.dtype);
+  }
+  return at;
+}
+
+int64_t sharedBytes(const Kernel& k) {
+  if (k.shared.empty()) return 0;
+  return sharedOffsets(k).back() + k.shared.back().count * (int64_t)ir::dtypeSize(k.shared.back().dtype);
+}
+
+int64_t dynamicSharedBytes(const Kernel& k) {
+  int64_t bytes = sharedBytes(k), align = 16;
+  if (bytes <= kMostStaticShared) return 0;
+  for (const SharedArray& a : k.shared) align = std::max(align, a.align);
+  return bytes + align - 16;
+}
+
 bool storesOnly(const Stmt& loop) {
   return std::all_of(loop.body.begin(), loop.body.end(), [](const StmtRef& s) { return s->kind == StmtKind::Store; });
 }

@@ -246,7 +246,7 @@ struct BufferArg {
 struct Kernel {
   std::string name;
   std::vector<BufferArg> buffers;
-  std::vector<SharedArray> shared; ///< GPU: each block's shared memory (at most 48 KiB in all, alignment included)
+  std::vector<SharedArray> shared; ///< GPU: each block's shared memory (sharedBytes; at most kMostShared)
   StmtRef body;
   int numLoopVars = 0, numLocals = 0;
   bool gpuOnly = false; ///< uses warp operations: emitted for GPU targets only
@@ -291,6 +291,20 @@ Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& pa
 
 /// Whether `k` is a horizontal kernel: gpuOnly, its body a block of parallel loops.
 bool isHorizontal(const Kernel& k);
+
+/// A GPU block's shared memory: up to kMostStaticShared as static arrays; past that the arrays live
+/// in the block's dynamic shared memory, which a launch asks for (dynamicSharedBytes), up to
+/// an sm_90 block's most (sm_80's is 163 KiB: such a kernel then fails to launch, saying so).
+constexpr int64_t kMostStaticShared = 48 << 10, kMostShared = 227 << 10;
+
+/// Where each of k's shared arrays starts, in bytes: one after another, each at its alignment.
+std::vector<int64_t> sharedOffsets(const Kernel& k);
+/// The bytes of k's shared arrays, alignment included.
+int64_t sharedBytes(const Kernel& k);
+/// The dynamic shared memory a launch of `k` asks for: 0 when its arrays fit static shared memory,
+/// else their bytes and room to align their start to the largest alignment (the block's dynamic
+/// shared memory is only 16-byte aligned).
+int64_t dynamicSharedBytes(const Kernel& k);
 
 /// Whether `k` has warpgroup products. On a GPU such a kernel runs one parallel iteration a
 /// thread, on a grid of exactly extent / threads blocks (so that the compiler sees its products

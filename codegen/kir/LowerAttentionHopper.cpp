@@ -10,6 +10,8 @@
 // block that a causal mask hides from its rows: such rows are masked instead.
 #include "codegen/kir/AttentionGpu.h"
 
+#include <optional>
+
 namespace sgc::kir::attention {
 
 /// Forward on Hopper: a warpgroup (a GPU block of 4 warps) per 64 queries, each warp's 16 as the
@@ -25,8 +27,9 @@ Kernel forwardWgmma(const std::string& name, const Geometry& a) {
   B& b = w.b;
   int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
-  // Two stages of K and V within 32 KiB: 64 keys a block for heads of 64, 32 for 128.
-  int64_t kb = blockFor(a.tk, a.d + a.dv <= 128 ? 64 : 32);
+  // Blocks of 64 keys: two stages of K and V take 32 KiB for heads of 64, 64 KiB (dynamic shared
+  // memory) for heads of 128.
+  int64_t kb = blockFor(a.tk, 64);
   WarpBlock wb(ln, loopVar(iv), a.tq / 16, 16, true);
   const ExprRef &head = wb.head, &q0 = wb.warpRow0;
   WgTile ks(b, kb, a.d), vs(b, kb, a.dv);
@@ -109,7 +112,7 @@ Kernel gradQueriesWgmma(const std::string& name, const Geometry& a) {
   B& b = w.b;
   int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
-  int64_t kb = blockFor(a.tk, a.d + a.dv <= 128 ? 64 : 32); // two stages of K and V within 32 KiB
+  int64_t kb = blockFor(a.tk, 64); // as the forward kernel's
   WarpBlock wb(ln, loopVar(iv), a.tq / 16, 16, true);
   const ExprRef &head = wb.head, &q0 = wb.warpRow0;
   WgTile ks(b, kb, a.d), vs(b, kb, a.dv);
@@ -179,12 +182,24 @@ Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
   B& b = w.b;
   int iv = b.newLoopVar();
   Lane ln(loopVar(iv));
-  int64_t qb = a.d + a.dv <= 128 ? 64 : 32; // the registers of S^T and dP^T beside K, V, dK and dV
+  // Blocks of 64 queries. K and V of the block's keys are A of S^T and dP^T: held in registers
+  // for heads of 64; for wider ones (whose dK and dV take 128 registers) read from shared memory.
+  const int64_t qb = 64;
+  const bool keysShared = a.d + a.dv > 128;
   WarpBlock wb(ln, loopVar(iv), a.tk / 16, 16, false); // the longest walks (first keys) first
   const ExprRef &head = wb.head, &k0 = wb.warpRow0;
   RowOf krows = a.rows(head, k0, a.tk, 1), vrows = a.rows(head, k0, a.tk, 2);
-  auto kf = w.naturalRows(ln, k, krows, a.d);
-  auto vf = w.naturalRows(ln, v, vrows, a.dv);
+  std::vector<std::array<int, 8>> kf, vf;
+  std::optional<WgTile> kt, vt;
+  if (keysShared) { // copied first: the walk's first wait covers them
+    kt.emplace(b, 64, a.d, 1), vt.emplace(b, 64, a.dv, 1);
+    for (StmtRef& c : kt->copies(b, B::i(0), k, a.rows(head, wb.row0, a.tk, 1), wb.tid, wb.threads)) w.body.push_back(std::move(c));
+    for (StmtRef& c : vt->copies(b, B::i(0), v, a.rows(head, wb.row0, a.tk, 2), wb.tid, wb.threads)) w.body.push_back(std::move(c));
+    w.body.push_back(asyncCommit());
+  } else {
+    kf = w.naturalRows(ln, k, krows, a.d);
+    vf = w.naturalRows(ln, v, vrows, a.dv);
+  }
   auto dkAcc = w.zeros(a.d / 8, w.body), dvAcc = w.zeros(a.dv / 8, w.body);
   WgTile qs(b, qb, a.d), dys(b, qb, a.dv);
   SharedRowValues lses(b, qb), deltas(b, qb);
@@ -205,8 +220,12 @@ Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
     std::vector<StmtRef> step;
     ExprRef qpos0 = B::add(first, B::mul(jb, B::i(qb)));
     step.push_back(wgmmaFence());
-    for (int64_t e = 0; e < a.d / 16; ++e) step.push_back(wgmmaBf16(Writer::accOf(s), Writer::held(kf[e]), qs.contracted(stage, e), e > 0));
-    for (int64_t e = 0; e < a.dv / 16; ++e) step.push_back(wgmmaBf16(dps, Writer::held(vf[e]), dys.contracted(stage, e), e > 0));
+    for (int64_t e = 0; e < a.d / 16; ++e)
+      step.push_back(keysShared ? wgmmaBf16(Writer::accOf(s), kt->contracted(B::i(0), e), qs.contracted(stage, e), e > 0)
+                                : wgmmaBf16(Writer::accOf(s), Writer::held(kf[e]), qs.contracted(stage, e), e > 0));
+    for (int64_t e = 0; e < a.dv / 16; ++e)
+      step.push_back(keysShared ? wgmmaBf16(dps, vt->contracted(B::i(0), e), dys.contracted(stage, e), e > 0)
+                                : wgmmaBf16(dps, Writer::held(vf[e]), dys.contracted(stage, e), e > 0));
     step.push_back(wgmmaCommit());
     step.push_back(wgmmaWait(0, both));
     for (int64_t n = 0; n < qb / 8; ++n)

@@ -128,26 +128,44 @@ private:
     }
   }
 
-  static constexpr int64_t kSharedLimit = 48 << 10; // static shared memory a block may have
-
-  /// The kernel's shared arrays: one global of the shared address space each (PTX .shared).
+  /// The kernel's shared arrays: one global of the shared address space each (PTX .shared); past
+  /// kir::kMostStaticShared, places in the block's dynamic shared memory (one extern array, its
+  /// start aligned here to the arrays' largest alignment), which the launch asks for.
   Error declareShared() {
     if (k_.shared.empty()) return Error::success();
     if (t_.kind != Target::NVPTX || !k_.gpuOnly) return fail("shared memory is for GPU-only kernels");
-    int64_t bytes = 0;
+    int64_t align = 16;
+    for (const kir::SharedArray& a : k_.shared) {
+      if (!elementType(a.dtype)) return fail("a shared array of an element type not generated");
+      if (a.align < 16 || (a.align & (a.align - 1))) return fail("a shared array aligned to " + std::to_string(a.align) + " bytes");
+      align = std::max(align, a.align);
+    }
+    int64_t bytes = kir::sharedBytes(k_);
+    if (bytes > kir::kMostShared)
+      return fail("its shared arrays take " + std::to_string(bytes) + " bytes, more than a block's " + std::to_string(kir::kMostShared));
+    if (bytes > kir::kMostStaticShared) return declareDynamicShared(align);
     for (size_t i = 0; i < k_.shared.size(); ++i) {
       const kir::SharedArray& a = k_.shared[i];
-      llvm::Type* et = elementType(a.dtype);
-      if (!et) return fail("a shared array of an element type not generated");
-      if (a.align < 16 || (a.align & (a.align - 1))) return fail("a shared array aligned to " + std::to_string(a.align) + " bytes");
-      bytes = (bytes + a.align - 1) / a.align * a.align + a.count * (int64_t)ir::dtypeSize(a.dtype);
-      auto* ty = llvm::ArrayType::get(et, (uint64_t)a.count);
+      auto* ty = llvm::ArrayType::get(elementType(a.dtype), (uint64_t)a.count);
       auto* g = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
                                          k_.name + "_s" + std::to_string(i), nullptr, llvm::GlobalValue::NotThreadLocal, 3);
       g->setAlignment(llvm::Align((uint64_t)a.align));
       shared_.push_back(g);
     }
-    if (bytes > kSharedLimit) return fail("its shared arrays take " + std::to_string(bytes) + " bytes, more than 48 KiB");
+    return Error::success();
+  }
+
+  Error declareDynamicShared(int64_t align) {
+    auto* ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
+    auto* g = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr, k_.name + "_dynamic", nullptr,
+                                       llvm::GlobalValue::NotThreadLocal, 3);
+    g->setAlignment(llvm::Align(16));
+    llvm::Type* i32 = b_.getInt32Ty();
+    llvm::Value* start = b_.CreatePtrToInt(g, i32); // shared addresses are 32 bits
+    start = b_.CreateAnd(b_.CreateAdd(start, b_.getInt32((uint32_t)align - 1)), b_.getInt32(~(uint32_t)(align - 1)));
+    llvm::Value* base = b_.CreateIntToPtr(start, llvm::PointerType::get(ctx_, 3));
+    std::vector<int64_t> at = kir::sharedOffsets(k_);
+    for (size_t i = 0; i < k_.shared.size(); ++i) shared_.push_back(b_.CreateConstGEP1_64(b_.getInt8Ty(), base, (uint64_t)at[i]));
     return Error::success();
   }
 
@@ -688,7 +706,7 @@ private:
   llvm::Function* fn_ = nullptr;
   std::vector<llvm::Value*> buffers_, loopVars_, locals_;
   std::vector<bool> bf16Locals_; ///< locals held as bf16 bits (kir::letBf16)
-  std::vector<llvm::GlobalVariable*> shared_;
+  std::vector<llvm::Value*> shared_; ///< each shared array's start (addrspace 3)
   std::map<const Expr*, llvm::Value*> cache_;
 };
 

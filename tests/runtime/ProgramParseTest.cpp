@@ -96,6 +96,14 @@ TEST(ProgramParse, RefusesGpuLaunchesNamingNothing) {
     launchWith(j, "gpu")["gpu"][0]["threads"] = threads;
     EXPECT_NE(parseError(j).find("malformed"), std::string::npos) << threads;
   }
+  for (int64_t shared : {int64_t(-1), int64_t(228) << 10}) { // dynamic shared memory a GPU block cannot have
+    j = compiledSample();
+    launchWith(j, "gpu")["gpu"][0]["shared"] = shared;
+    EXPECT_NE(parseError(j).find("malformed"), std::string::npos) << shared;
+  }
+  j = compiledSample();
+  launchWith(j, "gpu")["gpu"][0]["shared"] = int64_t(96) << 10;
+  EXPECT_EQ(parseError(j), "");
 }
 
 TEST(ProgramParse, RefusesMisalignedTensors) {
