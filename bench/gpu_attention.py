@@ -1,6 +1,7 @@
 # The half of the attention benchmark that runs on the device
 # (bench/gpu_attention_build.sh made the .so files): causal self-attention,
-# forward and backward, at the two shapes of bench/gpu_models.py's ATTN.
+# forward and backward, at the two shapes of bench/gpu_models.py's ATTN (or,
+# named, unmasked at ATTN_FULL's).
 # sgc's step runs once with SGC_PROFILE (CUDA events around each launch, no
 # graph) and its FusedAttention kernels are summed; PyTorch's SDPA (bf16) is
 # timed in the same run with the cuDNN and the flash backends, forward and
@@ -12,7 +13,7 @@
 # against PyTorch's (bf16 autocast) by relative norm, in CHECKS fresh processes:
 # fails when any is over 2e-2.
 # JSON goes to $OUT/gpu_attention.json.
-# Usage: python3 bench/gpu_attention.py bench/out/attention [attn64,attn128]
+# Usage: python3 bench/gpu_attention.py bench/out/attention [attn64,attn128,attn64full,attn128full]
 import json, os, subprocess, sys
 import torch
 import torch.nn.functional as F
@@ -24,9 +25,13 @@ import gpu_train as gt
 st = gt.st
 
 
+def shape(name):
+    return {**gm.ATTN, **gm.ATTN_FULL}[name]
+
+
 def flops(name):
-    B, H, T, D = gm.ATTN[name]
-    return 7 * 2 * B * H * T * T * D / 2
+    B, H, T, D = shape(name)
+    return 7 * 2 * B * H * T * T * D / (2 if name in gm.ATTN else 1)
 
 
 def sgc_kernels(so, wfile, name, env):
@@ -82,14 +87,14 @@ def gradient_check(so, wfile, name, env):
 def torch_sdpa(name, backend):
     """fwd+bwd ms of PyTorch's SDPA on bf16 q, k, v with one backend, and the model's first loss through it."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    B, H, T, D = gm.ATTN[name]
+    B, H, T, D = shape(name)
     g = torch.Generator(device="cuda").manual_seed(2)
     q, k, v = (torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_() for _ in range(3))
     dy = torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16, generator=g)
     be = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend]
     with sdpa_kernel(be):
         def step():
-            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dy)
+            F.scaled_dot_product_attention(q, k, v, is_causal=name in gm.ATTN).backward(dy)
         ms = gt.time_steps(step)
         model = gm.make(name).cuda()
         x, y = gm.batch(name, "cuda")
@@ -123,7 +128,7 @@ def main():
             except RuntimeError as e:
                 r[backend] = {"error": str(e)[:300]}
         res[name] = r
-        print(f"\n{name} {gm.ATTN[name]} (B, H, T, D), causal, bf16, forward + backward")
+        print(f"\n{name} {shape(name)} (B, H, T, D), {'causal' if name in gm.ATTN else 'unmasked'}, bf16, forward + backward")
         for side, v in r.items():
             if "ms" not in v:
                 print(f"  {side:6} failed: {v.get('error', '')}")

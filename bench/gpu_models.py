@@ -133,14 +133,17 @@ class Llama(nn.Module):
 
 # The attention benchmark's shapes (bench/gpu_attention.py): name -> batch, heads, sequence, head width.
 ATTN = {"attn64": (16, 12, 1024, 64), "attn128": (4, 32, 2048, 128)}
+# Without the causal mask (an encoder's self-attention): checked, not part of the default timing.
+ATTN_FULL = {"attn64full": (4, 12, 1024, 64), "attn128full": (2, 16, 1024, 128)}
 
 
 class Attention(nn.Module):
-    """Causal self-attention alone, for timing it: q, k and v are the input scaled by a parameter
-    each (so that all three get gradients), loss the mean squared difference from a target."""
-    def __init__(s, d, explicit=False):
+    """Causal self-attention alone (or, `causal` false, unmasked), for timing it: q, k and v are the
+    input scaled by a parameter each (so that all three get gradients), loss the mean squared
+    difference from a target."""
+    def __init__(s, d, explicit=False, causal=True):
         super().__init__()
-        s.explicit = explicit
+        s.explicit, s.causal = explicit, causal
         s.a, s.b, s.c = (nn.Parameter(1 + 0.1 * torch.randn(d)) for _ in range(3))
 
     def forward(s, x, y):
@@ -148,17 +151,19 @@ class Attention(nn.Module):
         if s.explicit:
             T = x.shape[-2]
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(x.shape[-1]))
-            mask = torch.ones(T, T, dtype=torch.bool).tril().view(1, 1, T, T)
-            out = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1) @ v
+            if s.causal:
+                mask = torch.ones(T, T, dtype=torch.bool).tril().view(1, 1, T, T)
+                att = att.masked_fill(~mask, float("-inf"))
+            out = F.softmax(att, dim=-1) @ v
         else:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=s.causal)
         return ((out.float() - y) ** 2).mean()
 
 
 def make(name, explicit=False):
     torch.manual_seed(0)
-    if name in ATTN:
-        return Attention(ATTN[name][3], explicit=explicit)
+    if name in ATTN or name in ATTN_FULL:
+        return Attention({**ATTN, **ATTN_FULL}[name][3], explicit=explicit, causal=name in ATTN)
     if name == "llama":
         return Llama(explicit=explicit)
     return MLP(explicit=explicit) if name == "mlp" else GPT(explicit=explicit)
@@ -170,8 +175,8 @@ def batch(name, device="cpu", rows=None):
     if name == "mlp":
         b = rows or MLP_B
         return torch.randn(b, MLP_D, generator=g).to(device), torch.randn(b, MLP_D, generator=g).to(device)
-    if name in ATTN:
-        B, H, T, D = ATTN[name]
+    if name in ATTN or name in ATTN_FULL:
+        B, H, T, D = {**ATTN, **ATTN_FULL}[name]
         shape = (rows or B, H, T, D)
         return torch.randn(shape, generator=g).to(device), torch.randn(shape, generator=g).to(device)
     if name == "llama":

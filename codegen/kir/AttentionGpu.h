@@ -433,6 +433,42 @@ inline ExprRef rowReduce(KOp op, const std::vector<Frag>& fs, int i, ExprRef ini
   return warpReduce(op, r, 4);
 }
 
+/// The forward pass's online softmax for one block of keys of a warp's 16 rows, as statements of
+/// `step`: the scores `s` (the block's result fragments, 8 keys each) scaled by c2 = scale log2 e
+/// (kept raw when c2 > 0: the max is taken raw, then scaled, so that scale, log2 e and the max
+/// meet in one multiply-add before each ex2) and, with `masked`, those of keys past each row's
+/// query (key0 the block's first key, row0 the tile's first query) made -inf; the running max `m`
+/// (log2 units) and sum `l` of rows g and g + 8 updated; `s` made P; the rows' output fragments
+/// `o` rescaled by the change of the max.
+inline void onlineSoftmax(B& b, std::vector<StmtRef>& step, const Lane& ln, const std::vector<Frag>& s, const std::array<int, 2>& m,
+                          const std::array<int, 2>& l, const std::vector<Frag>& o, double c2, bool masked, const ExprRef& key0,
+                          const ExprRef& row0) {
+  const bool rawMax = c2 > 0;
+  for (size_t n = 0; n < s.size(); ++n)
+    for (int i = 0; i < 4; ++i) {
+      ExprRef score = rawMax ? lf(s[n][i]) : B::mul(lf(s[n][i]), f(c2));
+      if (masked) score = select(binary(KOp::Le, colOf(ln, key0, (int64_t)n, i), B::add(row0, ln.row(i))), score, f(-INFINITY));
+      if (masked || !rawMax) step.push_back(set(s[n][i], score));
+    }
+  int mx[2], corr[2];
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = b.newLocal(), corr[r] = b.newLocal();
+    ExprRef top = rowReduce(KOp::Max, s, 2 * r, f(-INFINITY));
+    step.push_back(let(mx[r], binary(KOp::Max, lf(m[r]), rawMax ? B::mul(top, f(c2)) : top)));
+    step.push_back(let(corr[r], exp2(B::sub(lf(m[r]), lf(mx[r])))));
+  }
+  for (const Frag& fr : s)
+    for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], exp2(B::sub(rawMax ? B::mul(lf(fr[i]), f(c2)) : lf(fr[i]), lf(mx[i / 2])))));
+  for (int r = 0; r < 2; ++r) {
+    ExprRef sum = f(0);
+    for (const Frag& fr : s) sum = B::add(sum, B::add(lf(fr[2 * r]), lf(fr[2 * r + 1])));
+    step.push_back(set(l[r], B::add(B::mul(lf(l[r]), lf(corr[r])), sum)));
+    step.push_back(set(m[r], lf(mx[r])));
+  }
+  for (const Frag& fr : o)
+    for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
+}
+
 /// The Hopper forms (LowerAttentionHopper.cpp): whether they apply, and the kernels.
 bool forwardFitsWgmma(const Geometry& a);
 bool gradFitsWgmma(const Geometry& a);

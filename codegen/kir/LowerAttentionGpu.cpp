@@ -45,11 +45,7 @@ Kernel forward(const std::string& name, const Geometry& a) {
   WarpBlock wb(ln, loopVar(iv), tiles, rowsPerWarp, true);
   const ExprRef &head = wb.head, &q0 = wb.warpRow0;
   SharedTile ks(b, kb, a.d), vs(b, kb, a.dv);
-  // The running max m in log2 units (exp(x) = 2^(x log2 e), ex2 being the GPU's own); with a
-  // positive scale the max of the raw scores is taken and scaled, so that scale, log2 e and
-  // the max meet in one multiply-add before each ex2.
-  const double c2 = a.scale * M_LOG2E;
-  const bool rawMax = c2 > 0;
+  const double c2 = a.scale * M_LOG2E; // the running max in log2 units: exp(x) = 2^(x log2 e), ex2 being the GPU's own (onlineSoftmax)
   std::vector<RowOf> qrows;
   std::vector<std::vector<std::array<int, 8>>> qf;
   std::vector<std::vector<Frag>> o;
@@ -77,32 +73,7 @@ Kernel forward(const std::string& name, const Geometry& a) {
         for (int t = 0; t < R; ++t) step.push_back(mmaBf16({s[t][n].begin(), s[t][n].end()}, Writer::held(qf[t][e]), kfrag));
       }
     }
-    for (int t = 0; t < R; ++t) {
-      for (int64_t n = 0; n < kb / 8; ++n)
-        for (int i = 0; i < 4; ++i) {
-          ExprRef score = rawMax ? lf(s[t][n][i]) : B::mul(lf(s[t][n][i]), f(c2));
-          if (masked) score = select(binary(KOp::Le, colOf(ln, key0, n, i), B::add(B::add(q0, B::i(16 * t)), ln.row(i))), score, f(-INFINITY));
-          if (masked || !rawMax) step.push_back(set(s[t][n][i], score));
-        }
-      int mx[2], corr[2];
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = b.newLocal(), corr[r] = b.newLocal();
-        ExprRef top = rowReduce(KOp::Max, s[t], 2 * r, f(-INFINITY));
-        step.push_back(let(mx[r], binary(KOp::Max, lf(m[t][r]), rawMax ? B::mul(top, f(c2)) : top)));
-        step.push_back(let(corr[r], exp2(B::sub(lf(m[t][r]), lf(mx[r])))));
-      }
-      for (int64_t n = 0; n < kb / 8; ++n)
-        for (int i = 0; i < 4; ++i)
-          step.push_back(set(s[t][n][i], exp2(B::sub(rawMax ? B::mul(lf(s[t][n][i]), f(c2)) : lf(s[t][n][i]), lf(mx[i / 2])))));
-      for (int r = 0; r < 2; ++r) {
-        ExprRef sum = f(0);
-        for (const Frag& fr : s[t]) sum = B::add(sum, B::add(lf(fr[2 * r]), lf(fr[2 * r + 1])));
-        step.push_back(set(l[t][r], B::add(B::mul(lf(l[t][r]), lf(corr[r])), sum)));
-        step.push_back(set(m[t][r], lf(mx[r])));
-      }
-      for (const Frag& fr : o[t])
-        for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
-    }
+    for (int t = 0; t < R; ++t) onlineSoftmax(b, step, ln, s[t], m[t], l[t], o[t], c2, masked, key0, B::add(q0, B::i(16 * t)));
     for (int64_t e = 0; e < kb / 16; ++e) { // O += P V, each value fragment for every tile
       for (size_t n = 0; n < o[0].size(); ++n) {
         std::vector<ExprRef> vfrag = Writer::spreadRows(ln, vs.source(stage, B::i(e * 16)), (int64_t)n, a.dv);

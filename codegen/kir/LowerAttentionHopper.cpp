@@ -33,8 +33,7 @@ Kernel forwardWgmma(const std::string& name, const Geometry& a) {
   WarpBlock wb(ln, loopVar(iv), a.tq / 16, 16, true);
   const ExprRef &head = wb.head, &q0 = wb.warpRow0;
   WgTile ks(b, kb, a.d), vs(b, kb, a.dv);
-  const double c2 = a.scale * M_LOG2E; // as forward's: the max of the raw scores, scaled, when c2 > 0
-  const bool rawMax = c2 > 0;
+  const double c2 = a.scale * M_LOG2E; // onlineSoftmax's
   RowOf qrows = a.rows(head, q0, a.tq);
   auto qf = w.naturalRows(ln, q, a.rows(head, q0, a.tq, 0), a.d);
   auto o = w.zeros(a.dv / 8, w.body);
@@ -58,31 +57,7 @@ Kernel forwardWgmma(const std::string& name, const Geometry& a) {
     for (int64_t e = 0; e < a.d / 16; ++e) step.push_back(wgmmaBf16(Writer::accOf(s), Writer::held(qf[e]), ks.contracted(stage, e), e > 0));
     step.push_back(wgmmaCommit());
     step.push_back(wgmmaWait(0, Writer::accOf(s)));
-    if (masked || !rawMax)
-      for (int64_t n = 0; n < kb / 8; ++n)
-        for (int i = 0; i < 4; ++i) {
-          ExprRef score = rawMax ? lf(s[n][i]) : B::mul(lf(s[n][i]), f(c2));
-          if (masked) score = select(binary(KOp::Le, colOf(ln, key0, n, i), B::add(q0, ln.row(i))), score, f(-INFINITY));
-          step.push_back(set(s[n][i], score));
-        }
-    int mx[2], corr[2];
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = b.newLocal(), corr[r] = b.newLocal();
-      ExprRef top = rowReduce(KOp::Max, s, 2 * r, f(-INFINITY));
-      step.push_back(let(mx[r], binary(KOp::Max, lf(m[r]), rawMax ? B::mul(top, f(c2)) : top)));
-      step.push_back(let(corr[r], exp2(B::sub(lf(m[r]), lf(mx[r])))));
-    }
-    for (int64_t n = 0; n < kb / 8; ++n)
-      for (int i = 0; i < 4; ++i)
-        step.push_back(set(s[n][i], exp2(B::sub(rawMax ? B::mul(lf(s[n][i]), f(c2)) : lf(s[n][i]), lf(mx[i / 2])))));
-    for (int r = 0; r < 2; ++r) {
-      ExprRef sum = f(0);
-      for (const Frag& fr : s) sum = B::add(sum, B::add(lf(fr[2 * r]), lf(fr[2 * r + 1])));
-      step.push_back(set(l[r], B::add(B::mul(lf(l[r]), lf(corr[r])), sum)));
-      step.push_back(set(m[r], lf(mx[r])));
-    }
-    for (const Frag& fr : o)
-      for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
+    onlineSoftmax(b, step, ln, s, m, l, o, c2, masked, key0, q0);
     step.push_back(wgmmaFence());
     for (int64_t e = 0; e < kb / 16; ++e)
       step.push_back(wgmmaBf16(Writer::accOf(o), Writer::fromResults(s[2 * e], s[2 * e + 1]), vs.rowsOf(stage, e)));
