@@ -469,6 +469,81 @@ inline void onlineSoftmax(B& b, std::vector<StmtRef>& step, const Lane& ln, cons
     for (int i = 0; i < 4; ++i) step.push_back(set(fr[i], B::mul(lf(fr[i]), lf(corr[i / 2]))));
 }
 
+/// The dq kernels' values of a warp's rows g and g + 8 (`qrows` maps 0..15 to flat rows), as
+/// locals: the log-sum-exp in log2 units (rl) and delta = dy . y (rd), which the kernel also
+/// stores for dk and dv: each lane multiplies the dy elements it holds as operands (`dyf`, element
+/// i of k-step s in column col(s, i)) by y's at the same places, and the four lanes of a row add theirs.
+struct RowValues {
+  int rl[2], rd[2];
+};
+inline RowValues rowValues(Writer& w, const Lane& ln, const std::vector<std::array<int, 8>>& dyf, const RowOf& qrows,
+                           const std::function<ExprRef(int64_t, int)>& col) {
+  const Geometry& a = w.a;
+  const ir::Value *y = a.n.input(3), *lse = a.n.input(4), *delta = a.n.outputs[3];
+  ExprRef partial[2] = {f(0), f(0)}; // rows g and g + 8 (an operand's element i: row g + 8 where i % 4 >= 2)
+  for (int64_t s = 0; s < a.dv / 16; ++s)
+    for (int i = 0; i < 8; ++i) {
+      ExprRef at = B::add(B::mul(qrows(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8))), B::i(a.dv)), col(s, i));
+      partial[i % 4 >= 2] = B::add(partial[i % 4 >= 2], B::mul(lf(dyf[s][i]), w.b.ld(y, at)));
+    }
+  RowValues v;
+  for (int r = 0; r < 2; ++r) {
+    v.rl[r] = w.b.newLocal(), v.rd[r] = w.b.newLocal();
+    w.body.push_back(let(v.rl[r], B::mul(w.b.ld(lse, qrows(ln.row(2 * r))), f(M_LOG2E)))); // in log2 units
+    w.body.push_back(let(v.rd[r], warpReduce(KOp::Add, partial[r], 4)));
+    w.body.push_back(when(w.b, binary(KOp::Eq, ln.t, B::i(0)), {w.b.st(delta, qrows(ln.row(2 * r)), lf(v.rd[r]))}));
+  }
+  return v;
+}
+
+/// The dk/dv kernels' copies of a block of qb queries from `first` on: their rows of Q and dO into
+/// a stage of `qs` and `dys` (SharedTile or WgTile), their log-sum-exp and delta into `lses` and `deltas`.
+template <class Tile>
+Writer::Copies queryBlockCopies(Writer& w, const Tile& qs, const Tile& dys, const SharedRowValues& lses, const SharedRowValues& deltas,
+                                const WarpBlock& wb, const ExprRef& first, int64_t qb) {
+  return [&w, &qs, &dys, &lses, &deltas, &wb, first, qb](const ExprRef& stage, const ExprRef& jb) {
+    const Geometry& a = w.a;
+    const ir::Value *q = a.n.input(0), *lse = a.n.input(4), *dy = a.n.input(5), *delta = a.n.outputs[3];
+    ExprRef pos0 = B::add(first, B::mul(jb, B::i(qb)));
+    RowOf rows = a.rows(wb.head, pos0, a.tq);
+    std::vector<StmtRef> c;
+    for (auto part : {qs.copies(w.b, stage, q, a.rows(wb.head, pos0, a.tq, 0), wb.tid, wb.threads), dys.copies(w.b, stage, dy, rows, wb.tid, wb.threads),
+                      lses.copies(w.b, stage, lse, rows, wb.tid, wb.threads), deltas.copies(w.b, stage, delta, rows, wb.tid, wb.threads)})
+      c.insert(c.end(), part.begin(), part.end());
+    return c;
+  };
+}
+
+/// The dk/dv kernels' walk over blocks of qb queries from `first` (the GPU block's first key when
+/// causal, else 0) to the end: with a causal mask the blocks the diagonal crosses for some of the
+/// GPU block's `keys` rows first (masked), then the others.
+inline Writer::Walk queryWalk(const Geometry& a, const ExprRef& first, int64_t qb, int64_t keys) {
+  ExprRef count = binary(KOp::IDiv, B::sub(B::i(a.tq), first), B::i(qb));
+  Writer::Walk walk{count, {{B::i(0), count, false}}};
+  if (!a.causal) return walk;
+  ExprRef crossed = binary(KOp::Min, B::i(keys / qb), count);
+  walk.segments = {{B::i(0), crossed, true}, {crossed, B::sub(count, crossed), false}};
+  return walk;
+}
+
+/// The dk/dv kernels' step between their products: from S^T (`s`, a warp's 16 keys by the block's
+/// queries) and dP^T (`dp`), P^T = exp(scale S^T - lse) into `s` and dS^T = P^T (dP^T - delta)
+/// into `dp`, with `masked` zero where a query (qpos0 + its column) comes before the key (k0 + its row).
+inline void keyGradients(B& b, std::vector<StmtRef>& step, const Lane& ln, const std::vector<Frag>& s, const std::vector<Frag>& dp,
+                         const SharedRowValues& lses, const SharedRowValues& deltas, const ExprRef& stage, double scale, bool masked,
+                         const ExprRef& qpos0, const ExprRef& k0) {
+  for (size_t n = 0; n < s.size(); ++n)
+    for (int i = 0; i < 4; ++i) {
+      ExprRef r = colOf(ln, B::i(0), (int64_t)n, i); // the query within the block
+      ExprRef pt = exp2(B::sub(B::mul(lf(s[n][i]), f(scale * M_LOG2E)), B::mul(lses.at(stage, r), f(M_LOG2E)))); // in log2 units
+      if (masked) pt = select(binary(KOp::Ge, B::add(qpos0, r), B::add(k0, ln.row(i))), pt, f(0));
+      int p = b.newLocal();
+      step.push_back(let(p, pt));
+      step.push_back(set(s[n][i], lf(p)));                                                        // P^T
+      step.push_back(set(dp[n][i], B::mul(lf(p), B::sub(lf(dp[n][i]), deltas.at(stage, r))))); // dS^T
+    }
+}
+
 /// The Hopper forms (LowerAttentionHopper.cpp): whether they apply, and the kernels.
 bool forwardFitsWgmma(const Geometry& a);
 bool gradFitsWgmma(const Geometry& a);

@@ -103,8 +103,7 @@ Kernel forward(const std::string& name, const Geometry& a) {
 /// the dy elements it holds as operands by y's at the same places, and the four lanes of a row
 /// add theirs.
 Kernel gradQueries(const std::string& name, const Geometry& a) {
-  const ir::Value *q = a.n.input(0), *y = a.n.input(3), *lse = a.n.input(4), *dy = a.n.input(5);
-  const ir::Value *dq = a.gradOf(0), *delta = a.n.outputs[3];
+  const ir::Value *q = a.n.input(0), *dy = a.n.input(5), *dq = a.gradOf(0);
   Writer w(name, a);
   B& b = w.b;
   int iv = b.newLoopVar();
@@ -116,19 +115,7 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
   RowOf qrows = a.rows(head, q0, a.tq), qIn = a.rows(head, q0, a.tq, 0);
   auto qf = w.operandRows(ln, q, qIn, a.d);
   auto dyf = w.operandRows(ln, dy, qrows, a.dv);
-  ExprRef partial[2] = {f(0), f(0)}; // rows g and g + 8 (operandRows' element i: row g + 8 where i % 4 >= 2)
-  for (int64_t s = 0; s < a.dv / 16; ++s)
-    for (int i = 0; i < 8; ++i) {
-      ExprRef at = B::add(B::mul(qrows(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8))), B::i(a.dv)), ln.dim(s, i & 1, i >= 4, a.dv));
-      partial[i % 4 >= 2] = B::add(partial[i % 4 >= 2], B::mul(lf(dyf[s][i]), b.ld(y, at)));
-    }
-  int rl[2], rd[2];
-  for (int r = 0; r < 2; ++r) {
-    rl[r] = b.newLocal(), rd[r] = b.newLocal();
-    w.body.push_back(let(rl[r], B::mul(b.ld(lse, qrows(ln.row(2 * r))), f(M_LOG2E)))); // in log2 units
-    w.body.push_back(let(rd[r], warpReduce(KOp::Add, partial[r], 4)));
-    w.body.push_back(when(b, binary(KOp::Eq, ln.t, B::i(0)), {b.st(delta, qrows(ln.row(2 * r)), lf(rd[r]))}));
-  }
+  auto [rl, rd] = rowValues(w, ln, dyf, qrows, [&](int64_t s, int i) { return ln.dim(s, i & 1, i >= 4, a.dv); });
   auto acc = w.zeros(a.d / 8, w.body);
   Writer::Copies copies = keyValueCopies(w, ks, vs, wb, kb);
   auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
@@ -159,8 +146,7 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
 /// the first that sees the GPU block's keys, staged in shared memory for the block's warps with
 /// their log-sum-exp and delta.
 Kernel gradKeysValues(const std::string& name, const Geometry& a) {
-  const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
-  const ir::Value *dk = a.gradOf(1), *dvOut = a.gradOf(2), *delta = a.n.outputs[3];
+  const ir::Value *k = a.n.input(1), *v = a.n.input(2), *dk = a.gradOf(1), *dvOut = a.gradOf(2);
   Writer w(name, a);
   B& b = w.b;
   int iv = b.newLoopVar();
@@ -175,15 +161,7 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   SharedTile qs(b, qb, a.d), dys(b, qb, a.dv);
   SharedRowValues lses(b, qb), deltas(b, qb);
   ExprRef first = a.causal ? wb.row0 : B::i(0); // causal: the queries before the block's keys see none of them
-  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
-    ExprRef pos0 = B::add(first, B::mul(jb, B::i(qb)));
-    RowOf rows = a.rows(head, pos0, a.tq);
-    std::vector<StmtRef> c;
-    for (auto part : {qs.copies(b, stage, q, a.rows(head, pos0, a.tq, 0), wb.tid, wb.threads), dys.copies(b, stage, dy, rows, wb.tid, wb.threads),
-                      lses.copies(b, stage, lse, rows, wb.tid, wb.threads), deltas.copies(b, stage, delta, rows, wb.tid, wb.threads)})
-      c.insert(c.end(), part.begin(), part.end());
-    return c;
-  };
+  Writer::Copies copies = queryBlockCopies(w, qs, dys, lses, deltas, wb, first, qb);
   // One block of qb queries; `masked`: the causal diagonal crosses it for some warp of the GPU block.
   auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
@@ -192,28 +170,13 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
     auto dp = w.zeros(qb / 8, step);
     Writer::timesRowsOf(step, ln, s, kf, a.d, [&](int64_t n) { return qs.source(stage, B::i(n * 8)); });
     Writer::timesRowsOf(step, ln, dp, vf, a.dv, [&](int64_t n) { return dys.source(stage, B::i(n * 8)); });
-    for (int64_t n = 0; n < qb / 8; ++n)
-      for (int i = 0; i < 4; ++i) {
-        ExprRef r = colOf(ln, B::i(0), n, i); // the query within the block
-        ExprRef pt = exp2(B::sub(B::mul(lf(s[n][i]), f(a.scale * M_LOG2E)), B::mul(lses.at(stage, r), f(M_LOG2E)))); // in log2 units
-        if (masked) pt = select(binary(KOp::Ge, B::add(qpos0, r), B::add(k0, ln.row(i))), pt, f(0));
-        int p = b.newLocal();
-        step.push_back(let(p, pt));
-        step.push_back(set(s[n][i], lf(p)));                                                        // P^T
-        step.push_back(set(dp[n][i], B::mul(lf(p), B::sub(lf(dp[n][i]), deltas.at(stage, r))))); // dS^T
-      }
+    keyGradients(b, step, ln, s, dp, lses, deltas, stage, a.scale, masked, qpos0, k0);
     Writer::resultsTimesRows(step, ln, dvAcc, s, a.dv, [&](int64_t e) { return dys.source(stage, B::i(e * 16)); });
     Writer::resultsTimesRows(step, ln, dkAcc, dp, a.d, [&](int64_t e) { return qs.source(stage, B::i(e * 16)); });
     if (!masked) return step;
     return std::vector<StmtRef>{when(b, binary(KOp::Ge, B::add(qpos0, B::i(qb - 1)), k0), std::move(step))}; // before the warp's keys: nothing
   };
-  ExprRef count = binary(KOp::IDiv, B::sub(B::i(a.tq), first), B::i(qb));
-  Writer::Walk walk{count, {{B::i(0), count, false}}};
-  if (a.causal) { // the blocks the diagonal crosses for some warp of the GPU block, then the others
-    ExprRef crossed = binary(KOp::Min, B::i(wb.warps * 16 / qb), count);
-    walk.segments = {{B::i(0), crossed, true}, {crossed, B::sub(count, crossed), false}};
-  }
-  w.stagedWalk(a.tq / qb, walk, copies, block);
+  w.stagedWalk(a.tq / qb, queryWalk(a, first, qb, wb.warps * 16), copies, block);
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i) {
       ExprRef at = B::add(B::mul(krows(ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d));

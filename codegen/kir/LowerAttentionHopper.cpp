@@ -13,6 +13,19 @@
 #include <optional>
 
 namespace sgc::kir::attention {
+namespace {
+
+/// A run of warpgroup products as a step's statements: a fence before them (the registers they
+/// read were written), one group committed, and a wait for it before `results` (the
+/// accumulators they write) are read.
+void products(std::vector<StmtRef>& step, std::vector<StmtRef> run, const std::vector<int>& results) {
+  step.push_back(wgmmaFence());
+  for (StmtRef& p : run) step.push_back(std::move(p));
+  step.push_back(wgmmaCommit());
+  step.push_back(wgmmaWait(0, results));
+}
+
+} // namespace
 
 /// Forward on Hopper: a warpgroup (a GPU block of 4 warps) per 64 queries, each warp's 16 as the
 /// forward kernel's; blocks of kb keys staged in shared memory in wgmma's layout, S = Q K^T and
@@ -53,16 +66,14 @@ Kernel forwardWgmma(const std::string& name, const Geometry& a) {
   auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
     ExprRef key0 = B::mul(jb, B::i(kb));
-    step.push_back(wgmmaFence());
-    for (int64_t e = 0; e < a.d / 16; ++e) step.push_back(wgmmaBf16(Writer::accOf(s), Writer::held(qf[e]), ks.contracted(stage, e), e > 0));
-    step.push_back(wgmmaCommit());
-    step.push_back(wgmmaWait(0, Writer::accOf(s)));
+    std::vector<StmtRef> scores;
+    for (int64_t e = 0; e < a.d / 16; ++e) scores.push_back(wgmmaBf16(Writer::accOf(s), Writer::held(qf[e]), ks.contracted(stage, e), e > 0));
+    products(step, std::move(scores), Writer::accOf(s));
     onlineSoftmax(b, step, ln, s, m, l, o, c2, masked, key0, q0);
-    step.push_back(wgmmaFence());
+    std::vector<StmtRef> outputs;
     for (int64_t e = 0; e < kb / 16; ++e)
-      step.push_back(wgmmaBf16(Writer::accOf(o), Writer::fromResults(s[2 * e], s[2 * e + 1]), vs.rowsOf(stage, e)));
-    step.push_back(wgmmaCommit());
-    step.push_back(wgmmaWait(0, Writer::accOf(o)));
+      outputs.push_back(wgmmaBf16(Writer::accOf(o), Writer::fromResults(s[2 * e], s[2 * e + 1]), vs.rowsOf(stage, e)));
+    products(step, std::move(outputs), Writer::accOf(o));
     return step;
   };
   w.stagedWalk(a.tk / kb, keyWalk(a, wb.row0, 64, kb), copies, block, true);
@@ -81,8 +92,7 @@ bool gradFitsWgmma(const Geometry& a) { return forwardFitsWgmma(a) && a.tk % 64 
 /// dq on Hopper: gradQueries' walk for a warpgroup per 64 queries, its four products (S = Q K^T,
 /// dP = dO V^T, then dQ += dS K) warpgroup products reading K and V from shared memory.
 Kernel gradQueriesWgmma(const std::string& name, const Geometry& a) {
-  const ir::Value *q = a.n.input(0), *y = a.n.input(3), *lse = a.n.input(4), *dy = a.n.input(5);
-  const ir::Value *dq = a.gradOf(0), *delta = a.n.outputs[3];
+  const ir::Value *q = a.n.input(0), *dy = a.n.input(5), *dq = a.gradOf(0);
   Writer w(name, a);
   B& b = w.b;
   int iv = b.newLoopVar();
@@ -94,20 +104,7 @@ Kernel gradQueriesWgmma(const std::string& name, const Geometry& a) {
   RowOf qrows = a.rows(head, q0, a.tq), qIn = a.rows(head, q0, a.tq, 0);
   auto qf = w.naturalRows(ln, q, qIn, a.d);
   auto dyf = w.naturalRows(ln, dy, qrows, a.dv);
-  ExprRef partial[2] = {f(0), f(0)}; // delta = dy . y: rows g and g + 8, each lane's own elements
-  for (int64_t s = 0; s < a.dv / 16; ++s)
-    for (int i = 0; i < 8; ++i) {
-      ExprRef col = B::add(B::i(16 * s), ln.k((i & 1) + (i >= 4 ? 2 : 0)));
-      ExprRef at = B::add(B::mul(qrows(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8))), B::i(a.dv)), col);
-      partial[i % 4 >= 2] = B::add(partial[i % 4 >= 2], B::mul(lf(dyf[s][i]), b.ld(y, at)));
-    }
-  int rl[2], rd[2];
-  for (int r = 0; r < 2; ++r) {
-    rl[r] = b.newLocal(), rd[r] = b.newLocal();
-    w.body.push_back(let(rl[r], B::mul(b.ld(lse, qrows(ln.row(2 * r))), f(M_LOG2E)))); // in log2 units
-    w.body.push_back(let(rd[r], warpReduce(KOp::Add, partial[r], 4)));
-    w.body.push_back(when(b, binary(KOp::Eq, ln.t, B::i(0)), {b.st(delta, qrows(ln.row(2 * r)), lf(rd[r]))}));
-  }
+  auto [rl, rd] = rowValues(w, ln, dyf, qrows, [&](int64_t s, int i) { return B::add(B::i(16 * s), ln.k((i & 1) + (i >= 4 ? 2 : 0))); });
   auto acc = w.zeros(a.d / 8, w.body);
   auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
     ExprRef key0 = B::mul(jb, B::i(kb));
@@ -121,22 +118,20 @@ Kernel gradQueriesWgmma(const std::string& name, const Geometry& a) {
   auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
     ExprRef key0 = B::mul(jb, B::i(kb));
-    step.push_back(wgmmaFence());
-    for (int64_t e = 0; e < a.d / 16; ++e) step.push_back(wgmmaBf16(Writer::accOf(s), Writer::held(qf[e]), ks.contracted(stage, e), e > 0));
-    for (int64_t e = 0; e < a.dv / 16; ++e) step.push_back(wgmmaBf16(dps, Writer::held(dyf[e]), vs.contracted(stage, e), e > 0));
-    step.push_back(wgmmaCommit());
-    step.push_back(wgmmaWait(0, both));
+    std::vector<StmtRef> scores;
+    for (int64_t e = 0; e < a.d / 16; ++e) scores.push_back(wgmmaBf16(Writer::accOf(s), Writer::held(qf[e]), ks.contracted(stage, e), e > 0));
+    for (int64_t e = 0; e < a.dv / 16; ++e) scores.push_back(wgmmaBf16(dps, Writer::held(dyf[e]), vs.contracted(stage, e), e > 0));
+    products(step, std::move(scores), both);
     for (int64_t n = 0; n < kb / 8; ++n)
       for (int i = 0; i < 4; ++i) {
         ExprRef p = exp2(B::sub(B::mul(lf(s[n][i]), f(a.scale * M_LOG2E)), lf(rl[i / 2])));
         if (masked) p = select(binary(KOp::Le, colOf(ln, key0, n, i), B::add(q0, ln.row(i))), p, f(0));
         step.push_back(set(s[n][i], B::mul(p, B::sub(lf(dp[n][i]), lf(rd[i / 2]))))); // dS
       }
-    step.push_back(wgmmaFence());
+    std::vector<StmtRef> dqs;
     for (int64_t e = 0; e < kb / 16; ++e)
-      step.push_back(wgmmaBf16(Writer::accOf(acc), Writer::fromResults(s[2 * e], s[2 * e + 1]), ks.rowsOf(stage, e)));
-    step.push_back(wgmmaCommit());
-    step.push_back(wgmmaWait(0, Writer::accOf(acc)));
+      dqs.push_back(wgmmaBf16(Writer::accOf(acc), Writer::fromResults(s[2 * e], s[2 * e + 1]), ks.rowsOf(stage, e)));
+    products(step, std::move(dqs), Writer::accOf(acc));
     return step;
   };
   w.stagedWalk(a.tk / kb, keyWalk(a, wb.row0, 64, kb), copies, block, true);
@@ -151,8 +146,7 @@ Kernel gradQueriesWgmma(const std::string& name, const Geometry& a) {
 /// warpgroup products reading Q and dO from shared memory, each tile both ways: contracted over
 /// its width, then over its rows.
 Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
-  const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
-  const ir::Value *dk = a.gradOf(1), *dvOut = a.gradOf(2), *delta = a.n.outputs[3];
+  const ir::Value *k = a.n.input(1), *v = a.n.input(2), *dk = a.gradOf(1), *dvOut = a.gradOf(2);
   Writer w(name, a);
   B& b = w.b;
   int iv = b.newLoopVar();
@@ -179,57 +173,32 @@ Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
   WgTile qs(b, qb, a.d), dys(b, qb, a.dv);
   SharedRowValues lses(b, qb), deltas(b, qb);
   ExprRef first = a.causal ? wb.row0 : B::i(0); // causal: the queries before the block's keys see none of them
-  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
-    ExprRef pos0 = B::add(first, B::mul(jb, B::i(qb)));
-    RowOf rows = a.rows(head, pos0, a.tq);
-    std::vector<StmtRef> c;
-    for (auto part : {qs.copies(b, stage, q, a.rows(head, pos0, a.tq, 0), wb.tid, wb.threads), dys.copies(b, stage, dy, rows, wb.tid, wb.threads),
-                      lses.copies(b, stage, lse, rows, wb.tid, wb.threads), deltas.copies(b, stage, delta, rows, wb.tid, wb.threads)})
-      c.insert(c.end(), part.begin(), part.end());
-    return c;
-  };
+  Writer::Copies copies = queryBlockCopies(w, qs, dys, lses, deltas, wb, first, qb);
   auto s = w.zeros(qb / 8, w.body), dp = w.zeros(qb / 8, w.body); // each block's: its first products replace them
   std::vector<int> both = Writer::accOf(s), dps = Writer::accOf(dp);
   both.insert(both.end(), dps.begin(), dps.end());
   auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
     ExprRef qpos0 = B::add(first, B::mul(jb, B::i(qb)));
-    step.push_back(wgmmaFence());
+    std::vector<StmtRef> scores;
     for (int64_t e = 0; e < a.d / 16; ++e)
-      step.push_back(keysShared ? wgmmaBf16(Writer::accOf(s), kt->contracted(B::i(0), e), qs.contracted(stage, e), e > 0)
-                                : wgmmaBf16(Writer::accOf(s), Writer::held(kf[e]), qs.contracted(stage, e), e > 0));
+      scores.push_back(keysShared ? wgmmaBf16(Writer::accOf(s), kt->contracted(B::i(0), e), qs.contracted(stage, e), e > 0)
+                                  : wgmmaBf16(Writer::accOf(s), Writer::held(kf[e]), qs.contracted(stage, e), e > 0));
     for (int64_t e = 0; e < a.dv / 16; ++e)
-      step.push_back(keysShared ? wgmmaBf16(dps, vt->contracted(B::i(0), e), dys.contracted(stage, e), e > 0)
-                                : wgmmaBf16(dps, Writer::held(vf[e]), dys.contracted(stage, e), e > 0));
-    step.push_back(wgmmaCommit());
-    step.push_back(wgmmaWait(0, both));
-    for (int64_t n = 0; n < qb / 8; ++n)
-      for (int i = 0; i < 4; ++i) {
-        ExprRef r = colOf(ln, B::i(0), n, i); // the query within the block
-        ExprRef pt = exp2(B::sub(B::mul(lf(s[n][i]), f(a.scale * M_LOG2E)), B::mul(lses.at(stage, r), f(M_LOG2E)))); // in log2 units
-        if (masked) pt = select(binary(KOp::Ge, B::add(qpos0, r), B::add(k0, ln.row(i))), pt, f(0));
-        int p = b.newLocal();
-        step.push_back(let(p, pt));
-        step.push_back(set(s[n][i], lf(p)));                                                        // P^T
-        step.push_back(set(dp[n][i], B::mul(lf(p), B::sub(lf(dp[n][i]), deltas.at(stage, r))))); // dS^T
-      }
+      scores.push_back(keysShared ? wgmmaBf16(dps, vt->contracted(B::i(0), e), dys.contracted(stage, e), e > 0)
+                                  : wgmmaBf16(dps, Writer::held(vf[e]), dys.contracted(stage, e), e > 0));
+    products(step, std::move(scores), both);
+    keyGradients(b, step, ln, s, dp, lses, deltas, stage, a.scale, masked, qpos0, k0);
     std::vector<int> grads = Writer::accOf(dvAcc), dks = Writer::accOf(dkAcc);
     grads.insert(grads.end(), dks.begin(), dks.end());
-    step.push_back(wgmmaFence());
+    std::vector<StmtRef> updates;
     for (int64_t e = 0; e < qb / 16; ++e)
-      step.push_back(wgmmaBf16(Writer::accOf(dvAcc), Writer::fromResults(s[2 * e], s[2 * e + 1]), dys.rowsOf(stage, e)));
-    for (int64_t e = 0; e < qb / 16; ++e) step.push_back(wgmmaBf16(dks, Writer::fromResults(dp[2 * e], dp[2 * e + 1]), qs.rowsOf(stage, e)));
-    step.push_back(wgmmaCommit());
-    step.push_back(wgmmaWait(0, grads));
+      updates.push_back(wgmmaBf16(Writer::accOf(dvAcc), Writer::fromResults(s[2 * e], s[2 * e + 1]), dys.rowsOf(stage, e)));
+    for (int64_t e = 0; e < qb / 16; ++e) updates.push_back(wgmmaBf16(dks, Writer::fromResults(dp[2 * e], dp[2 * e + 1]), qs.rowsOf(stage, e)));
+    products(step, std::move(updates), grads);
     return step;
   };
-  ExprRef count = binary(KOp::IDiv, B::sub(B::i(a.tq), first), B::i(qb));
-  Writer::Walk walk{count, {{B::i(0), count, false}}};
-  if (a.causal) { // the blocks the diagonal crosses for some warp of the GPU block, then the others
-    ExprRef crossed = binary(KOp::Min, B::i(64 / qb), count);
-    walk.segments = {{B::i(0), crossed, true}, {crossed, B::sub(count, crossed), false}};
-  }
-  w.stagedWalk(a.tq / qb, walk, copies, block, true);
+  w.stagedWalk(a.tq / qb, queryWalk(a, first, qb, 64), copies, block, true);
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i)
       w.body.push_back(b.st(dk, B::add(B::mul(krows(ln.row(i)), B::i(a.d)), colOf(ln, B::i(0), n, i)), B::mul(lf(dkAcc[n][i]), f(a.scale))));
