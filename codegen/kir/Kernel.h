@@ -158,7 +158,8 @@ struct Stmt {
                                ///< Loop (serial): when set, an i64 bound: iterations [0, min(extent, value))
   std::vector<StmtRef> body;   ///< Loop, Block
   std::vector<ExprRef> operands; ///< Mma: a0..a7, b0..b3; Wgmma: its warp's A fragment a0..a7 (none when A is a tile)
-  std::vector<int> acc;          ///< Mma: the four f32 locals c0..c3, updated in place; Wgmma: its n / 2; WgmmaWait: those it waits for
+  std::vector<int> acc;          ///< Mma: the four f32 locals c0..c3, updated in place; Wgmma: its n / 2 f32 accumulators, likewise;
+                                 ///< WgmmaWait: the accumulators of the products it waits for
   std::vector<WgmmaTile> tiles;  ///< Wgmma: B, then A when A is a tile
 };
 
