@@ -45,6 +45,18 @@ struct Lane {
   /// Column (of A) or row (of B) of operand element i within its 16: 2t, 2t+1, 2t+8, 2t+9.
   ExprRef k(int i) const { return B::add(B::mul(t, B::i(2)), B::i((i & 1) + (i >= 2 ? 8 : 0))); }
 
+  /// Where a lane's A operand element i (0..7, mmaBf16's a0..a7) of k-step s lies in a contracted
+  /// dim: permuted(width) as Lane::dim places it (mma.sync, both operands from registers: a lane
+  /// loads two k-steps at once), natural() in the dim's own order (a warpgroup product, whose B the
+  /// tensor cores read from shared memory in that order).
+  using ColOrder = std::function<ExprRef(int64_t s, int i)>;
+  ColOrder permuted(int64_t width) const {
+    return [ln = *this, width](int64_t s, int i) { return ln.dim(s, i & 1, i >= 4, width); };
+  }
+  ColOrder natural() const {
+    return [ln = *this](int64_t s, int i) { return B::add(B::i(16 * s), ln.k((i & 1) + (i >= 4 ? 2 : 0))); };
+  }
+
   /// Where a contracted dim's index goes in memory. A product's sum over its k indices may
   /// take them in any order, as long as both operands agree: k-step s's indices 2t, 2t+1, 2t+8,
   /// 2t+9 (`pair` the +1, `high` the +8) map to 4 neighbouring elements, and those of k-steps
@@ -245,29 +257,16 @@ public:
   }
 
   /// The A operand fragments of 16 rows (`row` maps 0..15 to flat rows) of `m` (row-major,
-  /// `width` wide, contracted: Lane::dim), one per 16 columns, held in locals (bf16 ones for a bf16 `m`).
-  std::vector<std::array<int, 8>> operandRows(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t width) {
+  /// `width` wide, contracted; its columns in the order `col`: Lane::permuted or Lane::natural),
+  /// one per 16 columns, held in locals (bf16 ones for a bf16 `m`: half a register each).
+  std::vector<std::array<int, 8>> operandRows(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t width, const Lane::ColOrder& col) {
     std::vector<std::array<int, 8>> fs(width / 16);
     for (int64_t s = 0; s < width / 16; ++s)
       for (int i = 0; i < 8; ++i) {
         ExprRef r = row(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8)));
         fs[s][i] = b.newLocal();
-        ExprRef v = b.ld(m, B::add(B::mul(r, B::i(width)), ln.dim(s, i & 1, i >= 4, width)));
-        body.push_back(m->type.dtype == ir::DType::BF16 ? letBf16(fs[s][i], v) : let(fs[s][i], v)); // bf16 exactly: half a register
-      }
-    return fs;
-  }
-
-  /// operandRows with the contracted columns in their own order (16s + 2t, 2t + 1, 2t + 8, 2t + 9
-  /// at k-step s): the A operand of a warpgroup product whose B is a tile.
-  std::vector<std::array<int, 8>> naturalRows(const Lane& ln, const ir::Value* m, const RowOf& row, int64_t width) {
-    std::vector<std::array<int, 8>> fs(width / 16);
-    for (int64_t s = 0; s < width / 16; ++s)
-      for (int i = 0; i < 8; ++i) {
-        ExprRef r = row(i % 4 < 2 ? ln.g : B::add(ln.g, B::i(8)));
-        ExprRef col = B::add(B::i(16 * s), ln.k((i & 1) + (i >= 4 ? 2 : 0)));
-        fs[s][i] = b.newLocal();
-        body.push_back(letBf16(fs[s][i], b.ld(m, B::add(B::mul(r, B::i(width)), col))));
+        ExprRef v = b.ld(m, B::add(B::mul(r, B::i(width)), col(s, i)));
+        body.push_back(m->type.dtype == ir::DType::BF16 ? letBf16(fs[s][i], v) : let(fs[s][i], v));
       }
     return fs;
   }
@@ -412,8 +411,10 @@ inline Writer::Walk keyWalk(const Geometry& a, const ExprRef& row0, int64_t rows
   return {count, {{B::i(0), full, false}, {full, B::sub(count, full), true}}};
 }
 
-/// A walk's copies over blocks of kb keys: block jb's rows of K and V into a stage of `ks` and `vs`.
-inline Writer::Copies keyValueCopies(Writer& w, const SharedTile& ks, const SharedTile& vs, const WarpBlock& wb, int64_t kb) {
+/// A walk's copies over blocks of kb keys: block jb's rows of K and V into a stage of `ks` and `vs`
+/// (SharedTile or WgTile).
+template <class Tile>
+Writer::Copies keyValueCopies(Writer& w, const Tile& ks, const Tile& vs, const WarpBlock& wb, int64_t kb) {
   return [&w, &ks, &vs, &wb, kb](const ExprRef& stage, const ExprRef& jb) {
     ExprRef key0 = B::mul(jb, B::i(kb));
     std::vector<StmtRef> c = ks.copies(w.b, stage, w.a.n.input(1), w.a.rows(wb.head, key0, w.a.tk, 1), wb.tid, wb.threads);
@@ -431,6 +432,28 @@ inline ExprRef rowReduce(KOp op, const std::vector<Frag>& fs, int i, ExprRef ini
   ExprRef r = std::move(init);
   for (const Frag& fr : fs) r = binary(op, binary(op, r, lf(fr[i])), lf(fr[i + 1]));
   return warpReduce(op, r, 4);
+}
+
+/// The forward pass's running max `m` and sum `l` of a warp's rows g and g + 8: -inf and 0.
+inline void runningStats(Writer& w, std::array<int, 2>& m, std::array<int, 2>& l) {
+  for (int r = 0; r < 2; ++r) {
+    m[r] = w.b.newLocal(), l[r] = w.b.newLocal();
+    w.body.push_back(let(m[r], f(-INFINITY)));
+    w.body.push_back(let(l[r], f(0)));
+  }
+}
+
+/// The forward pass's results for a warp's 16 rows (`qrows` maps 0..15 to flat rows): y = O / l,
+/// O's element i of fragment n in column col(n, i), and the log-sum-exp m ln 2 + log l.
+inline void forwardResults(Writer& w, const Lane& ln, const RowOf& qrows, const std::vector<Frag>& o, const std::array<int, 2>& m,
+                           const std::array<int, 2>& l, const std::function<ExprRef(int64_t n, int i)>& col) {
+  const ir::Value *y = w.a.n.outputs[0], *lse = w.a.n.outputs[1];
+  for (int r = 0; r < 2; ++r) w.body.push_back(set(l[r], warpReduce(KOp::Add, lf(l[r]), 4)));
+  for (size_t n = 0; n < o.size(); ++n)
+    for (int i = 0; i < 4; ++i)
+      w.body.push_back(w.b.st(y, B::add(B::mul(qrows(ln.row(i)), B::i(w.a.dv)), col((int64_t)n, i)), B::div(lf(o[n][i]), lf(l[i / 2]))));
+  for (int r = 0; r < 2; ++r)
+    w.body.push_back(w.b.st(lse, qrows(ln.row(2 * r)), B::add(B::mul(lf(m[r]), f(M_LN2)), unary(KOp::Log, lf(l[r])))));
 }
 
 /// The forward pass's online softmax for one block of keys of a warp's 16 rows, as statements of
@@ -471,13 +494,12 @@ inline void onlineSoftmax(B& b, std::vector<StmtRef>& step, const Lane& ln, cons
 
 /// The dq kernels' values of a warp's rows g and g + 8 (`qrows` maps 0..15 to flat rows), as
 /// locals: the log-sum-exp in log2 units (rl) and delta = dy . y (rd), which the kernel also
-/// stores for dk and dv: each lane multiplies the dy elements it holds as operands (`dyf`, element
-/// i of k-step s in column col(s, i)) by y's at the same places, and the four lanes of a row add theirs.
+/// stores for dk and dv: each lane multiplies the dy elements it holds as operands (`dyf`, loaded in
+/// the column order `col`) by y's at the same places, and the four lanes of a row add theirs.
 struct RowValues {
   int rl[2], rd[2];
 };
-inline RowValues rowValues(Writer& w, const Lane& ln, const std::vector<std::array<int, 8>>& dyf, const RowOf& qrows,
-                           const std::function<ExprRef(int64_t, int)>& col) {
+inline RowValues rowValues(Writer& w, const Lane& ln, const std::vector<std::array<int, 8>>& dyf, const RowOf& qrows, const Lane::ColOrder& col) {
   const Geometry& a = w.a;
   const ir::Value *y = a.n.input(3), *lse = a.n.input(4), *delta = a.n.outputs[3];
   ExprRef partial[2] = {f(0), f(0)}; // rows g and g + 8 (an operand's element i: row g + 8 where i % 4 >= 2)

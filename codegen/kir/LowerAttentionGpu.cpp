@@ -35,7 +35,7 @@ using namespace attention;
 constexpr int kForwardTiles = 2;
 
 Kernel forward(const std::string& name, const Geometry& a) {
-  const ir::Value *q = a.n.input(0), *y = a.n.outputs[0], *lse = a.n.outputs[1];
+  const ir::Value* q = a.n.input(0);
   Writer w(name, a);
   B& b = w.b;
   int iv = b.newLoopVar();
@@ -52,13 +52,9 @@ Kernel forward(const std::string& name, const Geometry& a) {
   std::vector<std::array<int, 2>> m(R), l(R);
   for (int t = 0; t < R; ++t) {
     qrows.push_back(a.rows(head, B::add(q0, B::i(16 * t)), a.tq));
-    qf.push_back(w.operandRows(ln, q, a.rows(head, B::add(q0, B::i(16 * t)), a.tq, 0), a.d));
+    qf.push_back(w.operandRows(ln, q, a.rows(head, B::add(q0, B::i(16 * t)), a.tq, 0), a.d, ln.permuted(a.d)));
     o.push_back(w.zeros(a.dv / 8, w.body));
-    for (int r = 0; r < 2; ++r) {
-      m[t][r] = b.newLocal(), l[t][r] = b.newLocal();
-      w.body.push_back(let(m[t][r], f(-INFINITY)));
-      w.body.push_back(let(l[t][r], f(0)));
-    }
+    runningStats(w, m[t], l[t]);
   }
   Writer::Copies copies = keyValueCopies(w, ks, vs, wb, kb);
   // One block of kb keys in `stage`; `masked`: the causal diagonal crosses it for some warp of the GPU block.
@@ -85,16 +81,7 @@ Kernel forward(const std::string& name, const Geometry& a) {
     return std::vector<StmtRef>{when(b, binary(KOp::Le, key0, B::add(q0, B::i(rowsPerWarp - 1))), std::move(step))}; // past the warp's last query: nothing
   };
   w.stagedWalk(a.tk / kb, keyWalk(a, wb.row0, wb.warps * rowsPerWarp, kb), copies, block);
-  for (int t = 0; t < R; ++t) {
-    for (int r = 0; r < 2; ++r) w.body.push_back(set(l[t][r], warpReduce(KOp::Add, lf(l[t][r]), 4)));
-    for (int64_t n = 0; n < a.dv / 8; ++n)
-      for (int i = 0; i < 4; ++i) {
-        ExprRef row = qrows[t](ln.row(i));
-        w.body.push_back(b.st(y, B::add(B::mul(row, B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), B::div(lf(o[t][n][i]), lf(l[t][i / 2]))));
-      }
-    for (int r = 0; r < 2; ++r)
-      w.body.push_back(b.st(lse, qrows[t](ln.row(2 * r)), B::add(B::mul(lf(m[t][r]), f(M_LN2)), unary(KOp::Log, lf(l[t][r])))));
-  }
+  for (int t = 0; t < R; ++t) forwardResults(w, ln, qrows[t], o[t], m[t], l[t], [&](int64_t n, int i) { return Lane::spread(n, ln.col(i), a.dv); });
   return w.finish(iv, a.heads * tiles, wb.threads);
 }
 
@@ -113,9 +100,9 @@ Kernel gradQueries(const std::string& name, const Geometry& a) {
   const ExprRef &head = wb.head, &q0 = wb.warpRow0;
   SharedTile ks(b, kb, a.d), vs(b, kb, a.dv);
   RowOf qrows = a.rows(head, q0, a.tq), qIn = a.rows(head, q0, a.tq, 0);
-  auto qf = w.operandRows(ln, q, qIn, a.d);
-  auto dyf = w.operandRows(ln, dy, qrows, a.dv);
-  auto [rl, rd] = rowValues(w, ln, dyf, qrows, [&](int64_t s, int i) { return ln.dim(s, i & 1, i >= 4, a.dv); });
+  auto qf = w.operandRows(ln, q, qIn, a.d, ln.permuted(a.d));
+  auto dyf = w.operandRows(ln, dy, qrows, a.dv, ln.permuted(a.dv));
+  auto [rl, rd] = rowValues(w, ln, dyf, qrows, ln.permuted(a.dv));
   auto acc = w.zeros(a.d / 8, w.body);
   Writer::Copies copies = keyValueCopies(w, ks, vs, wb, kb);
   auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
@@ -155,8 +142,8 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   WarpBlock wb(ln, loopVar(iv), tiles, 16, false); // the longest walks (first keys) first
   const ExprRef &head = wb.head, &k0 = wb.warpRow0;
   RowOf krows = a.rows(head, k0, a.tk, 1), vrows = a.rows(head, k0, a.tk, 2);
-  auto kf = w.operandRows(ln, k, krows, a.d);
-  auto vf = w.operandRows(ln, v, vrows, a.dv);
+  auto kf = w.operandRows(ln, k, krows, a.d, ln.permuted(a.d));
+  auto vf = w.operandRows(ln, v, vrows, a.dv, ln.permuted(a.dv));
   auto dkAcc = w.zeros(a.d / 8, w.body), dvAcc = w.zeros(a.dv / 8, w.body);
   SharedTile qs(b, qb, a.d), dys(b, qb, a.dv);
   SharedRowValues lses(b, qb), deltas(b, qb);

@@ -4,7 +4,7 @@
 // and walks the other side in blocks staged in shared memory by asynchronous copies one block
 // ahead, in wgmma's 128-byte swizzled layout (WgTile), from which the tensor cores read them
 // themselves: no operand fragments are loaded for them. The block's own rows stay in registers as
-// bf16 in the order wgmma takes its A operand (Writer::naturalRows); a product's result fragments
+// bf16 in the order wgmma takes its A operand (Lane::natural); a product's result fragments
 // are the next product's A operand, as there. Each warpgroup product waits for its results before
 // the softmax reads them. The warps of a warpgroup run every product together, so none skips a
 // block that a causal mask hides from its rows: such rows are masked instead.
@@ -35,7 +35,7 @@ void products(std::vector<StmtRef>& step, std::vector<StmtRef> run, const std::v
 bool forwardFitsWgmma(const Geometry& a) { return a.d % 64 == 0 && a.dv % 64 == 0 && a.d <= 128 && a.dv <= 128 && a.tq % 64 == 0; }
 
 Kernel forwardWgmma(const std::string& name, const Geometry& a) {
-  const ir::Value *q = a.n.input(0), *y = a.n.outputs[0], *lse = a.n.outputs[1];
+  const ir::Value* q = a.n.input(0);
   Writer w(name, a);
   B& b = w.b;
   int iv = b.newLoopVar();
@@ -48,20 +48,11 @@ Kernel forwardWgmma(const std::string& name, const Geometry& a) {
   WgTile ks(b, kb, a.d), vs(b, kb, a.dv);
   const double c2 = a.scale * M_LOG2E; // onlineSoftmax's
   RowOf qrows = a.rows(head, q0, a.tq);
-  auto qf = w.naturalRows(ln, q, a.rows(head, q0, a.tq, 0), a.d);
+  auto qf = w.operandRows(ln, q, a.rows(head, q0, a.tq, 0), a.d, ln.natural());
   auto o = w.zeros(a.dv / 8, w.body);
   std::array<int, 2> m, l;
-  for (int r = 0; r < 2; ++r) {
-    m[r] = b.newLocal(), l[r] = b.newLocal();
-    w.body.push_back(let(m[r], f(-INFINITY)));
-    w.body.push_back(let(l[r], f(0)));
-  }
-  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
-    ExprRef key0 = B::mul(jb, B::i(kb));
-    std::vector<StmtRef> c = ks.copies(b, stage, a.n.input(1), a.rows(head, key0, a.tk, 1), wb.tid, wb.threads);
-    for (StmtRef& st : vs.copies(b, stage, a.n.input(2), a.rows(head, key0, a.tk, 2), wb.tid, wb.threads)) c.push_back(std::move(st));
-    return c;
-  };
+  runningStats(w, m, l);
+  Writer::Copies copies = keyValueCopies(w, ks, vs, wb, kb);
   auto s = w.zeros(kb / 8, w.body); // each block's scores: its first product replaces them
   auto block = [&](const ExprRef& stage, const ExprRef& jb, bool masked) {
     std::vector<StmtRef> step;
@@ -77,12 +68,7 @@ Kernel forwardWgmma(const std::string& name, const Geometry& a) {
     return step;
   };
   w.stagedWalk(a.tk / kb, keyWalk(a, wb.row0, 64, kb), copies, block, true);
-  for (int r = 0; r < 2; ++r) w.body.push_back(set(l[r], warpReduce(KOp::Add, lf(l[r]), 4)));
-  for (int64_t n = 0; n < a.dv / 8; ++n)
-    for (int i = 0; i < 4; ++i)
-      w.body.push_back(b.st(y, B::add(B::mul(qrows(ln.row(i)), B::i(a.dv)), colOf(ln, B::i(0), n, i)), B::div(lf(o[n][i]), lf(l[i / 2]))));
-  for (int r = 0; r < 2; ++r)
-    w.body.push_back(b.st(lse, qrows(ln.row(2 * r)), B::add(B::mul(lf(m[r]), f(M_LN2)), unary(KOp::Log, lf(l[r])))));
+  forwardResults(w, ln, qrows, o, m, l, [&](int64_t n, int i) { return colOf(ln, B::i(0), n, i); });
   return w.finish(iv, a.heads * (a.tq / 16), wb.threads);
 }
 
@@ -102,16 +88,11 @@ Kernel gradQueriesWgmma(const std::string& name, const Geometry& a) {
   const ExprRef &head = wb.head, &q0 = wb.warpRow0;
   WgTile ks(b, kb, a.d), vs(b, kb, a.dv);
   RowOf qrows = a.rows(head, q0, a.tq), qIn = a.rows(head, q0, a.tq, 0);
-  auto qf = w.naturalRows(ln, q, qIn, a.d);
-  auto dyf = w.naturalRows(ln, dy, qrows, a.dv);
-  auto [rl, rd] = rowValues(w, ln, dyf, qrows, [&](int64_t s, int i) { return B::add(B::i(16 * s), ln.k((i & 1) + (i >= 4 ? 2 : 0))); });
+  auto qf = w.operandRows(ln, q, qIn, a.d, ln.natural());
+  auto dyf = w.operandRows(ln, dy, qrows, a.dv, ln.natural());
+  auto [rl, rd] = rowValues(w, ln, dyf, qrows, ln.natural());
   auto acc = w.zeros(a.d / 8, w.body);
-  auto copies = [&](const ExprRef& stage, const ExprRef& jb) {
-    ExprRef key0 = B::mul(jb, B::i(kb));
-    std::vector<StmtRef> c = ks.copies(b, stage, a.n.input(1), a.rows(head, key0, a.tk, 1), wb.tid, wb.threads);
-    for (StmtRef& st : vs.copies(b, stage, a.n.input(2), a.rows(head, key0, a.tk, 2), wb.tid, wb.threads)) c.push_back(std::move(st));
-    return c;
-  };
+  Writer::Copies copies = keyValueCopies(w, ks, vs, wb, kb);
   auto s = w.zeros(kb / 8, w.body), dp = w.zeros(kb / 8, w.body); // each block's: its first products replace them
   std::vector<int> both = Writer::accOf(s), dps = Writer::accOf(dp);
   both.insert(both.end(), dps.begin(), dps.end());
@@ -166,8 +147,8 @@ Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
     for (StmtRef& c : vt->copies(b, B::i(0), v, a.rows(head, wb.row0, a.tk, 2), wb.tid, wb.threads)) w.body.push_back(std::move(c));
     w.body.push_back(asyncCommit());
   } else {
-    kf = w.naturalRows(ln, k, krows, a.d);
-    vf = w.naturalRows(ln, v, vrows, a.dv);
+    kf = w.operandRows(ln, k, krows, a.d, ln.natural());
+    vf = w.operandRows(ln, v, vrows, a.dv, ln.natural());
   }
   auto dkAcc = w.zeros(a.d / 8, w.body), dvAcc = w.zeros(a.dv / 8, w.body);
   WgTile qs(b, qb, a.d), dys(b, qb, a.dv);
