@@ -13,6 +13,7 @@
 #include <fstream>
 #include <gtest/gtest.h>
 #include <map>
+#include <random>
 #include <unistd.h>
 
 namespace sgc::test {
@@ -63,6 +64,15 @@ inline void runKernels(const ir::Node& n, const std::string& name, std::map<std:
   }
 }
 
+/// The PTX of `ks` for sm_90 (as sgc generates it: sm_90a).
+inline Expected<std::string> sm90Ptx(const std::vector<kir::Kernel>& ks) {
+  llvm::LLVMContext ctx;
+  auto spec = codegen::TargetSpec::nvptx("sm_90");
+  auto mod = codegen::emitKernels(ctx, ks, spec);
+  if (!mod) return mod.takeError();
+  return codegen::compileModule(**mod, spec);
+}
+
 /// ptxas -v run on `ptx` for sm_90 (as sgc generates it: sm_90a): its exit status and what it printed.
 inline std::pair<int, std::string> assembled(const std::string& ptx, const char* ptxas) {
   auto dir = std::filesystem::temp_directory_path() / ("sgc-ptx-" + std::to_string(getpid()));
@@ -77,5 +87,18 @@ inline std::pair<int, std::string> assembled(const std::string& ptx, const char*
   return {rc, log};
 }
 
+
+/// Uniform random values in [lo, hi) for each input of `g`.
+inline std::map<std::string, ir::Tensor> randomInputs(const ir::Graph& g, unsigned seed, double lo, double hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::map<std::string, ir::Tensor> in;
+  for (ir::Value* v : g.inputs) {
+    ir::Tensor t(v->type.dtype, v->type.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) t.setF(i, u(rng));
+    in[v->name] = t;
+  }
+  return in;
+}
 
 } // namespace sgc::test
