@@ -45,7 +45,7 @@ const CommandSpec kCompile{
                                 {"quiet", "", "no progress lines (they are written to stderr when it is a terminal)"},
                                 {"weights", "WHERE", "embedded (default), external (a .weights.safetensors file beside the .so) or none"},
                                 {"cache-dir", "DIR", "reuse (and store) compiled .so files keyed by their content hash"},
-                                {"recompute", "MODE", "activation recomputation: none (default), cheap, selective or full"},
+                                {"recompute", "MODE", "activation recomputation: fused (default), none, cheap, selective or full"},
                                 {"train", "", "build the training step (implied by any training flag)"},
                                 {"dim", "N=SIZE,...", "bind symbolic input dims to sizes"},
                                 {"input-type", "NAME=T,...", "a TorchScript forward's argument types, e.g. input_ids=i64[2,16] (default: as traced)"},
@@ -218,7 +218,7 @@ int compileMain(int argc, char** argv) {
     warnCopiedParameters(**g, model);
     if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));
     int repeated = 0;
-    if (Error e = ir::recompute(**g, args->get("recompute", "none"), &repeated)) return reportError(model + ": " + errorText(std::move(e)));
+    if (Error e = ir::recompute(**g, args->get("recompute", "fused"), &repeated)) return reportError(model + ": " + errorText(std::move(e)));
     if (args->has("stats")) fprintf(stderr, "recomputed nodes: %d\n", repeated);
   }
   if (Error e = ir::expandResize(**g)) return reportError(model + ": " + errorText(std::move(e)));

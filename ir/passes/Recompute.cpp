@@ -30,7 +30,8 @@ struct Recomputer {
   Graph& g;
   std::string mode;
   std::set<const Node*> forward;
-  std::set<const Value*> keptForBackward; ///< cheap: forward values a backward node reads
+  std::set<const Value*> keptForBackward; ///< cheap, fused: forward values a backward node reads
+  std::set<const Value*> readElsewhere;   ///< fused: forward values a non-elementwise backward node reads
   std::map<const Value*, Value*> clones; ///< forward value -> its recomputed copy
   std::vector<Node*> created;            ///< in creation order (dependencies first)
 
@@ -38,8 +39,9 @@ struct Recomputer {
     if (!v || v->kind != ValueKind::Result || !forward.count(v->producer)) return false;
     if (mode == "full") return full(v->producer->op);
     if (mode == "selective") return selective(v->producer->op);
-    // cheap: an elementwise result whose operands stay alive for the backward pass anyway.
-    if (!elementwise(v->producer->op)) return false;
+    // cheap: an elementwise result whose operands stay alive for the backward pass anyway;
+    // fused: also read by elementwise backward nodes only, so the repeat joins their kernel.
+    if (!elementwise(v->producer->op) || (mode == "fused" && readElsewhere.count(v))) return false;
     for (const Value* in : v->producer->inputs)
       if (in && in->kind == ValueKind::Result && !keptForBackward.count(in)) return false;
     return true;
@@ -87,13 +89,17 @@ std::set<const Node*> forwardOf(const Graph& g) {
 Error recompute(Graph& g, const std::string& mode, int* count) {
   if (count) *count = 0;
   if (mode == "none") return Error::success();
-  if (mode != "cheap" && mode != "selective" && mode != "full") return makeError("--recompute " + mode + ": expected none, cheap, selective or full");
+  if (mode != "fused" && mode != "cheap" && mode != "selective" && mode != "full")
+    return makeError("--recompute " + mode + ": expected none, fused, cheap, selective or full");
   if (g.outputs.size() != 1) return makeError("recompute needs a training step (one loss output)");
-  Recomputer r{g, mode, forwardOf(g), {}, {}, {}};
+  Recomputer r{g, mode, forwardOf(g), {}, {}, {}, {}};
   for (auto& n : g.nodes())
     if (!r.forward.count(n.get()))
       for (const Value* in : n->inputs)
-        if (in && in->kind == ValueKind::Result && r.forward.count(in->producer)) r.keptForBackward.insert(in);
+        if (in && in->kind == ValueKind::Result && r.forward.count(in->producer)) {
+          r.keptForBackward.insert(in);
+          if (!elementwise(n->op)) r.readElsewhere.insert(in);
+        }
   // Each backward node reads recomputed copies; copies are placed right before their first reader.
   std::vector<Node*> order;
   for (auto& n : g.nodes()) order.push_back(n.get());

@@ -2,6 +2,12 @@
 // backward pass reads are computed again just before their first backward
 // use, instead of being kept alive from the forward pass, when their op is
 // cheap to repeat:
+//   fused:     (the default) elementwise ops whose operands the backward pass
+//              keeps anyway and whose backward readers are elementwise ops
+//              too (SiLU's sigmoid and product, read by the product's
+//              gradient): the repeat runs inside the kernel that reads the
+//              result, so it costs neither a launch nor a byte of traffic,
+//              and the forward kernel stores less;
 //   cheap:     elementwise ops whose operands the backward pass keeps anyway
 //              (GELU's output, from the input its gradient reads): their
 //              memory is saved and the repeat needs no other value kept;
@@ -23,7 +29,7 @@
 
 namespace sgc::ir {
 
-/// mode: none | cheap | selective | full. Returns the number of nodes repeated through `count`.
+/// mode: none | fused | cheap | selective | full. Returns the number of nodes repeated through `count`.
 Error recompute(Graph& g, const std::string& mode, int* count = nullptr);
 
 } // namespace sgc::ir

@@ -1,7 +1,7 @@
 // Passes leave the interpreter's results unchanged: the bundled training
 // sample's step, run on the interpreter from the same state and data, gives
 // the same loss and the same updated parameters with and without
-// recomputation (cheap, selective, full) and dead-code elimination.
+// recomputation (fused, cheap, selective, full) and dead-code elimination.
 #include "frontend/onnx/Importer.h"
 #include "ir/interp/Interpreter.h"
 #include "ir/passes/Passes.h"
@@ -42,7 +42,7 @@ std::map<std::string, ir::Tensor> oneStep(const std::string& mode) {
 
 TEST(PassesKeepResults, RecomputeAndDce) {
   auto base = oneStep("none");
-  for (const char* mode : {"cheap", "selective", "full", "dce"}) {
+  for (const char* mode : {"fused", "cheap", "selective", "full", "dce"}) {
     auto other = oneStep(mode);
     ASSERT_EQ(other.size(), base.size()) << mode;
     for (auto& [name, t] : base) EXPECT_EQ(other.at(name), t) << mode << ": " << name;
