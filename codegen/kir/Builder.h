@@ -38,6 +38,10 @@ public:
 
   /// An index clamped to [0, n - 1], so that speculative loads stay inside their buffer.
   static ExprRef clamp(const ExprRef& x, int64_t n) { return binary(KOp::Min, binary(KOp::Max, x, i(0)), i(n - 1)); }
+  /// An index into [0, n) for a speculative load, whose value is used only where x is in range:
+  /// x there, elsewhere any index in range (KOp::Within; a vector loop picks one that keeps
+  /// neighbouring lanes' loads neighbours).
+  static ExprRef within(const ExprRef& x, int64_t n) { return binary(KOp::Within, x, i(n)); }
 
   /// Coordinates of flat index `flat` in `shape` (row-major).
   static std::vector<ExprRef> coords(ExprRef flat, const std::vector<int64_t>& shape);

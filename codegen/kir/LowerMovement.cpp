@@ -90,20 +90,20 @@ Expected<ExprRef> movedElement(const ir::Node& n, const std::vector<ExprRef>& c,
       ExprRef off = c[d] - (double)s.start, q = binary(KOp::IDiv, off, B::i(s.step));
       ExprRef on = binary(KOp::And, eq(q * (double)s.step, off), binary(KOp::And, ge(q, 0), lt(q, (double)s.count)));
       inside = binary(KOp::And, inside, on);
-      at.push_back(B::clamp(q, std::max<int64_t>(s.count, 1)));
+      at.push_back(B::within(q, std::max<int64_t>(s.count, 1)));
     }
     return select(inside, input(0, B::offset(at, shapeOf(x))), constant(0, computeType(y->type.dtype)));
   }
   case ir::Op::Concat: {
     // The last input whose range starts at or before the coordinate, built as a chain of selects;
-    // every input's index is clamped into it, so that the elements not chosen are read in bounds.
+    // every input's index is kept within it, so that the elements not chosen are read in bounds.
     int64_t axis = axisOf(n, y->type.rank()), start = 0;
     ExprRef value;
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const ir::Value* in = n.inputs[k];
       int64_t len = in->type.dims[axis].value;
       std::vector<ExprRef> ic = c;
-      ic[axis] = B::clamp(B::sub(c[axis], B::i(start)), std::max<int64_t>(len, 1));
+      ic[axis] = B::within(B::sub(c[axis], B::i(start)), std::max<int64_t>(len, 1));
       ExprRef v = input(k, B::offset(ic, shapeOf(in)));
       value = value ? select(binary(KOp::Ge, c[axis], B::i(start)), v, value) : v;
       start += len;

@@ -306,6 +306,9 @@ Expected<llvm::Value*> MathEmitter::binary(KOp op, llvm::Value* a, llvm::Value* 
   case KOp::AShr: return b_.CreateAShr(a, v);
   case KOp::Min: return fp ? intrinsic(llvm::Intrinsic::minimum, {a, v}) : intrinsic(llvm::Intrinsic::smin, {a, v});
   case KOp::Max: return fp ? intrinsic(llvm::Intrinsic::maximum, {a, v}) : intrinsic(llvm::Intrinsic::smax, {a, v});
+  case KOp::Within:
+    if (fp) return makeError("'within' needs integer operands");
+    return intrinsic(llvm::Intrinsic::smin, {intrinsic(llvm::Intrinsic::smax, {a, llvm::ConstantInt::get(a->getType(), 0)}), b_.CreateSub(v, llvm::ConstantInt::get(v->getType(), 1))});
   case KOp::Pow:
     if (!fp) return makeError("'pow' needs floating-point operands");
     return pow(a, v);
