@@ -672,6 +672,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     ++p.horizontalLaunches;
   }
   p.launches = (int64_t)launches.size();
+  for (const nlohmann::json& l : launches) p.gpuLaunches += l.contains("gpu") ? (int64_t)l["gpu"].size() : 1;
   std::set<std::string> kernelNames; // a module resolves kernels by name: one name, one kernel
   for (const kir::Kernel& k : p.kernels)
     if (!kernelNames.insert(k.name).second) return makeError("internal error: two kernels are named " + k.name);
@@ -727,11 +728,11 @@ std::string programStats(const CompiledProgram& p) {
   snprintf(buf, sizeof buf,
            "kernels: %zu (%lld serial)\nlaunches per step: %zu\nnodes fused into multi-node kernels: %lld\n"
            "matrix products with fused epilogues: %lld\n"
-           "GPU: products through cuBLASLt: %lld (%lld followed by an epilogue kernel); transposes folded into them: %lld;\n"
+           "GPU: launches per step: %lld; products through cuBLASLt: %lld (%lld followed by an epilogue kernel); transposes folded into them: %lld;\n"
            "     GELUs in their epilogues: %lld; nodes in GPU form: %lld; elementwise launches run together: %lld as %lld\n"
            "bytes moved per step: %lld\narena: %lld bytes (activations %lld, peak of %lld without reuse)\n",
            p.kernels.size(), (long long)serial, (size_t)p.launches, (long long)fused, (long long)epilogues,
-           (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.fusedLaunches, (long long)p.horizontalLaunches, (long long)p.bytesPerStep, (long long)arena,
+           (long long)p.gpuLaunches, (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.fusedLaunches, (long long)p.horizontalLaunches, (long long)p.bytesPerStep, (long long)arena,
            (long long)p.plan.regionBytes[(int)Region::Activations], (long long)p.plan.activationsUnshared);
   return buf;
 }

@@ -30,6 +30,7 @@ struct CompiledProgram {
   int64_t absorbedTransposes = 0; ///< transposes a GPU skips (GemmTransposes.h)
   int64_t gemmGelus = 0;        ///< GELUs cuBLASLt's epilogues compute (GemmEpilogues.h)
   int64_t launches = 0;         ///< kernel launches of a CPU step
+  int64_t gpuLaunches = 0;      ///< those of a GPU step (kernels and GEMM calls: its forms, runs and no-ops differ)
   int64_t fusedLaunches = 0;    ///< of those, small ones a GPU runs together (FuseLaunches.h)
   int64_t horizontalLaunches = 0; ///< the launches it runs them as
 };
