@@ -379,6 +379,8 @@ TEST(Kernel, GpuFormsMatchInterpreter) {
   const char* graphs[] = {
       "graph @g { input %x : f32[2048, 8]\n const %s : i64[1] = dense<\"0x0800000000000000\">\n %y : ?[*] = SumTo(%x, %s)\n output %y }",
       "graph @g { input %x : bf16[2048, 8]\n const %s : i64[1] = dense<\"0x0800000000000000\">\n %y : ?[*] = SumTo(%x, %s) {to = \"f32\"}\n output %y }",
+      // a bias gradient over two leading dims
+      "graph @g { input %x : bf16[4, 512, 24]\n const %s : i64[1] = dense<\"0x1800000000000000\">\n %y : ?[*] = SumTo(%x, %s) {to = \"f32\"}\n output %y }",
       "graph @g { input %x : f32[2048, 4]\n const %ax : i64[1] = dense<\"0x0000000000000000\">\n %y : ?[*] = ReduceMean(%x, %ax) {keepdims = 0}\n output %y }",
       "graph @g { input %x : f32[1024, 3]\n const %ax : i64[1] = dense<\"0x0000000000000000\">\n %y : ?[*] = ReduceSum(%x, %ax)\n output %y }",
       "graph @g { input %dy : f32[2, 6, 3]\n const %i : i64[6] = dense<\"0x0100000000000000ffffffffffffffff0100000000000000000000000000000002000000000000000100000000000000\">\n"
