@@ -11,6 +11,8 @@
 #pragma once
 #include "codegen/kir/Kernel.h"
 
+#include <unordered_map>
+
 namespace sgc::kir {
 
 struct LaneStep {
@@ -26,8 +28,25 @@ struct LaneStep {
 /// range that steps as x where they are not, which Within allows.
 bool stepsWithin(const LaneStep& x, int64_t n, int width);
 
-/// The step of i64 expression `e` across iterations base + u of parallel loop `loop`, u <
-/// `width`; not affine when `e` moves with u in another way (a clamp, a select, a gather).
+/// The steps of i64 expressions across iterations base + u of parallel loop `loop`, u < `width`
+/// (not affine where an expression moves with u in another way: a clamp, a select, a gather),
+/// remembered for every node seen: an expression is a DAG, and a loop's indices share nodes.
+class LaneSteps {
+public:
+  LaneSteps(int loop, int width) : loop_(loop), width_(width) {}
+  LaneStep of(const Expr& e);
+  int width() const { return width_; }
+
+private:
+  bool dependsOn(const Expr& e);
+  LaneStep compute(const Expr& e);
+
+  int loop_, width_;
+  std::unordered_map<const Expr*, bool> moves_;
+  std::unordered_map<const Expr*, LaneStep> steps_;
+};
+
+/// LaneSteps(loop, width).of(e), for one expression.
 LaneStep laneStep(const Expr& e, int loop, int width);
 
 } // namespace sgc::kir

@@ -23,6 +23,7 @@
 #include <set>
 #include <tuple>
 #include <mutex>
+#include <optional>
 
 namespace sgc::codegen {
 namespace {
@@ -285,11 +286,11 @@ private:
   /// vector loads, as the stores).
   Error unrolledStores(const Stmt& s, llvm::Value* iv, int width) {
     std::vector<std::tuple<int, llvm::Value*, llvm::Value*>> at;
-    if (width > 1) lane_ = {s.id, width, 0}; // (one lane: nothing to merge)
+    if (width > 1) steps_.emplace(s.id, width); // (one lane: nothing to merge)
     laneZero_.clear();
     for (int u = 0; u < width; ++u) {
       loopVars_[s.id] = width == 1 ? iv : b_.CreateAdd(b_.CreateMul(iv, b_.getInt64(width)), b_.getInt64(u));
-      lane_.u = u;
+      lane_ = u;
       cache_.clear();
       for (const auto& st : s.body) {
         auto idx = index(*st->index);
@@ -298,7 +299,7 @@ private:
         at.emplace_back(st->id, *idx, *v);
       }
     }
-    lane_ = {};
+    steps_.reset();
     for (size_t k = 0; k < s.body.size(); ++k) // store by store, each over u
       for (int u = 0; u < width; ++u) {
         auto [id, idx, v] = at[u * s.body.size() + k];
@@ -674,13 +675,13 @@ private:
   /// power of two that laneStep finds divides it (the value unchanged), so that LLVM also sees
   /// the merged access aligned.
   Expected<llvm::Value*> index(const Expr& e) {
-    if (lane_.loop < 0) return expr(e);
-    kir::LaneStep step = kir::laneStep(e, lane_.loop, lane_.width);
-    if (lane_.u > 0)
+    if (!steps_) return expr(e);
+    kir::LaneStep step = steps_->of(e);
+    if (lane_ > 0)
       if (auto zero = laneZero_.find(&e); zero != laneZero_.end() && step.affine)
-        return step.step == 0 ? zero->second : b_.CreateAdd(zero->second, b_.getInt64(step.step * lane_.u), "", step.step > 0, true);
+        return step.step == 0 ? zero->second : b_.CreateAdd(zero->second, b_.getInt64(step.step * lane_), "", step.step > 0, true);
     auto v = expr(e);
-    if (!v || lane_.u != 0) return v;
+    if (!v || lane_ != 0) return v;
     if (step.affine && step.step != 0) {
       int64_t aligned = step.divisor & -step.divisor; // 0 when index(base) is 0
       if (aligned != 1) *v = b_.CreateAnd(*v, b_.getInt64(-aligned));
@@ -692,13 +693,13 @@ private:
   /// by s from a multiple of s width (kir::stepsWithin), so that the lanes' speculative loads
   /// stay neighbours; else as anywhere.
   Expected<llvm::Value*> laneWithin(const Expr& e, llvm::Value* x, llvm::Value* n) {
-    kir::LaneStep step = kir::laneStep(*e.args[0], lane_.loop, lane_.width);
+    kir::LaneStep step = steps_->of(*e.args[0]);
     const Expr& bound = *e.args[1];
-    if (bound.kind != ExprKind::Const || !kir::stepsWithin(step, bound.bits, lane_.width)) return math_.binary(e.op, x, n);
-    llvm::Value* shift = b_.getInt64(step.step * lane_.u);
+    if (bound.kind != ExprKind::Const || !kir::stepsWithin(step, bound.bits, steps_->width())) return math_.binary(e.op, x, n);
+    llvm::Value* shift = b_.getInt64(step.step * lane_);
     llvm::Value* base = b_.CreateSub(x, shift);
     llvm::Value* low = b_.CreateIntrinsic(llvm::Intrinsic::smax, {b_.getInt64Ty()}, {base, b_.getInt64(0)});
-    llvm::Value* in = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {low, b_.getInt64(bound.bits - step.step * lane_.width)});
+    llvm::Value* in = b_.CreateIntrinsic(llvm::Intrinsic::smin, {b_.getInt64Ty()}, {low, b_.getInt64(bound.bits - step.step * steps_->width())});
     return b_.CreateAdd(in, shift);
   }
 
@@ -728,7 +729,7 @@ private:
       r = convertLoaded(b_.CreateLoad(elementType(k_.shared[e.id].dtype), sharedAt(e.id, a[0])), k_.shared[e.id].dtype, e.type);
       break;
     case ExprKind::Unary: r = math_.unary(e.op, a[0]); break;
-    case ExprKind::Binary: r = e.op == kir::KOp::Within && lane_.loop >= 0 ? laneWithin(e, a[0], a[1]) : math_.binary(e.op, a[0], a[1]); break;
+    case ExprKind::Binary: r = e.op == kir::KOp::Within && steps_ ? laneWithin(e, a[0], a[1]) : math_.binary(e.op, a[0], a[1]); break;
     case ExprKind::Select: r = b_.CreateSelect(a[0], a[1], a[2]); break;
     case ExprKind::Cast: r = convert(a[0], e.args[0]->type, e.type); break;
     case ExprKind::WarpReduce: r = warpReduce(e.op, a[0], (int)e.bits, std::max(1, e.id)); break;
@@ -748,10 +749,9 @@ private:
   std::vector<bool> bf16Locals_; ///< locals held as bf16 bits (kir::letBf16)
   std::vector<llvm::Value*> shared_; ///< each shared array's start (addrspace 3)
   std::map<const Expr*, llvm::Value*> cache_;
-  struct Lane {
-    int loop = -1, width = 1, u = 0;
-  } lane_; ///< in unrolledStores: the loop, its width and the lane being computed
-  std::map<const Expr*, llvm::Value*> laneZero_; ///< in unrolledStores: lane 0's indices
+  std::optional<kir::LaneSteps> steps_;          ///< in unrolledStores over more than one lane: its indices' steps
+  int lane_ = 0;                                 ///< and the lane being computed
+  std::map<const Expr*, llvm::Value*> laneZero_; ///< and lane 0's indices
 };
 
 } // namespace
