@@ -1,6 +1,8 @@
 // The DType facts, generated from DTypes.def.
 #include "ir/DType.h"
 
+#include <iterator>
+
 namespace sgc::ir {
 namespace {
 struct DTypeInfo {
@@ -15,10 +17,16 @@ constexpr DTypeInfo kInfos[] = {
 #define DTYPE(E, N, B, O, S, K) {DType::E, N, B, O, S, #K[0]},
 #include "ir/DTypes.def"
 };
+constexpr bool inEnumOrder() {
+  for (size_t i = 0; i < std::size(kInfos); ++i)
+    if ((size_t)kInfos[i].type != i + 1) return false;
+  return true;
+}
+static_assert(inEnumOrder(), "info() indexes kInfos by the enum");
+/// The facts of `t`: kInfos lists the types in their enum's order, after Undefined (null).
 const DTypeInfo* info(DType t) {
-  for (const auto& i : kInfos)
-    if (i.type == t) return &i;
-  return nullptr;
+  size_t i = (size_t)t;
+  return i >= 1 && i <= std::size(kInfos) ? &kInfos[i - 1] : nullptr;
 }
 } // namespace
 

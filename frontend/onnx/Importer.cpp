@@ -2,12 +2,12 @@
 // order; then infer-shapes and the verifier.
 #include "frontend/onnx/Internal.h"
 
+#include "ir/File.h"
 #include "ir/Verifier.h"
 #include "ir/passes/InferShapes.h"
 #include "ir/shapes/Shapes.h"
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
@@ -172,13 +172,10 @@ Expected<std::unique_ptr<ir::Graph>> importModelBytes(const void* data, size_t s
 }
 
 Expected<std::unique_ptr<ir::Graph>> importModel(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return makeError(path + ": no such file");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return makeError(path + ": cannot open");
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto file = MappedFile::open(path);
+  if (!file) return file.takeError();
   std::string dir = std::filesystem::path(path).parent_path().string();
-  return importModelBytes(bytes.data(), bytes.size(), path, dir.empty() ? "." : dir);
+  return importModelBytes(file->data(), file->size(), path, dir.empty() ? "." : dir);
 }
 
 } // namespace sgc::onnx_import

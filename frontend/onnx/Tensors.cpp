@@ -2,6 +2,7 @@
 // folder (no absolute paths, no '..', no symlinks leading outside).
 #include "frontend/onnx/Internal.h"
 
+#include "ir/File.h"
 #include "ir/shapes/Shapes.h"
 
 #include <cstring>
@@ -115,23 +116,23 @@ Expected<ir::Tensor> decodeTensor(const onnx::TensorProto& t, const std::string&
   } else if (!external && t.raw_data().size() != bytes) {
     return makeError(what + ": raw data has " + std::to_string(t.raw_data().size()) + " bytes, expected " + std::to_string(bytes) + " for " + ir::toString(ir::Type::of(*dtype, shape)));
   }
-  if (!external) out.bytes.assign(bytes, 0);
   if (external) {
     if (Error e = readExternal(t, out, baseDir, what)) return e;
   } else if (t.has_raw_data()) {
-    std::memcpy(out.bytes.data(), t.raw_data().data(), bytes);
-  } else if (Error e = decodeTypedFields(t, out, what)) {
-    return e;
+    const uint8_t* raw = (const uint8_t*)t.raw_data().data();
+    out.bytes.assign(raw, raw + bytes); // one copy, no zeroing first
+  } else {
+    out.bytes.assign(bytes, 0);
+    if (Error e = decodeTypedFields(t, out, what)) return e;
   }
   return out;
 }
 
 Expected<ir::Tensor> readTensorFile(const std::string& path, std::string* name) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return makeError(path + ": cannot open");
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto bytes = readWholeFile(path);
+  if (!bytes) return bytes.takeError();
   onnx::TensorProto t;
-  if (!t.ParseFromString(bytes)) return makeError(path + ": not a valid TensorProto");
+  if (!t.ParseFromString(*bytes)) return makeError(path + ": not a valid TensorProto");
   if (name) *name = t.name();
   return decodeTensor(t, "", path);
 }

@@ -3,11 +3,11 @@
 // it decompresses to, so a truncated or corrupted archive is an error.
 #include "frontend/torchscript/Archive.h"
 
+#include "ir/File.h"
+
 #include <zip.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <iterator>
 
 namespace sgc::ts_import {
@@ -19,12 +19,9 @@ struct Archive::Zip {
 constexpr uint64_t kMaxEntryBytes = uint64_t(1) << 36; ///< 64 GiB: larger is a corrupted header
 
 Expected<std::unique_ptr<Archive>> Archive::open(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return makeError(path + ": no such file");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return makeError(path + ": cannot open");
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return fromBytes(std::move(bytes), path);
+  auto bytes = readWholeFile(path);
+  if (!bytes) return bytes.takeError();
+  return fromBytes(std::move(*bytes), path);
 }
 
 Expected<std::unique_ptr<Archive>> Archive::fromBytes(std::string bytes, const std::string& name) {

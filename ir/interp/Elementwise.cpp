@@ -217,13 +217,14 @@ Error evalClip(EvalCtx& c) {
 Error evalCast(EvalCtx& c) {
   const Tensor& x = *c.in[0];
   Tensor& y = c.out[0];
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    if (isFloat(x.dtype)) {
+  bool fromFloat = isFloat(x.dtype), toFloat = isFloat(y.dtype);
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+    if (fromFloat) {
       double v = x.getF(i);
-      if (isFloat(y.dtype)) y.setF(i, v);
+      if (toFloat) y.setF(i, v);
       else if (y.dtype == DType::Bool) y.setI(i, v != 0);
       else y.setI(i, toInt(v));
-    } else if (isFloat(y.dtype)) {
+    } else if (toFloat) {
       y.setF(i, x.dtype == DType::U64 ? (double)(uint64_t)x.getI(i) : (double)x.getI(i));
     } else {
       y.setI(i, x.getI(i));

@@ -152,8 +152,9 @@ Error evalSize(EvalCtx& c) {
 
 Error evalConstantOfShape(EvalCtx& c) {
   const Tensor* v = c.node.getTensor("value");
-  for (int64_t i = 0; i < c.out[0].numel(); ++i)
-    if (v) copyElement(c.out[0], i, *v, 0);
+  if (!v) return Error::success(); // zeros, as the result starts
+  Tensor& y = c.out[0];
+  for (int64_t i = 0, n = y.numel(); i < n; ++i) copyElement(y, i, *v, 0);
   return Error::success();
 }
 
@@ -173,11 +174,11 @@ Error evalTrilu(EvalCtx& c) {
   bool upper = c.node.getInt("upper", 1);
   int64_t rows = x.shape[x.rank() - 2], cols = x.shape.back();
   c.out[0].bytes = x.bytes;
-  std::vector<uint8_t> zero(dtypeSize(x.dtype), 0);
-  for (int64_t i = 0; i < x.numel(); ++i) {
+  size_t size = dtypeSize(x.dtype); // a zero of any dtype is all zero bits
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) {
     int64_t col = i % cols, row = (i / cols) % rows;
     bool keep = upper ? col - row >= k : col - row <= k;
-    if (!keep) c.out[0].setF(i, 0);
+    if (!keep) std::memset(c.out[0].bytes.data() + i * size, 0, size);
   }
   return Error::success();
 }
