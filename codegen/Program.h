@@ -22,14 +22,14 @@ struct CompiledProgram {
   std::vector<kir::Kernel> kernels;
   std::string programJson;      ///< what runtime/Program.h parses
   std::vector<uint8_t> weights; ///< constants, and the initial parameters when embedded
-  std::string hash;             ///< hex SHA-256 of the graph, the options and the versions
+  std::string hash;             ///< hex BLAKE3 hash of the graph, the options and the versions
   int64_t bytesPerStep = 0;     ///< bytes the kernels read and write in one step
   int64_t gemms = 0;            ///< products a GPU runs through the GEMM library
   int64_t gemmEpilogues = 0;    ///< of those, followed by an epilogue kernel (GPU only)
   int64_t gpuForms = 0;         ///< nodes a GPU runs as other kernels (kir::lowerForGpu)
   int64_t absorbedTransposes = 0; ///< transposes a GPU skips (GemmTransposes.h)
   int64_t gemmGelus = 0;        ///< GELUs cuBLASLt's epilogues compute (GemmEpilogues.h)
-  int64_t launches = 0;         ///< kernel launches of a CPU step
+  int64_t launches = 0;         ///< kernel launches and collectives of a CPU step
   int64_t gpuLaunches = 0;      ///< those of a GPU step (kernels and GEMM calls: its forms, runs and no-ops differ)
   int64_t fusedLaunches = 0;    ///< of those, small ones a GPU runs together (FuseLaunches.h)
   int64_t horizontalLaunches = 0; ///< the launches it runs them as

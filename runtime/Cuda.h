@@ -26,7 +26,8 @@ struct Gemm;
 class CudaDevice {
 public:
   ~CudaDevice();
-  /// Opens device `ordinal`, loads the best blob, resolves `kernels`, creates the stream (or runs
+  /// Opens device `ordinal`, loads the best blob, resolves `kernels` (those the blob does not
+  /// carry, a CPU's alone, are absent: hasKernel), creates the stream (or runs
   /// on `hostStream`, the caller's, when not null) and allocates `arenaBytes` (and, with `gemms`,
   /// cuBLASLt's workspace after it, in the same allocation).
   static std::unique_ptr<CudaDevice> open(int ordinal, const std::vector<GpuBlob>& blobs, const std::vector<std::string>& kernels,
@@ -41,6 +42,8 @@ public:
   /// rest when the grid's limit is reached), each with `shared` bytes of dynamic shared memory;
   /// one thread when serial.
   bool launch(int index, std::vector<uint64_t>& args, bool serial, int64_t extent, int threads, int64_t shared, std::string& error);
+  /// Whether the GPU code carries kernel `index` (a kernel only a CPU runs is left out).
+  bool hasKernel(int index) const { return index >= 0 && index < (int)functions_.size() && functions_[index]; }
   /// Whether cuBLASLt is loaded; when not, `gemmNote` says why.
   bool hasGemms() const { return lt_ != nullptr; }
   const std::string& gemmNote() const { return gemmNote_; }

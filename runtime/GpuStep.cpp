@@ -42,7 +42,31 @@ bool GpuStep::prepare(std::string& error) {
   epilogueInGemm_.assign(prog_.launches.size(), false);
   geluInGemm_.assign(prog_.launches.size(), false);
   skipped_.assign(prog_.launches.size(), false);
-  if (!gpu_.hasGemms()) return true;
+  if (gpu_.hasGemms() && !prepareGemms(error)) return false;
+  return kernelsCarried(error);
+}
+
+bool GpuStep::kernelsCarried(std::string& error) const {
+  auto carried = [&](int kernel, size_t i) {
+    if (kernel < 0 || gpu_.hasKernel(kernel)) return true;
+    std::string name = kernel < (int)prog_.kernelNames.size() ? prog_.kernelNames[kernel] : std::to_string(kernel);
+    error = "launch " + std::to_string(i) + " needs kernel " + name + ", which this library's GPU code does not carry";
+    return false;
+  };
+  for (size_t i = 0; i < prog_.launches.size(); ++i) { // what enqueue launches
+    const Launch& l = prog_.launches[i];
+    if (l.collective || skipped_[i]) continue;
+    if (l.gpu) {
+      for (const KernelCall& c : *l.gpu)
+        if (!carried(c.kernel, i)) return false;
+    } else if ((gemmPlans_[i] < 0 && !carried(l.kernel, i)) || (gemmPlans_[i] >= 0 && !epilogueInGemm_[i] && !carried(l.epilogue.kernel, i))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool GpuStep::prepareGemms(std::string& error) {
   for (size_t i = 0; i < prog_.launches.size(); ++i)
     if (const auto& g = prog_.launches[i].gemm) {
       // Best first: the bias and the GELU in cuBLASLt's epilogue, then the bias alone, then the

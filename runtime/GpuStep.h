@@ -24,7 +24,8 @@ public:
   /// library's step, 1 + i for a decode library's token bucket i).
   GpuStep(const Program& prog, CudaDevice& gpu, std::vector<uint64_t> address, size_t slot = 0);
   ~GpuStep();
-  /// Reads the environment and prepares a cuBLASLt plan for each GEMM (when the library is loaded).
+  /// Reads the environment, prepares a cuBLASLt plan for each GEMM (when the library is loaded)
+  /// and checks that the GPU code carries every kernel a step launches.
   bool prepare(std::string& error);
   /// Data parallelism: the collectives run through `comm` (NCCL), on the communication stream.
   void setCommunicator(Communicator* comm);
@@ -46,6 +47,10 @@ public:
   const std::vector<Timed>& traceOfLast() const { return trace_; }
 
 private:
+  bool prepareGemms(std::string& error);
+  /// Whether the GPU code carries each kernel enqueue launches (the compiler leaves out those only
+  /// a CPU runs); if not, `error` names the first missing.
+  bool kernelsCarried(std::string& error) const;
   bool enqueue(bool train, std::string& error);
   /// Launch i's collective: on the communication stream through the communicator, else (one rank,
   /// or a shard) a copy on the compute stream.

@@ -251,6 +251,7 @@ struct Kernel {
   StmtRef body;
   int numLoopVars = 0, numLocals = 0;
   bool gpuOnly = false; ///< uses warp operations: emitted for GPU targets only
+  bool cpuOnly = false; ///< a GPU never launches it (a GPU form or a horizontal kernel runs instead): emitted for the CPU only
   int threads = 256;    ///< GPU: threads per block (a multiple of 32)
   int minBlocks = 0;    ///< GPU: blocks an SM must hold at once (caps the registers; 0: no cap)
 };

@@ -765,7 +765,7 @@ Expected<std::unique_ptr<llvm::Module>> emitKernels(llvm::LLVMContext& ctx, cons
   m->setTargetTriple(tripleOf(target.kind));
   m->setDataLayout((*tm)->createDataLayout());
   for (const kir::Kernel& k : kernels)
-    if (!(k.gpuOnly && target.kind == Target::X86))
+    if (target.kind == Target::X86 ? !k.gpuOnly : !k.cpuOnly)
       if (Error e = KernelEmitter(*m, k, target).emit()) return e;
   return m;
 }

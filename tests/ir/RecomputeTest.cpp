@@ -9,6 +9,7 @@
 #include "ir/passes/InferShapes.h"
 #include "ir/passes/Recompute.h"
 #include "ir/training/TrainingStep.h"
+#include "tests/ir/RandomInputs.h"
 
 #include <gtest/gtest.h>
 
@@ -20,23 +21,6 @@ using namespace sgc;
 using namespace sgc::ir;
 
 namespace {
-
-/// `dense<"0x...">` of n normal floats (scaled by 0.5) from `rng`.
-std::string denseNormal(int n, std::mt19937& rng) {
-  std::normal_distribution<float> d(0, 0.5f);
-  std::string hex = "dense<\"0x";
-  for (int i = 0; i < n; ++i) {
-    float f = d(rng);
-    unsigned char b[4];
-    std::memcpy(b, &f, 4);
-    for (unsigned char c : b) {
-      const char* digits = "0123456789abcdef";
-      hex += digits[c >> 4];
-      hex += digits[c & 15];
-    }
-  }
-  return hex + "\">";
-}
 
 /// A SwiGLU layer, x -> down(silu(gate x) * up x), beside a GELU whose output feeds a product.
 std::unique_ptr<Graph> swigluStep(const std::string& mode, int* repeated) {
