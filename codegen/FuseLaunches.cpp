@@ -3,6 +3,7 @@
 #include "codegen/kir/LowerOps.h"
 
 #include <algorithm>
+#include <string>
 #include <set>
 
 namespace sgc::codegen {
@@ -25,20 +26,22 @@ struct Access {
   bool written;
 };
 
+/// The tensors one kernel call (a launch's kernel, a GPU form's call, an epilogue) touches.
+void callAccesses(const nlohmann::json& c, const std::vector<kir::Kernel>& kernels, std::vector<Access>& out) {
+  int index = c.at("kernel").get<int>();
+  if (index < 0 || index >= (int)kernels.size()) return;
+  std::vector<int> args = c.at("args").get<std::vector<int>>();
+  for (size_t i = 0; i < args.size() && i < kernels[index].buffers.size(); ++i) out.push_back({args[i], kernels[index].buffers[i].written});
+}
+
 /// Everything a launch may touch on a GPU or a CPU: its kernel's buffers, its GPU form's, its
 /// GEMM's operands, GELU outputs and epilogue.
 std::vector<Access> accesses(const nlohmann::json& l, const std::vector<kir::Kernel>& kernels) {
   std::vector<Access> out;
-  auto call = [&](const nlohmann::json& c) {
-    int index = c.at("kernel").get<int>();
-    if (index < 0 || index >= (int)kernels.size()) return;
-    std::vector<int> args = c.at("args").get<std::vector<int>>();
-    for (size_t i = 0; i < args.size() && i < kernels[index].buffers.size(); ++i) out.push_back({args[i], kernels[index].buffers[i].written});
-  };
-  call(l);
+  callAccesses(l, kernels, out);
   if (l.contains("gpu"))
-    for (const nlohmann::json& c : l["gpu"]) call(c);
-  if (l.contains("epilogue")) call(l["epilogue"]);
+    for (const nlohmann::json& c : l["gpu"]) callAccesses(c, kernels, out);
+  if (l.contains("epilogue")) callAccesses(l["epilogue"], kernels, out);
   if (l.contains("gemm")) {
     const nlohmann::json& g = l["gemm"];
     out.push_back({g.at("a").get<int>(), false});
@@ -57,6 +60,31 @@ std::vector<Access> accesses(const nlohmann::json& l, const std::vector<kir::Ker
 /// and at most kir::kMostPartBlocks of them, one a vector. A larger kernel fills the GPU alone:
 /// on the H200 joining those (the MLP's 16M-parameter updates and GELU gradients) cost 0.1 ms a
 /// step, joining up to a GPT-2 layer's weights (2.4M parameters) saved 0.3 ms (bench/RESULTS.md).
+std::vector<Span> spansOf(const nlohmann::json& tensors) {
+  std::vector<Span> spans;
+  for (const nlohmann::json& t : tensors) {
+    int64_t offset = t.at("offset").get<int64_t>();
+    spans.push_back({t.at("region").get<int64_t>(), offset, offset + t.at("bytes").get<int64_t>()});
+  }
+  return spans;
+}
+
+/// Whether two sets of accesses may run in either order: neither writes bytes the other touches
+/// (a tensor both only read is shared).
+bool independent(const std::vector<Access>& a, const std::vector<Access>& b, const std::vector<Span>& spans) {
+  for (const Access& x : a)
+    for (const Access& y : b)
+      if ((x.written || y.written) && spans.at(x.tensor).overlaps(spans.at(y.tensor))) return false;
+  return true;
+}
+
+/// The tensor names of a call's arguments, as a horizontal part names them.
+std::vector<std::string> argNames(const nlohmann::json& call, const nlohmann::json& tensors) {
+  std::vector<std::string> names;
+  for (int id : call.at("args").get<std::vector<int>>()) names.push_back(tensors.at(id).at("name").get<std::string>());
+  return names;
+}
+
 bool joinable(const nlohmann::json& l, const std::vector<kir::Kernel>& kernels) {
   if (l.contains("gpu") || l.contains("gemm") || l.contains("epilogue") || l.contains("threads") || l.contains("collective")) return false;
   int index = l.at("kernel").get<int>();
@@ -68,21 +96,9 @@ bool joinable(const nlohmann::json& l, const std::vector<kir::Kernel>& kernels) 
 } // namespace
 
 std::vector<LaunchRun> elementwiseRuns(const nlohmann::json& launches, const nlohmann::json& tensors, const std::vector<kir::Kernel>& kernels) {
-  std::vector<Span> spans;
-  for (const nlohmann::json& t : tensors) {
-    int64_t offset = t.at("offset").get<int64_t>();
-    spans.push_back({t.at("region").get<int64_t>(), offset, offset + t.at("bytes").get<int64_t>()});
-  }
+  std::vector<Span> spans = spansOf(tensors);
   std::vector<std::vector<Access>> touched;
   for (const nlohmann::json& l : launches) touched.push_back(accesses(l, kernels));
-  // Whether launches a and b may run in either order: neither writes bytes the other touches
-  // (a tensor both only read is shared).
-  auto independent = [&](size_t a, size_t b) {
-    for (const Access& x : touched[a])
-      for (const Access& y : touched[b])
-        if ((x.written || y.written) && spans.at(x.tensor).overlaps(spans.at(y.tensor))) return false;
-    return true;
-  };
   std::set<size_t> skippedByGemm; // launches a GEMM's GELU epilogue may make unneeded
   for (const nlohmann::json& l : launches)
     if (l.contains("gemm") && l["gemm"].contains("gelu")) skippedByGemm.insert(l["gemm"]["gelu"]["skip"].get<int64_t>());
@@ -99,7 +115,7 @@ std::vector<LaunchRun> elementwiseRuns(const nlohmann::json& launches, const nlo
     size_t buffers = touched[i].size();
     for (size_t j = i + 1; j < launches.size() && j <= i + kMostAhead && parts.size() < kMostParts; ++j) {
       if (launches[j].contains("collective")) break;
-      auto free = [&](size_t other) { return independent(j, other); };
+      auto free = [&](size_t other) { return independent(touched[j], touched[other], spans); };
       bool joins = candidate[j] && !taken[j] && launches[j].at("forward") == launches[i].at("forward") &&
                    buffers + touched[j].size() <= kMostBuffers && std::all_of(parts.begin(), parts.end(), free) &&
                    std::all_of(passed.begin(), passed.end(), free);
@@ -114,14 +130,55 @@ std::vector<LaunchRun> elementwiseRuns(const nlohmann::json& launches, const nlo
     std::vector<kir::HorizontalPart> kernelParts;
     for (size_t j : parts) {
       taken[j] = true;
-      const nlohmann::json& l = launches[j];
-      std::vector<std::string> names;
-      for (int id : l.at("args").get<std::vector<int>>()) names.push_back(tensors.at(id).at("name").get<std::string>());
-      kernelParts.push_back({&kernels[l.at("kernel").get<int>()], std::move(names)});
+      kernelParts.push_back({&kernels[launches[j].at("kernel").get<int>()], argNames(launches[j], tensors)});
     }
     runs.push_back({parts, kir::horizontal("sgc_h" + std::to_string(i), kernelParts)});
   }
   return runs;
+}
+
+std::optional<ZeroRun> zeroRun(const nlohmann::json& launches, const nlohmann::json& tensors, const std::vector<kir::Kernel>& kernels) {
+  auto backward = std::find_if(launches.begin(), launches.end(), [](const nlohmann::json& l) { return !l.at("forward").get<bool>(); });
+  if (backward == launches.end()) return std::nullopt;
+  ZeroRun run;
+  run.at = (size_t)(backward - launches.begin());
+  std::vector<Span> spans = spansOf(tensors);
+  std::vector<std::vector<Access>> touched;
+  for (size_t i = run.at; i < launches.size(); ++i) touched.push_back(accesses(launches[i], kernels));
+  std::vector<kir::HorizontalPart> parts;
+  for (size_t i = run.at; i < launches.size(); ++i) {
+    if (!launches[i].contains("gpu") || launches[i].at("forward").get<bool>()) continue; // an eval step runs the forward's alone
+    const nlohmann::json& form = launches[i]["gpu"];
+    std::vector<Access> before; // what the form's calls before this one touch
+    for (size_t c = 0; c < form.size(); ++c) {
+      const kir::Kernel& k = kernels.at(form[c].at("kernel").get<int>());
+      std::vector<Access> mine;
+      callAccesses(form[c], kernels, mine);
+      bool free = kir::isZeroing(k) && independent(mine, before, spans);
+      for (size_t j = run.at; free && j < i; ++j) free = independent(mine, touched[j - run.at], spans);
+      if (free) {
+        run.calls.push_back({i, c});
+        parts.push_back({&k, argNames(form[c], tensors)});
+      }
+      before.insert(before.end(), mine.begin(), mine.end());
+    }
+  }
+  if (run.calls.size() < 2) return std::nullopt;
+  // One launch while the parts' pointers and blocks fit, else the next.
+  std::vector<kir::HorizontalPart> launch;
+  int64_t blocks = 0;
+  size_t buffers = 0;
+  auto flush = [&] {
+    if (!launch.empty()) run.kernels.push_back(kir::horizontal("sgc_z" + std::to_string(run.kernels.size()), launch));
+    launch.clear(), blocks = 0, buffers = 0;
+  };
+  for (const kir::HorizontalPart& part : parts) {
+    int64_t own = kir::partBlocks(kir::horizontal("part", {part}))[0];
+    if (blocks + own > kir::kMostGridBlocks || buffers + 1 > kMostBuffers) flush();
+    launch.push_back(part), blocks += own, ++buffers;
+  }
+  flush();
+  return run;
 }
 
 } // namespace sgc::codegen

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <vector>
 
 namespace sgc::codegen {
@@ -27,5 +28,20 @@ struct LaunchRun {
 /// runs as one launch each, by their first launch; each has at least two launches, each launch
 /// is in one run at most.
 std::vector<LaunchRun> elementwiseRuns(const nlohmann::json& launches, const nlohmann::json& tensors, const std::vector<kir::Kernel>& kernels);
+
+/// The zeroing calls of GPU forms (an accumulator's zeros, kir::isZeroing, before the atomic adds
+/// that sum into it) that a GPU runs together in a launch of their own before launch `at`, the
+/// step's first that the forward pass does not need: a bias or layer-norm gradient's zeroing would
+/// otherwise be a launch of its own (GPT-2 small: 99 of them). Only calls of such launches move
+/// (an eval step runs the forward pass's alone), each when, in the memory plan, its tensor's
+/// bytes are touched by no launch it moves ahead of, nor by the calls of its GPU form before it.
+struct ZeroRun {
+  size_t at = 0;
+  std::vector<std::pair<size_t, size_t>> calls; ///< (launch, position in its GPU form), ascending
+  std::vector<kir::Kernel> kernels;             ///< horizontal kernels of their zeroings, one launch each
+};
+
+/// The step's zeroings that may run together before `at`; none (nullopt) when fewer than two may.
+std::optional<ZeroRun> zeroRun(const nlohmann::json& launches, const nlohmann::json& tensors, const std::vector<kir::Kernel>& kernels);
 
 } // namespace sgc::codegen

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -480,6 +481,30 @@ kir::GpuArch gpuArchOf(const std::string& options) {
   return {gpus && hopper};
 }
 
+/// Moves the zeroings of `run` out of their GPU forms into a launch of their own, before the
+/// step's first launch that the forward pass does not need: GPU only (no CPU kernel; a CPU's forms need no zeroing). The
+/// launches GELU epilogues skip are renumbered past it.
+void insertZeroRun(ZeroRun run, nlohmann::json& launches, CompiledProgram& p, const std::map<std::string, int>& tensorId,
+                   const std::function<std::pair<int, bool>(const kir::Kernel&)>& indexOf) {
+  for (auto c = run.calls.rbegin(); c != run.calls.rend(); ++c) // the later of a form's calls first
+    launches[c->first]["gpu"].erase(c->second);
+  nlohmann::json calls = nlohmann::json::array();
+  for (kir::Kernel& k : run.kernels) {
+    auto [index, fresh] = indexOf(k);
+    int64_t unused = 0;
+    calls.push_back(launchJson(k, index, tensorId, unused));
+    if (fresh) p.kernels.push_back(std::move(k));
+  }
+  nlohmann::json zeroing = {{"kernel", -1}, {"serial", false}, {"forward", false}, {"extent", 0}, {"args", nlohmann::json::array()},
+                            {"label", "zeroing of accumulators"}, {"gpu", calls}};
+  launches.insert(launches.begin() + (std::ptrdiff_t)run.at, zeroing);
+  for (nlohmann::json& l : launches)
+    if (l.contains("gemm") && l["gemm"].contains("gelu") && l["gemm"]["gelu"]["skip"].get<int64_t>() >= (int64_t)run.at)
+      l["gemm"]["gelu"]["skip"] = l["gemm"]["gelu"]["skip"].get<int64_t>() + 1;
+  p.zeroings = (int64_t)run.calls.size();
+  p.zeroLaunches = (int64_t)run.kernels.size();
+}
+
 /// The launches of a GPU step as planned: a GPU form's kernels, or the launch's kernel, its
 /// collective, or its GEMM (its epilogue too where the GEMM has no bias for cuBLASLt to add), and
 /// nothing for a GELU that a GEMM's epilogue computes.
@@ -706,6 +731,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     p.fusedLaunches += (int64_t)run.launches.size();
     ++p.horizontalLaunches;
   }
+  if (std::optional<ZeroRun> zeros = zeroRun(launches, tensors, p.kernels)) insertZeroRun(std::move(*zeros), launches, p, tensorId, indexOf);
   markCpuOnly(launches, p.kernels);
   p.launches = std::count_if(launches.begin(), launches.end(), [](const nlohmann::json& l) { return l.at("kernel").get<int>() >= 0 || l.contains("collective"); });
   p.gpuLaunches = gpuLaunchCount(launches);
@@ -765,10 +791,11 @@ std::string programStats(const CompiledProgram& p) {
            "kernels: %zu (%lld serial)\nlaunches per step: %zu\nnodes fused into multi-node kernels: %lld\n"
            "matrix products with fused epilogues: %lld\n"
            "GPU: launches per step: %lld; products through cuBLASLt: %lld (%lld followed by an epilogue kernel); transposes folded into them: %lld;\n"
-           "     GELUs in their epilogues: %lld; nodes in GPU form: %lld; elementwise launches run together: %lld as %lld\n"
+           "     GELUs in their epilogues: %lld; nodes in GPU form: %lld; elementwise launches run together: %lld as %lld;\n"
+           "     accumulator zeroings run together: %lld as %lld\n"
            "bytes moved per step: %lld\narena: %lld bytes (activations %lld, peak of %lld without reuse)\n",
            p.kernels.size(), (long long)serial, (size_t)p.launches, (long long)fused, (long long)epilogues,
-           (long long)p.gpuLaunches, (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.fusedLaunches, (long long)p.horizontalLaunches, (long long)p.bytesPerStep, (long long)arena,
+           (long long)p.gpuLaunches, (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.fusedLaunches, (long long)p.horizontalLaunches, (long long)p.zeroings, (long long)p.zeroLaunches, (long long)p.bytesPerStep, (long long)arena,
            (long long)p.plan.regionBytes[(int)Region::Activations], (long long)p.plan.activationsUnshared);
   return buf;
 }

@@ -33,6 +33,8 @@ struct CompiledProgram {
   int64_t gpuLaunches = 0;      ///< those of a GPU step (kernels and GEMM calls: its forms, runs and no-ops differ)
   int64_t fusedLaunches = 0;    ///< of those, small ones a GPU runs together (FuseLaunches.h)
   int64_t horizontalLaunches = 0; ///< the launches it runs them as
+  int64_t zeroings = 0;         ///< accumulators' zeroings a GPU runs together (FuseLaunches.h, ZeroRun)
+  int64_t zeroLaunches = 0;     ///< the launches it runs them as
 };
 
 /// The kernel schedule. Elementwise nodes of one shape become one kernel when

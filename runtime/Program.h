@@ -80,7 +80,7 @@ struct Collective {
 };
 
 struct Launch {
-  int kernel; ///< -1: no kernel, only `collective`
+  int kernel; ///< -1: no kernel: only `collective`, or only `gpu` (work a GPU alone has)
   bool serial, forward; ///< forward: needed for the loss (eval steps run only these)
   int64_t extent, vector; ///< vector: as in KernelCall
   std::vector<int> args; ///< tensor ids, in the kernel's buffer order

@@ -61,7 +61,6 @@ Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& pa
   Kernel k;
   k.name = name;
   k.gpuOnly = true;
-  assert(parts.size() <= kMostHorizontalParts && "each part's blocks within one grid");
   std::map<std::string, int> byTensor;
   std::vector<StmtRef> loops;
   for (const HorizontalPart& part : parts) {
@@ -79,6 +78,7 @@ Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& pa
     k.numLoopVars += p.numLoopVars, k.numLocals += p.numLocals;
   }
   k.body = block(std::move(loops));
+  assert(launchExtent(k) <= kMostGridBlocks * k.threads && "each part's blocks within one grid");
   return k;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstdio>
 #include <string_view>
 
@@ -349,6 +350,14 @@ bool storesOnly(const Stmt& loop) {
 
 bool isHorizontalPart(const Kernel& k) {
   return k.body && k.body->kind == StmtKind::Loop && k.body->parallel && storesOnly(*k.body) && !k.gpuOnly && k.shared.empty();
+}
+
+bool isZeroing(const Kernel& k) {
+  if (!isHorizontalPart(k) || k.buffers.size() != 1 || k.body->body.size() != 1) return false;
+  const Stmt& st = *k.body->body[0];
+  const Expr &at = *st.index, &v = *st.value;
+  return at.kind == ExprKind::LoopVar && at.id == k.body->id && k.body->extent == k.buffers[0].numel && v.kind == ExprKind::Const &&
+         v.value == 0 && !std::signbit(v.value) && v.bits == 0;
 }
 
 int storeVectorWidth(size_t narrowest, int64_t extent) {

@@ -276,6 +276,10 @@ bool storesOnly(const Stmt& loop);
 /// without shared memory.
 bool isHorizontalPart(const Kernel& k);
 
+/// Whether `k` stores zeros over the whole of its one buffer (an accumulator's zeroing, zeroKernel)
+/// and does nothing else.
+bool isZeroing(const Kernel& k);
+
 /// One part of a horizontal kernel: a kernel of which isHorizontalPart holds, and the name of the tensor each of its buffers stands for
 /// in this launch (a kernel is carried once for launches over different tensors).
 struct HorizontalPart {
@@ -288,7 +292,8 @@ struct HorizontalPart {
 /// its own (partBlocks, in order), over which it runs as a grid-stride loop with its own vector
 /// width (loopVectorWidth), so that the parts run side by side. Parts naming one tensor share
 /// its buffer. The parts must be independent: no part writes bytes another reads or writes (the
-/// caller checks the memory plan), at most kMostHorizontalParts of them. gpuOnly: a CPU runs the parts.
+/// caller checks the memory plan), their blocks within one grid (kMostHorizontalParts parts always
+/// are; many small ones too). gpuOnly: a CPU runs the parts.
 Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& parts);
 
 /// Whether `k` is a horizontal kernel: gpuOnly, its body a block of parallel loops.

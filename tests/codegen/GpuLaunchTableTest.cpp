@@ -1,10 +1,16 @@
-// What a GPU step launches, as the compiler plans it: the GPU modules carry
-// exactly the kernels a GPU launches (kir::Kernel::cpuOnly).
+// What a GPU step launches, as the compiler plans it: the accumulators' zeroings
+// (a bias gradient's, a layer norm's dscale and dbias, before their atomic adds)
+// run together in one GPU-only launch before the backward pass, only where the
+// memory plan shows nothing touches their bytes in between (ZeroRun,
+// codegen/FuseLaunches.h); the runtime reads such a launch; and the GPU modules
+// carry exactly the kernels a GPU launches (kir::Kernel::cpuOnly).
+#include "codegen/FuseLaunches.h"
 #include "codegen/Package.h"
 #include "codegen/Program.h"
 #include "ir/Text.h"
 #include "ir/passes/InferShapes.h"
 #include "ir/training/TrainingStep.h"
+#include "runtime/Program.h"
 #include "tests/ir/RandomInputs.h"
 
 #include <gtest/gtest.h>
@@ -53,7 +59,140 @@ std::vector<const nlohmann::json*> gpuCalls(const nlohmann::json& l) {
   return calls;
 }
 
+/// The tensors launch `l` touches on a GPU (the written ones marked): the test's own reading.
+std::vector<std::pair<int, bool>> gpuTouched(const nlohmann::json& l, const std::vector<kir::Kernel>& kernels) {
+  std::vector<std::pair<int, bool>> out;
+  if (l.contains("gemm"))
+    for (const char* key : {"a", "b", "y"}) out.push_back({l["gemm"][key].get<int>(), key[0] == 'y'});
+  for (const nlohmann::json* c : gpuCalls(l)) {
+    std::vector<int> args = (*c)["args"].get<std::vector<int>>();
+    for (size_t i = 0; i < args.size(); ++i) out.push_back({args[i], kernels[(*c)["kernel"].get<int>()].buffers[i].written});
+  }
+  return out;
+}
+
+bool overlap(const nlohmann::json& tensors, int a, int b) {
+  const nlohmann::json &x = tensors[a], &y = tensors[b];
+  int64_t xo = x["offset"], yo = y["offset"], xb = x["bytes"], yb = y["bytes"];
+  return x["region"] == y["region"] && xo < yo + yb && yo < xo + xb;
+}
+
+/// Whether kernel `k` adds into its buffer `b` atomically.
+bool accumulates(const kir::Kernel& k, size_t b) {
+  std::function<bool(const kir::Stmt&)> in = [&](const kir::Stmt& s) {
+    if (s.kind == kir::StmtKind::AtomicAdd && s.id == (int)b) return true;
+    for (const kir::StmtRef& c : s.body)
+      if (in(*c)) return true;
+    return false;
+  };
+  return in(*k.body);
+}
+
 } // namespace
+
+TEST(GpuLaunchTable, ZeroingsRunTogetherBeforeTheBackwardPass) {
+  codegen::CompiledProgram p = compiled();
+  EXPECT_EQ(p.zeroings, 3); // the bias gradient's, the layer norm's dscale and dbias
+  EXPECT_EQ(p.zeroLaunches, 1);
+  nlohmann::json j = nlohmann::json::parse(p.programJson);
+  const nlohmann::json &launches = j["launches"], &tensors = j["tensors"];
+  size_t at = 0;
+  while (at < launches.size() && launches[at]["forward"].get<bool>()) ++at;
+  ASSERT_LT(at, launches.size());
+  const nlohmann::json& zeroing = launches[at];
+  ASSERT_EQ(zeroing["kernel"].get<int>(), -1) << "a GPU-only launch: a CPU's forms need no zeroing";
+  ASSERT_EQ(zeroing["gpu"].size(), 1u);
+  const nlohmann::json& call = zeroing["gpu"][0];
+  const kir::Kernel& h = p.kernels[call["kernel"].get<int>()];
+  ASSERT_TRUE(kir::isHorizontal(h));
+  ASSERT_EQ(h.body->body.size(), 3u);
+  std::vector<int> zeroed = call["args"].get<std::vector<int>>();
+  for (size_t part = 0; part < h.body->body.size(); ++part) { // each part zeroes the whole of its tensor
+    const kir::Stmt& loop = *h.body->body[part];
+    ASSERT_EQ(loop.body.size(), 1u);
+    EXPECT_EQ(loop.body[0]->kind, kir::StmtKind::Store);
+    EXPECT_EQ(loop.body[0]->value->kind, kir::ExprKind::Const);
+    EXPECT_EQ(loop.body[0]->value->value, 0.0);
+    EXPECT_EQ(loop.extent, h.buffers[loop.body[0]->id].numel);
+  }
+  // Each zeroed tensor: accumulated later by atomic adds outside the forward pass, and touched
+  // by no GPU launch or call before its first accumulation, nor zeroed again by a GPU form.
+  for (int t : zeroed) {
+    bool accumulated = false;
+    for (size_t i = at + 1; i < launches.size() && !accumulated; ++i)
+      for (const nlohmann::json* c : gpuCalls(launches[i])) {
+        const kir::Kernel& k = p.kernels[(*c)["kernel"].get<int>()];
+        std::vector<int> args = (*c)["args"].get<std::vector<int>>();
+        for (size_t b = 0; b < args.size(); ++b) {
+          if (!overlap(tensors, args[b], t)) continue;
+          EXPECT_FALSE(kir::isZeroing(k)) << tensors[t]["name"] << " zeroed again at launch " << i;
+          EXPECT_TRUE(accumulates(k, b)) << tensors[t]["name"] << " touched at launch " << i << " before its atomic adds";
+          EXPECT_FALSE(launches[i]["forward"].get<bool>()) << tensors[t]["name"] << ": an eval step, which skips the zeroing, accumulates it";
+          accumulated = accumulated || accumulates(k, b);
+        }
+        if (accumulated) break;
+      }
+    EXPECT_TRUE(accumulated) << tensors[t]["name"] << " is never accumulated";
+  }
+  // The runtime reads the GPU-only launch (a CPU runs nothing for it).
+  std::string text = p.programJson, error;
+  rt::Program parsed;
+  ASSERT_TRUE(rt::parseProgram(text.data(), text.size(), p.weights.size(), parsed, error)) << error;
+  EXPECT_EQ(parsed.launches[at].kernel, -1);
+  ASSERT_TRUE(parsed.launches[at].gpu.has_value());
+  EXPECT_EQ(parsed.launches[at].gpu->size(), 1u);
+}
+
+TEST(GpuLaunchTable, AZeroingStaysWhereItsBytesAreTouchedBefore) {
+  codegen::CompiledProgram p = compiled();
+  nlohmann::json j = nlohmann::json::parse(p.programJson);
+  nlohmann::json& launches = j["launches"];
+  // The launch table as it was before the move: each zeroing back at its form's head.
+  size_t at = 0;
+  while (launches[at]["forward"].get<bool>()) ++at;
+  nlohmann::json zeroing = launches[at];
+  launches.erase(at);
+  const kir::Kernel& h = p.kernels[zeroing["gpu"][0]["kernel"].get<int>()];
+  std::vector<int> zeroed = zeroing["gpu"][0]["args"].get<std::vector<int>>();
+  std::vector<kir::Kernel> kernels = p.kernels;
+  std::map<int, size_t> accumulatedAt; // a zeroed tensor -> the launch of its atomic adds
+  for (size_t i = at; i < launches.size(); ++i)
+    for (const nlohmann::json* c : gpuCalls(launches[i]))
+      for (int a : (*c)["args"].get<std::vector<int>>())
+        if (std::count(zeroed.begin(), zeroed.end(), a) && !accumulatedAt.count(a)) accumulatedAt[a] = i;
+  ASSERT_EQ(accumulatedAt.size(), zeroed.size());
+  for (size_t part = 0; part < zeroed.size(); ++part) { // a zeroing kernel of each tensor's size, first in its form
+    kir::Kernel z;
+    z.name = "zero" + std::to_string(part);
+    int b = h.body->body[part]->body[0]->id;
+    z.buffers = {h.buffers[b]};
+    z.numLoopVars = 1;
+    z.body = kir::loop(0, h.buffers[b].numel, true, {kir::store(0, kir::loopVar(0), kir::constant(0, kir::Scalar::F32))});
+    ASSERT_TRUE(kir::isZeroing(z));
+    kernels.push_back(z);
+    nlohmann::json call = {{"kernel", (int)kernels.size() - 1}, {"serial", false}, {"extent", z.body->extent}, {"args", {zeroed[part]}}};
+    launches[accumulatedAt[zeroed[part]]]["gpu"].insert(launches[accumulatedAt[zeroed[part]]]["gpu"].begin(), call);
+  }
+  auto found = codegen::zeroRun(launches, j["tensors"], kernels);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->at, at);
+  EXPECT_EQ(found->calls.size(), zeroed.size());
+  // The first zeroed tensor's bytes given to a tensor that a backward launch before its
+  // accumulation writes: that zeroing stays, the others move.
+  int first = zeroed[0];
+  size_t target = accumulatedAt[first];
+  std::optional<int> clash;
+  for (size_t i = at; i < target && !clash; ++i)
+    for (auto [t, written] : gpuTouched(launches[i], kernels))
+      if (written && std::find(zeroed.begin(), zeroed.end(), t) == zeroed.end()) clash = t;
+  ASSERT_TRUE(clash.has_value()) << "no backward launch writes before the first accumulation";
+  nlohmann::json tensors = j["tensors"];
+  tensors[*clash]["region"] = tensors[first]["region"], tensors[*clash]["offset"] = tensors[first]["offset"];
+  auto kept = codegen::zeroRun(launches, tensors, kernels);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->calls.size(), zeroed.size() - 1);
+  for (auto [launch, position] : kept->calls) EXPECT_NE(launches[launch]["gpu"][position]["args"][0].get<int>(), first);
+}
 
 TEST(GpuLaunchTable, GpuCodeCarriesWhatAGpuLaunches) {
   codegen::CompiledProgram p = compiled();
