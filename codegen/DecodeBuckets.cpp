@@ -35,8 +35,10 @@ Error addDecodeBucket(CompiledProgram& main, CompiledProgram bucket) {
   for (kir::Kernel& k : bucket.kernels) {
     auto [it, fresh] = byContent.try_emplace(kir::contentKey(k), (int)main.kernels.size());
     index.push_back(it->second);
-    if (!fresh) main.kernels[it->second].cpuOnly = main.kernels[it->second].cpuOnly && k.cpuOnly; // a GPU may launch it for either
-    if (!fresh) continue;
+    if (!fresh) {
+      main.kernels[it->second].cpuOnly = main.kernels[it->second].cpuOnly && k.cpuOnly; // a GPU may launch it for either step
+      continue;
+    }
     k.name = "sgc_t" + tokens + "_" + k.name.substr(4); // sgc_k12 -> sgc_t64_k12
     main.kernels.push_back(std::move(k));
   }

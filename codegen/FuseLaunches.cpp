@@ -90,7 +90,7 @@ bool joinable(const nlohmann::json& l, const std::vector<kir::Kernel>& kernels) 
   int index = l.at("kernel").get<int>();
   if (index < 0 || index >= (int)kernels.size() || l.at("serial").get<bool>()) return false;
   const kir::Kernel& k = kernels[index];
-  return kir::isHorizontalPart(k) && k.body->extent / kir::vectorWidthFor(k) <= kir::kMostPartBlocks * k.threads;
+  return kir::isElementwisePart(k) && k.body->extent / kir::vectorWidthFor(k) <= kir::kMostPartBlocks * k.threads;
 }
 
 } // namespace
@@ -179,6 +179,69 @@ std::optional<ZeroRun> zeroRun(const nlohmann::json& launches, const nlohmann::j
   }
   flush();
   return run;
+}
+
+std::vector<CallRun> callRuns(const nlohmann::json& launches, const nlohmann::json& tensors, const std::vector<kir::Kernel>& kernels) {
+  std::vector<Span> spans = spansOf(tensors);
+  auto formOf = [&](size_t i) { return launches[i].contains("gpu") ? launches[i]["gpu"] : nlohmann::json::array(); };
+  std::vector<std::vector<std::vector<Access>>> calls(launches.size()); // each form call's accesses
+  std::vector<std::vector<bool>> taken(launches.size());
+  for (size_t i = 0; i < launches.size(); ++i)
+    for (const nlohmann::json& c : formOf(i)) {
+      calls[i].emplace_back();
+      callAccesses(c, kernels, calls[i].back());
+      taken[i].push_back(false);
+    }
+  auto candidate = [&](size_t i, size_t c) {
+    return !taken[i][c] && kir::isHorizontalPart(kernels.at(launches[i]["gpu"][c].at("kernel").get<int>()));
+  };
+  auto blocksOf = [&](size_t i, size_t c) {
+    const kir::Kernel& k = kernels.at(launches[i]["gpu"][c].at("kernel").get<int>());
+    return kir::partBlocks(kir::horizontal("part", {{&k, argNames(launches[i]["gpu"][c], tensors)}}))[0];
+  };
+  std::vector<CallRun> runs;
+  for (size_t i = 0; i < launches.size(); ++i)
+    for (size_t ci = 0; ci < calls[i].size(); ++ci) {
+      if (!candidate(i, ci)) continue;
+      CallRun run;
+      run.calls.push_back({i, ci});
+      std::vector<Access> parts = calls[i][ci], passed;
+      int64_t blocks = blocksOf(i, ci);
+      for (size_t c = ci + 1; c < calls[i].size(); ++c) passed.insert(passed.end(), calls[i][c].begin(), calls[i][c].end());
+      for (size_t j = i + 1; j < launches.size() && j <= i + kMostAhead && run.calls.size() < kMostParts; ++j) {
+        if (launches[j].contains("collective")) break; // its waits follow the launch order
+        bool alike = launches[j].contains("gpu") && launches[j].at("forward") == launches[i].at("forward");
+        std::vector<Access> before; // launch j's calls that stay ahead of a later one of its own
+        for (size_t cj = 0; cj < calls[j].size(); ++cj) {
+          const std::vector<Access>& mine = calls[j][cj];
+          bool joins = alike && run.calls.size() < kMostParts && candidate(j, cj) && parts.size() + mine.size() <= kMostBuffers &&
+                       blocks + blocksOf(j, cj) <= kir::kMostGridBlocks && independent(mine, parts, spans) &&
+                       independent(mine, passed, spans) && independent(mine, before, spans);
+          if (joins) {
+            run.calls.push_back({j, cj});
+            parts.insert(parts.end(), mine.begin(), mine.end());
+            blocks += blocksOf(j, cj);
+          } else {
+            before.insert(before.end(), mine.begin(), mine.end());
+          }
+        }
+        passed.insert(passed.end(), before.begin(), before.end());
+        if (!launches[j].contains("gpu")) {
+          std::vector<Access> all = accesses(launches[j], kernels);
+          passed.insert(passed.end(), all.begin(), all.end());
+        }
+      }
+      if (run.calls.size() < 2) continue;
+      std::vector<kir::HorizontalPart> kernelParts;
+      for (auto [l, c] : run.calls) {
+        taken[l][c] = true;
+        const nlohmann::json& call = launches[l]["gpu"][c];
+        kernelParts.push_back({&kernels.at(call.at("kernel").get<int>()), argNames(call, tensors)});
+      }
+      run.kernel = kir::horizontal("sgc_r" + std::to_string(i) + "_" + std::to_string(ci), kernelParts);
+      runs.push_back(std::move(run));
+    }
+  return runs;
 }
 
 } // namespace sgc::codegen

@@ -44,4 +44,19 @@ struct ZeroRun {
 /// The step's zeroings that may run together before `at`; none (nullopt) when fewer than two may.
 std::optional<ZeroRun> zeroRun(const nlohmann::json& launches, const nlohmann::json& tensors, const std::vector<kir::Kernel>& kernels);
 
+/// GPU forms' calls that a GPU runs together: a call of a GPU form that is a horizontal part
+/// (kir::isHorizontalPart: a bias gradient's split reduction, a layer norm's dscale and dbias)
+/// takes later such calls into one horizontal kernel in its place, each when, in the memory
+/// plan, it is independent of the run's parts and of every launch and call it moves ahead of
+/// (the calls after the first's in its form, the launches between, the calls before its own in
+/// its form). GPT-2 small: each layer norm's parameter gradients with the bias gradient of the
+/// product before it.
+struct CallRun {
+  std::vector<std::pair<size_t, size_t>> calls; ///< (launch, position in its GPU form), the first where the run goes
+  kir::Kernel kernel;
+};
+
+/// The step's runs of GPU forms' calls, each of two calls or more.
+std::vector<CallRun> callRuns(const nlohmann::json& launches, const nlohmann::json& tensors, const std::vector<kir::Kernel>& kernels);
+
 } // namespace sgc::codegen

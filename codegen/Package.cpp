@@ -8,12 +8,12 @@
 #include <llvm/IR/GlobalVariable.h>
 
 #include <atomic>
-#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <thread>

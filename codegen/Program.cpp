@@ -505,6 +505,28 @@ void insertZeroRun(ZeroRun run, nlohmann::json& launches, CompiledProgram& p, co
   p.zeroLaunches = (int64_t)run.kernels.size();
 }
 
+/// Puts each run's horizontal kernel in place of its first call and drops its other calls from
+/// their GPU forms (a form left empty: nothing for a GPU to run there).
+void joinCallRuns(std::vector<CallRun> runs, nlohmann::json& launches, CompiledProgram& p, const std::map<std::string, int>& tensorId,
+                  const std::function<std::pair<int, bool>(const kir::Kernel&)>& indexOf) {
+  for (CallRun& run : runs) {
+    auto [index, fresh] = indexOf(run.kernel);
+    int64_t unused = 0;
+    launches[run.calls[0].first]["gpu"][run.calls[0].second] = launchJson(run.kernel, index, tensorId, unused);
+    for (size_t c = 1; c < run.calls.size(); ++c) launches[run.calls[c].first]["gpu"][run.calls[c].second] = nullptr; // dropped below
+    if (fresh) p.kernels.push_back(std::move(run.kernel));
+    p.joinedCalls += (int64_t)run.calls.size();
+    ++p.callRuns;
+  }
+  for (nlohmann::json& l : launches)
+    if (l.contains("gpu")) {
+      nlohmann::json kept = nlohmann::json::array();
+      for (nlohmann::json& c : l["gpu"])
+        if (!c.is_null()) kept.push_back(std::move(c));
+      l["gpu"] = std::move(kept);
+    }
+}
+
 /// The launches of a GPU step as planned: a GPU form's kernels, or the launch's kernel, its
 /// collective, or its GEMM (its epilogue too where the GEMM has no bias for cuBLASLt to add), and
 /// nothing for a GELU that a GEMM's epilogue computes.
@@ -732,6 +754,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     ++p.horizontalLaunches;
   }
   if (std::optional<ZeroRun> zeros = zeroRun(launches, tensors, p.kernels)) insertZeroRun(std::move(*zeros), launches, p, tensorId, indexOf);
+  joinCallRuns(callRuns(launches, tensors, p.kernels), launches, p, tensorId, indexOf);
   markCpuOnly(launches, p.kernels);
   p.launches = std::count_if(launches.begin(), launches.end(), [](const nlohmann::json& l) { return l.at("kernel").get<int>() >= 0 || l.contains("collective"); });
   p.gpuLaunches = gpuLaunchCount(launches);
@@ -792,10 +815,10 @@ std::string programStats(const CompiledProgram& p) {
            "matrix products with fused epilogues: %lld\n"
            "GPU: launches per step: %lld; products through cuBLASLt: %lld (%lld followed by an epilogue kernel); transposes folded into them: %lld;\n"
            "     GELUs in their epilogues: %lld; nodes in GPU form: %lld; elementwise launches run together: %lld as %lld;\n"
-           "     accumulator zeroings run together: %lld as %lld\n"
+           "     accumulator zeroings run together: %lld as %lld; GPU forms' reductions run together: %lld as %lld\n"
            "bytes moved per step: %lld\narena: %lld bytes (activations %lld, peak of %lld without reuse)\n",
            p.kernels.size(), (long long)serial, (size_t)p.launches, (long long)fused, (long long)epilogues,
-           (long long)p.gpuLaunches, (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.fusedLaunches, (long long)p.horizontalLaunches, (long long)p.zeroings, (long long)p.zeroLaunches, (long long)p.bytesPerStep, (long long)arena,
+           (long long)p.gpuLaunches, (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.fusedLaunches, (long long)p.horizontalLaunches, (long long)p.zeroings, (long long)p.zeroLaunches, (long long)p.joinedCalls, (long long)p.callRuns, (long long)p.bytesPerStep, (long long)arena,
            (long long)p.plan.regionBytes[(int)Region::Activations], (long long)p.plan.activationsUnshared);
   return buf;
 }

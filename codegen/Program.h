@@ -35,6 +35,8 @@ struct CompiledProgram {
   int64_t horizontalLaunches = 0; ///< the launches it runs them as
   int64_t zeroings = 0;         ///< accumulators' zeroings a GPU runs together (FuseLaunches.h, ZeroRun)
   int64_t zeroLaunches = 0;     ///< the launches it runs them as
+  int64_t joinedCalls = 0;      ///< GPU forms' calls a GPU runs together (FuseLaunches.h, CallRun)
+  int64_t callRuns = 0;         ///< the horizontal kernels it runs them as
 };
 
 /// The kernel schedule. Elementwise nodes of one shape become one kernel when

@@ -1,5 +1,6 @@
-// Horizontal kernels: independent elementwise kernels as one GPU launch, each
-// part a grid-stride loop of its own (Kernel.h, horizontal).
+// Horizontal kernels: independent kernels of one parallel loop each (elementwise
+// ones, reductions) as one GPU launch, each part a grid-stride loop of its own
+// (Kernel.h, horizontal).
 #include "codegen/kir/Kernel.h"
 
 #include <algorithm>
@@ -65,7 +66,7 @@ Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& pa
   std::vector<StmtRef> loops;
   for (const HorizontalPart& part : parts) {
     const Kernel& p = *part.kernel;
-    assert(isHorizontalPart(p) && part.tensors.size() == p.buffers.size() && "a horizontal part is one parallel loop of stores");
+    assert(isHorizontalPart(p) && part.tensors.size() == p.buffers.size() && "a horizontal part is one parallel loop");
     Renumber r;
     r.loopBase = k.numLoopVars, r.localBase = k.numLocals;
     for (size_t i = 0; i < p.buffers.size(); ++i) {

@@ -349,11 +349,14 @@ bool storesOnly(const Stmt& loop) {
 }
 
 bool isHorizontalPart(const Kernel& k) {
-  return k.body && k.body->kind == StmtKind::Loop && k.body->parallel && storesOnly(*k.body) && !k.gpuOnly && k.shared.empty();
+  return k.body && k.body->kind == StmtKind::Loop && k.body->parallel && !k.gpuOnly && k.shared.empty() && k.threads == Kernel{}.threads &&
+         k.minBlocks == 0;
 }
 
+bool isElementwisePart(const Kernel& k) { return isHorizontalPart(k) && storesOnly(*k.body); }
+
 bool isZeroing(const Kernel& k) {
-  if (!isHorizontalPart(k) || k.buffers.size() != 1 || k.body->body.size() != 1) return false;
+  if (!isElementwisePart(k) || k.buffers.size() != 1 || k.body->body.size() != 1) return false;
   const Stmt& st = *k.body->body[0];
   const Expr &at = *st.index, &v = *st.value;
   return at.kind == ExprKind::LoopVar && at.id == k.body->id && k.body->extent == k.buffers[0].numel && v.kind == ExprKind::Const &&

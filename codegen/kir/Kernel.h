@@ -272,9 +272,13 @@ int storeVectorWidth(size_t narrowest, int64_t extent);
 /// values before it stores any).
 bool storesOnly(const Stmt& loop);
 
-/// Whether `k` may be a part of a horizontal kernel: one parallel loop of stores, not gpuOnly,
-/// without shared memory.
+/// Whether `k` may be a part of a horizontal kernel: one parallel loop (of stores: an elementwise
+/// kernel; or a reduction's, with atomic adds), not gpuOnly, without shared memory, on blocks of
+/// the default 256 threads and no block minimum.
 bool isHorizontalPart(const Kernel& k);
+
+/// Whether `k` is an elementwise kernel: a horizontal part whose loop holds only stores.
+bool isElementwisePart(const Kernel& k);
 
 /// Whether `k` stores zeros over the whole of its one buffer (an accumulator's zeroing, zeroKernel)
 /// and does nothing else.

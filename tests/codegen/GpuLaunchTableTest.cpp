@@ -2,15 +2,19 @@
 // (a bias gradient's, a layer norm's dscale and dbias, before their atomic adds)
 // run together in one GPU-only launch before the backward pass, only where the
 // memory plan shows nothing touches their bytes in between (ZeroRun,
-// codegen/FuseLaunches.h); the runtime reads such a launch; and the GPU modules
+// codegen/FuseLaunches.h); the runtime reads such a launch; reductions of GPU
+// forms run together as one horizontal kernel (CallRun), which computes what its
+// parts compute and reads nothing a later launch writes; and the GPU modules
 // carry exactly the kernels a GPU launches (kir::Kernel::cpuOnly).
 #include "codegen/FuseLaunches.h"
 #include "codegen/Package.h"
 #include "codegen/Program.h"
 #include "ir/Text.h"
+#include "ir/interp/Interpreter.h"
 #include "ir/passes/InferShapes.h"
 #include "ir/training/TrainingStep.h"
 #include "runtime/Program.h"
+#include "tests/codegen/KernelJit.h"
 #include "tests/ir/RandomInputs.h"
 
 #include <gtest/gtest.h>
@@ -23,15 +27,20 @@ using namespace sgc;
 
 namespace {
 
-/// A linear layer and a layer norm over 2048 rows of 64: on a GPU the bias gradient is a split
-/// reduction and the layer norm's dscale and dbias sums of atomic adds, each after a zeroing.
+/// Two linear layers and a layer norm over 2048 rows of 64: on a GPU the bias gradients are split
+/// reductions and the layer norm's dscale and dbias sums of atomic adds, each after a zeroing.
+/// The second layer's bias gradient may run with the layer norm's; the first's reads the product
+/// after them.
 codegen::CompiledProgram compiled() {
   std::mt19937 rng(3);
-  std::string text = "graph @g {\n input %x : f32[2048, 64]\n param %w : f32[64, 64] = " + ir::denseNormal(64 * 64, rng) + "\n";
-  for (const char* p : {"b", "s", "c"}) text += std::string(" param %") + p + " : f32[64] = " + ir::denseNormal(64, rng) + "\n";
+  std::string text = "graph @g {\n input %x : f32[2048, 64]\n";
+  for (const char* w : {"w", "w2"}) text += std::string(" param %") + w + " : f32[64, 64] = " + ir::denseNormal(64 * 64, rng) + "\n";
+  for (const char* p : {"b", "b2", "s", "c"}) text += std::string(" param %") + p + " : f32[64] = " + ir::denseNormal(64, rng) + "\n";
   text += R"( %h : ?[*] = MatMul(%x, %w)
  %hb : ?[*] = Add(%h, %b)
- %n : ?[*] = LayerNormalization(%hb, %s, %c) {axis = -1}
+ %h2 : ?[*] = MatMul(%hb, %w2)
+ %hb2 : ?[*] = Add(%h2, %b2)
+ %n : ?[*] = LayerNormalization(%hb2, %s, %c) {axis = -1}
  %loss : ?[*] = ReduceSum(%n) {keepdims = 0}
  output %loss
 })";
@@ -92,7 +101,7 @@ bool accumulates(const kir::Kernel& k, size_t b) {
 
 TEST(GpuLaunchTable, ZeroingsRunTogetherBeforeTheBackwardPass) {
   codegen::CompiledProgram p = compiled();
-  EXPECT_EQ(p.zeroings, 3); // the bias gradient's, the layer norm's dscale and dbias
+  EXPECT_EQ(p.zeroings, 4); // the bias gradients', the layer norm's dscale and dbias
   EXPECT_EQ(p.zeroLaunches, 1);
   nlohmann::json j = nlohmann::json::parse(p.programJson);
   const nlohmann::json &launches = j["launches"], &tensors = j["tensors"];
@@ -105,7 +114,7 @@ TEST(GpuLaunchTable, ZeroingsRunTogetherBeforeTheBackwardPass) {
   const nlohmann::json& call = zeroing["gpu"][0];
   const kir::Kernel& h = p.kernels[call["kernel"].get<int>()];
   ASSERT_TRUE(kir::isHorizontal(h));
-  ASSERT_EQ(h.body->body.size(), 3u);
+  ASSERT_EQ(h.body->body.size(), 4u);
   std::vector<int> zeroed = call["args"].get<std::vector<int>>();
   for (size_t part = 0; part < h.body->body.size(); ++part) { // each part zeroes the whole of its tensor
     const kir::Stmt& loop = *h.body->body[part];
@@ -210,4 +219,91 @@ TEST(GpuLaunchTable, GpuCodeCarriesWhatAGpuLaunches) {
     left += !carried;
   }
   EXPECT_GT(left, 0) << "every kernel is a GPU's too: the test shows nothing";
+}
+
+TEST(GpuLaunchTable, ReductionsAsOneKernelComputeWhatTheyDoApart) {
+  // Two bias gradients' split reductions (atomic adds into zeroed results) as the parts of one
+  // horizontal kernel, run here as one serial CPU call (its body unchanged: each part's loop in
+  // turn), against the interpreter.
+  auto g = ir::parse("graph @g { input %x : f32[2048, 64]\n input %z : bf16[4, 1024, 32]\n"
+                     " const %s : i64[1] = dense<\"0x4000000000000000\">\n const %t : i64[1] = dense<\"0x2000000000000000\">\n"
+                     " %y : ?[*] = SumTo(%x, %s)\n %w : ?[*] = SumTo(%z, %t) {to = \"f32\"}\n output %y, %w }",
+                     "sums");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  std::vector<kir::Kernel> reductions;
+  for (const auto& n : (*g)->nodes()) {
+    auto gpu = kir::lowerForGpu("k_" + n->outputs[0]->name, *n);
+    ASSERT_TRUE(!!gpu && gpu->has_value());
+    ASSERT_EQ((*gpu)->size(), 2u); // the zeroing, then the reduction
+    reductions.push_back((**gpu)[1]);
+    ASSERT_TRUE(kir::isHorizontalPart(reductions.back()));
+    ASSERT_FALSE(kir::isElementwisePart(reductions.back()));
+  }
+  std::vector<kir::HorizontalPart> parts;
+  for (const kir::Kernel& k : reductions) {
+    std::vector<std::string> names;
+    for (const kir::BufferArg& b : k.buffers) names.push_back(b.name);
+    parts.push_back({&k, names});
+  }
+  kir::Kernel h = kir::horizontal("h", parts);
+  ASSERT_TRUE(kir::isHorizontal(h));
+  kir::Kernel cpu = h;
+  cpu.gpuOnly = false;
+  auto in = ir::randomInputs(**g, 7);
+  auto want = ir::run(**g, in);
+  ASSERT_TRUE(!!want) << errorText(want.takeError());
+  std::map<std::string, ir::Tensor> buffers = in;
+  for (const ir::Value* v : (*g)->outputs) buffers.emplace(v->name, ir::Tensor(v->type.dtype, v->type.shape())); // zeroed
+  test::Jit jit({cpu});
+  auto fn = jit.fn("h");
+  ASSERT_TRUE(fn);
+  std::vector<void*> args;
+  for (const kir::BufferArg& b : cpu.buffers) args.push_back(buffers.at(b.name).bytes.data());
+  fn(args.data(), 0, 1);
+  for (const char* name : {"y", "w"}) {
+    const ir::Tensor &got = buffers.at(name), &ref = want->at(name);
+    for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(got.getF(i), ref.getF(i), 1e-4 * (1 + std::fabs(ref.getF(i)))) << "%" << name << "[" << i << "]";
+  }
+  auto ptx = test::sm90Ptx({h});
+  ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
+  EXPECT_NE(ptx->find("atom.global.add.f32"), std::string::npos); // the parts' atomic adds, on the GPU too
+}
+
+TEST(GpuLaunchTable, ReductionsRunTogetherOnlyOverWhatIsReady) {
+  codegen::CompiledProgram p = compiled();
+  EXPECT_EQ(p.joinedCalls, 2); // the layer norm's dscale and dbias with the second layer's bias gradient
+  EXPECT_EQ(p.callRuns, 1);
+  nlohmann::json j = nlohmann::json::parse(p.programJson);
+  const nlohmann::json &launches = j["launches"], &tensors = j["tensors"];
+  int runs = 0;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    if (!launches[i].contains("gpu")) continue;
+    for (const nlohmann::json& call : launches[i]["gpu"]) {
+      const kir::Kernel& k = p.kernels[call["kernel"].get<int>()];
+      if (!kir::isHorizontal(k) || launches[i]["kernel"].get<int>() < 0) continue; // not a zeroing run
+      bool reduction = false;
+      for (const kir::StmtRef& part : k.body->body) reduction = reduction || !kir::storesOnly(*part);
+      if (!reduction) continue;
+      ++runs;
+      std::vector<int> args = call["args"].get<std::vector<int>>();
+      for (size_t b = 0; b < args.size(); ++b) {
+        const nlohmann::json& t = tensors[args[b]];
+        if (!k.buffers[b].written) {
+          // What it reads was computed by this launch (an earlier call of its form) or before.
+          EXPECT_LE(t["live"][0].get<int64_t>(), (int64_t)i) << t["name"] << " read at launch " << i << " before it is computed";
+          continue;
+        }
+        // What it writes early: no other tensor holds those bytes from here to where the memory
+        // plan starts this one.
+        int64_t from = (int64_t)i, until = t["live"][0].get<int64_t>();
+        for (size_t o = 0; o < tensors.size(); ++o) {
+          if ((int)o == args[b] || !overlap(tensors, (int)o, args[b])) continue;
+          int64_t a = tensors[o]["live"][0], e = tensors[o]["live"][1];
+          EXPECT_FALSE(a < until && e >= from) << t["name"] << " written at launch " << i << " over " << tensors[o]["name"];
+        }
+      }
+    }
+  }
+  EXPECT_EQ(runs, 1);
 }
