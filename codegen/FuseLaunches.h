@@ -7,8 +7,9 @@
 // fill; a larger one fills the GPU alone. A later launch joins when it may
 // move up to the first: in the memory plan it writes no bytes that the run's
 // other parts, or the launches it moves ahead of, read or write, and reads
-// none they write. The CPU runs the kernels as before, in their order.
-// Decided after the memory plan.
+// none they write. The same rule runs the accumulators' zeroings together
+// (ZeroRun) and GPU forms' reductions together (CallRun). The CPU runs the
+// kernels as before, in their order. Decided after the memory plan.
 #pragma once
 #include "codegen/kir/Kernel.h"
 
@@ -49,8 +50,8 @@ std::optional<ZeroRun> zeroRun(const nlohmann::json& launches, const nlohmann::j
 /// takes later such calls into one horizontal kernel in its place, each when, in the memory
 /// plan, it is independent of the run's parts and of every launch and call it moves ahead of
 /// (the calls after the first's in its form, the launches between, the calls before its own in
-/// its form). GPT-2 small: each layer norm's parameter gradients with the bias gradient of the
-/// product before it.
+/// its form). GPT-2 small: each layer norm's parameter gradients with a bias gradient's
+/// reduction next to it.
 struct CallRun {
   std::vector<std::pair<size_t, size_t>> calls; ///< (launch, position in its GPU form), the first where the run goes
   kir::Kernel kernel;
