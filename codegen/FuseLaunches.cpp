@@ -35,7 +35,7 @@ void callAccesses(const nlohmann::json& c, const std::vector<kir::Kernel>& kerne
 }
 
 /// Everything a launch may touch on a GPU or a CPU: its kernel's buffers, its GPU form's, its
-/// GEMM's operands, GELU outputs and epilogue.
+/// GEMM's operands, GELU outputs and epilogue, its collective's tensors.
 std::vector<Access> accesses(const nlohmann::json& l, const std::vector<kir::Kernel>& kernels) {
   std::vector<Access> out;
   callAccesses(l, kernels, out);
@@ -52,6 +52,8 @@ std::vector<Access> accesses(const nlohmann::json& l, const std::vector<kir::Ker
       for (const char* key : {"result", "aux", "bias"})
         if (int id = g["gelu"].at(key).get<int>(); id >= 0) out.push_back({id, key[0] != 'b'});
   }
+  if (l.contains("collective")) // read and written, in place or not
+    for (int id : l["collective"].at("tensors").get<std::vector<int>>()) out.push_back({id, true});
   return out;
 }
 

@@ -482,8 +482,8 @@ kir::GpuArch gpuArchOf(const std::string& options) {
 }
 
 /// Moves the zeroings of `run` out of their GPU forms into a launch of their own, before the
-/// step's first launch that the forward pass does not need: GPU only (no CPU kernel; a CPU's forms need no zeroing). The
-/// launches GELU epilogues skip are renumbered past it.
+/// step's first launch that the forward pass does not need: GPU only (no CPU kernel; a CPU's
+/// forms need no zeroing). The launches GELU epilogues skip are renumbered past it.
 void insertZeroRun(ZeroRun run, nlohmann::json& launches, CompiledProgram& p, const std::map<std::string, int>& tensorId,
                    const std::function<std::pair<int, bool>(const kir::Kernel&)>& indexOf) {
   for (auto c = run.calls.rbegin(); c != run.calls.rend(); ++c) // the later of a form's calls first
