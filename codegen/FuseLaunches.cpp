@@ -97,15 +97,20 @@ bool joinable(const nlohmann::json& l, const std::vector<kir::Kernel>& kernels) 
 
 } // namespace
 
+std::set<int64_t> geluSkips(const nlohmann::json& launches) {
+  std::set<int64_t> skipped;
+  for (const nlohmann::json& l : launches)
+    if (l.contains("gemm") && l["gemm"].contains("gelu")) skipped.insert(l["gemm"]["gelu"]["skip"].get<int64_t>());
+  return skipped;
+}
+
 std::vector<LaunchRun> elementwiseRuns(const nlohmann::json& launches, const nlohmann::json& tensors, const std::vector<kir::Kernel>& kernels) {
   std::vector<Span> spans = spansOf(tensors);
   std::vector<std::vector<Access>> touched;
   for (const nlohmann::json& l : launches) touched.push_back(accesses(l, kernels));
-  std::set<size_t> skippedByGemm; // launches a GEMM's GELU epilogue may make unneeded
-  for (const nlohmann::json& l : launches)
-    if (l.contains("gemm") && l["gemm"].contains("gelu")) skippedByGemm.insert(l["gemm"]["gelu"]["skip"].get<int64_t>());
+  std::set<int64_t> skippedByGemm = geluSkips(launches);
   std::vector<bool> candidate(launches.size()), taken(launches.size(), false);
-  for (size_t i = 0; i < launches.size(); ++i) candidate[i] = joinable(launches[i], kernels) && !skippedByGemm.count(i);
+  for (size_t i = 0; i < launches.size(); ++i) candidate[i] = joinable(launches[i], kernels) && !skippedByGemm.count((int64_t)i);
 
   // A run starts at a candidate not yet taken and takes later candidates that may move up
   // to it: each independent of the run's parts (they run as one kernel) and of every launch it
@@ -175,7 +180,7 @@ std::optional<ZeroRun> zeroRun(const nlohmann::json& launches, const nlohmann::j
     launch.clear(), blocks = 0, buffers = 0;
   };
   for (const kir::HorizontalPart& part : parts) {
-    int64_t own = kir::partBlocks(kir::horizontal("part", {part}))[0];
+    int64_t own = kir::blocksAsPart(*part.kernel);
     if (blocks + own > kir::kMostGridBlocks || buffers + 1 > kMostBuffers) flush();
     launch.push_back(part), blocks += own, ++buffers;
   }
@@ -197,10 +202,7 @@ std::vector<CallRun> callRuns(const nlohmann::json& launches, const nlohmann::js
   auto candidate = [&](size_t i, size_t c) {
     return !taken[i][c] && kir::isHorizontalPart(kernels.at(launches[i]["gpu"][c].at("kernel").get<int>()));
   };
-  auto blocksOf = [&](size_t i, size_t c) {
-    const kir::Kernel& k = kernels.at(launches[i]["gpu"][c].at("kernel").get<int>());
-    return kir::partBlocks(kir::horizontal("part", {{&k, argNames(launches[i]["gpu"][c], tensors)}}))[0];
-  };
+  auto blocksOf = [&](size_t i, size_t c) { return kir::blocksAsPart(kernels.at(launches[i]["gpu"][c].at("kernel").get<int>())); };
   std::vector<CallRun> runs;
   for (size_t i = 0; i < launches.size(); ++i)
     for (size_t ci = 0; ci < calls[i].size(); ++ci) {

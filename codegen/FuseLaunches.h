@@ -16,9 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include <optional>
+#include <set>
 #include <vector>
 
 namespace sgc::codegen {
+
+/// The launches a GEMM's GELU epilogue may make unneeded (their GELU computed by cuBLASLt).
+std::set<int64_t> geluSkips(const nlohmann::json& launches);
 
 struct LaunchRun {
   std::vector<size_t> launches; ///< positions in the step, ascending

@@ -531,9 +531,7 @@ void joinCallRuns(std::vector<CallRun> runs, nlohmann::json& launches, CompiledP
 /// collective, or its GEMM (its epilogue too where the GEMM has no bias for cuBLASLt to add), and
 /// nothing for a GELU that a GEMM's epilogue computes.
 int64_t gpuLaunchCount(const nlohmann::json& launches) {
-  std::set<int64_t> skipped;
-  for (const nlohmann::json& l : launches)
-    if (l.contains("gemm") && l["gemm"].contains("gelu")) skipped.insert(l["gemm"]["gelu"]["skip"].get<int64_t>());
+  std::set<int64_t> skipped = geluSkips(launches);
   int64_t n = 0;
   for (size_t i = 0; i < launches.size(); ++i) {
     const nlohmann::json& l = launches[i];

@@ -97,14 +97,24 @@ int loopVectorWidth(const Kernel& k, const Stmt& loop) {
   return storeVectorWidth(narrowest, loop.extent);
 }
 
+namespace {
+
+/// The GPU blocks parallel loop `loop` of `k` runs on as a part: one thread per vector of its
+/// iterations, at most kMostPartBlocks.
+int64_t loopBlocks(const Kernel& k, const Stmt& loop) {
+  int64_t threads = loop.extent / loopVectorWidth(k, loop);
+  return std::clamp<int64_t>((threads + k.threads - 1) / k.threads, 1, kMostPartBlocks);
+}
+
+} // namespace
+
 std::vector<int64_t> partBlocks(const Kernel& k) {
   std::vector<int64_t> blocks;
-  for (const StmtRef& loop : k.body->body) {
-    int64_t threads = loop->extent / loopVectorWidth(k, *loop);
-    blocks.push_back(std::clamp<int64_t>((threads + k.threads - 1) / k.threads, 1, kMostPartBlocks));
-  }
+  for (const StmtRef& loop : k.body->body) blocks.push_back(loopBlocks(k, *loop));
   return blocks;
 }
+
+int64_t blocksAsPart(const Kernel& part) { return loopBlocks(part, *part.body); }
 
 int64_t launchExtent(const Kernel& k) {
   if (!isHorizontal(k)) return k.body->extent;

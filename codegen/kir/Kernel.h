@@ -338,6 +338,8 @@ constexpr size_t kMostHorizontalParts = kMostGridBlocks / kMostPartBlocks;
 /// The GPU blocks (of k.threads) each part of horizontal kernel `k` runs on: enough for one
 /// thread per vector of its iterations, at most kMostPartBlocks (its loop strides over the rest).
 std::vector<int64_t> partBlocks(const Kernel& k);
+/// The GPU blocks horizontal part `part` (isHorizontalPart) would run on in a horizontal kernel.
+int64_t blocksAsPart(const Kernel& part);
 
 /// The parallel iterations a GPU launch of `k` runs before its vector width: the parallel loop's
 /// extent; for a horizontal kernel the threads of all its parts' blocks.
