@@ -136,7 +136,7 @@ std::string envOr(const char* name, const char* def) {
 std::string canonicalFlags(const Args& a) {
   std::string s;
   for (const char* f : {"dim", "input-type", "target", "weights", "recompute", "optimizer", "lr", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps",
-                        "clip-grad-norm", "loss", "freeze", "precision", "attention", "data-parallel", "bucket-mb", "ranks", "mode",
+                        "clip-grad-norm", "loss", "freeze", "precision", "attention", "data-parallel", "bucket-mb", "ranks", "classifier-chunk-mb", "mode",
                         "kv-block-size", "max-seqs", "max-context", "kv-blocks", "kv-budget-mb", "max-tokens", "token-buckets", "kv-cache-dtype", "input-ids", "position-ids"})
     if (a.has(f)) s += std::string("--") + f + "=" + a.get(f) + "\n";
   return s;
@@ -219,7 +219,11 @@ int compileMain(int argc, char** argv) {
     if (Error e = ir::buildTrainingStep(**g, *opts)) return reportError(model + ": " + errorText(std::move(e)));
     int repeated = 0;
     if (Error e = ir::recompute(**g, args->get("recompute", "fused"), &repeated)) return reportError(model + ": " + errorText(std::move(e)));
-    if (args->has("stats")) fprintf(stderr, "recomputed nodes: %d\n", repeated);
+    if (args->has("stats")) {
+      int losses = 0; // a classifier run in row chunks has one per chunk (passes/ChunkClassifier)
+      for (const auto& n : (*g)->nodes()) losses += n->op == ir::Op::SceLossGrad;
+      fprintf(stderr, "recomputed nodes: %d\nsoftmax cross-entropy nodes (one per classifier chunk): %d\n", repeated, losses);
+    }
   }
   if (Error e = ir::expandResize(**g)) return reportError(model + ": " + errorText(std::move(e)));
   if (emit == "ir") return emitIR(**g, *args);

@@ -101,7 +101,7 @@ int trainMain(int argc, char** argv) {
     if (args->has(flag))
       if (Error e = checkSavePath(args->get(flag), {model, args->get("data")}, std::string("--") + flag)) return reportError(std::move(e));
   if (model.size() > 3 && model.substr(model.size() - 3) == ".so") {
-    for (const char* f : {"optimizer", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps", "clip-grad-norm", "loss", "freeze", "precision", "data-parallel", "bucket-mb", "ranks"})
+    for (const char* f : {"optimizer", "momentum", "dampening", "nesterov", "weight-decay", "betas", "eps", "clip-grad-norm", "loss", "freeze", "precision", "data-parallel", "bucket-mb", "ranks", "classifier-chunk-mb"})
       if (args->has(f)) return reportError(std::string("--") + f + " is fixed when the .so is compiled; give it to sgc compile");
     return trainLibrary(model, *args, (int64_t)*steps);
   }

@@ -4,6 +4,7 @@
 #include "ir/Verifier.h"
 #include "ir/passes/AttentionLayout.h"
 #include "ir/passes/PackAttention.h"
+#include "ir/passes/ChunkClassifier.h"
 #include "ir/passes/FuseLossGrad.h"
 #include "ir/passes/ExpandResize.h"
 #include "ir/passes/FoldTransposes.h"
@@ -30,6 +31,7 @@ Error runFuseAttention(Graph& g) { return fuseAttention(g); }
 Error runAttentionLayout(Graph& g) { return attentionLayout(g); }
 Error runPackAttention(Graph& g) { return packAttention(g); }
 Error runFuseLossGrad(Graph& g) { return fuseLossGrad(g); }
+Error runChunkClassifier(Graph& g) { return chunkClassifier(g, kClassifierChunkBytes); }
 Error runFuseGelu(Graph& g) { return fuseGelu(g); }
 Error runFuseRmsNorm(Graph& g) { return fuseRmsNorm(g); }
 Error runWidenSums(Graph& g) { return widenSums(g); }

@@ -5,6 +5,7 @@
 #include "ir/autodiff/Autodiff.h"
 #include "ir/passes/AttentionLayout.h"
 #include "ir/passes/PackAttention.h"
+#include "ir/passes/ChunkClassifier.h"
 #include "ir/passes/FuseLossGrad.h"
 #include "ir/passes/Autocast.h"
 #include "ir/passes/FoldTransposes.h"
@@ -275,6 +276,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   if (Error e = foldTransposes(g)) return e; // the optimizer reads the weight gradients it rewrites
   if (opts.precision == "bf16") readNarrowGradients(g);
   if (Error e = fuseLossGrad(g)) return e; // the loss and its gradient in one pass over the scores
+  if (Error e = chunkClassifier(g, opts.classifierChunkBytes)) return e; // never all the scores at once
   g.removeDeadNodes();
   return verify(g);
 }

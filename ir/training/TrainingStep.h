@@ -14,6 +14,7 @@
 #pragma once
 #include "ir/Error.h"
 #include "ir/Graph.h"
+#include "ir/passes/ChunkClassifier.h"
 
 #include <string>
 
@@ -40,6 +41,7 @@ struct TrainingOptions {
   std::string dataParallel = "none"; ///< none; allreduce: gradients all-reduced in buckets; zero1: also the optimizer state sharded
   int64_t ranks = 0;                  ///< zero1: the number of ranks the state is sharded over
   double bucketMb = 25;              ///< bucket size of the all-reduce
+  int64_t classifierChunkBytes = kClassifierChunkBytes; ///< a classifier's scores run in row chunks of at most this (0: whole)
   OptimizerOptions optimizer;
 };
 

@@ -25,7 +25,7 @@ if [ -z "${SGC_NCCL:-}" ] && [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
   export SGC_NCCL
 fi
 status=0
-for m in sample mlp cnn gpt gptw wide vocab llamaw wide_rms rms_2k gptw_fused gptw_sgd gptw_dp gptw_z1 mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_sgd_bf16 gptw_dp_bf16 vocab_bf16 llamaw_bf16 gpth_bf16 gpth128_bf16; do
+for m in sample mlp cnn gpt gptw wide vocab llamaw wide_rms rms_2k gptw_fused gptw_sgd gptw_dp gptw_z1 mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_sgd_bf16 gptw_dp_bf16 vocab_bf16 llamaw_bf16 gpth_bf16 gpth128_bf16 vocabh_chunks vocabh_chunks_bf16 gptw_chunks_bf16 llamaw_chunks_bf16; do
   comm=; case $m in *_dp*|*_z1*) comm=nccl ;; esac # data-parallel builds: NCCL (one rank) on the GPU
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cpu > $m.cpu.out 2> $m.cpu.err
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cuda:0 $comm > $m.gpu.out 2> $m.gpu.err

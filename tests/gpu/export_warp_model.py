@@ -13,7 +13,8 @@
 # with the residual sum stored as they read it: llamaw.onnx; and a wide MLP
 # with an RMSNorm of 4096, a row too long for a warp to hold: wide_rms.onnx;
 # and of 2048, the longest it holds: rms_2k.onnx. And GPTs with heads of 64 and 128 over 128
-# positions, whose attention runs warpgroup products on Hopper: gpth.onnx and gpth128.onnx.
+# positions, whose attention runs warpgroup products on Hopper: gpth.onnx and gpth128.onnx. And a
+# classifier head without a bias, to run in row chunks: vocabh.onnx.
 # Usage: /usr/bin/python3 export_warp_model.py SOURCE_DIR OUT_DIR
 import os, sys, warnings
 import torch
@@ -92,3 +93,14 @@ export(wide_rms, {"x": torch.randn(12, 8, 16, generator=g), "y": torch.randn(12,
 torch.manual_seed(0)
 rms_2k = Wide(hidden=2048, norm=gm.RMSNorm, act=torch.nn.functional.silu)
 export(rms_2k, {"x": torch.randn(12, 8, 16, generator=g), "y": torch.randn(12, 8, 16, generator=g)}, "rms_2k")
+
+# A head without a bias over 10,000 classes, as language models have: the default builds run its
+# classifier whole, make_bundle.sh's _chunks builds in row chunks (passes/ChunkClassifier), whose
+# losses total the chunks' sums on the GPU (the block-per-row form with reduction "sum"): vocabh.onnx.
+torch.manual_seed(0)
+vocabh = Vocab()
+vocabh.head = torch.nn.Linear(64, 10000, bias=False)
+gh = torch.Generator().manual_seed(7)
+xh, th = torch.randn(12, 64, 64, generator=gh), torch.randint(0, 10000, (12, 64), generator=gh)
+th[torch.rand(12, 64, generator=gh) < 0.1] = -100
+export(vocabh, {"x": xh, "t": th}, "vocabh")

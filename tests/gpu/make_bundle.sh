@@ -29,6 +29,16 @@ cp "$out/llamaw_data.safetensors" "$out/llamaw_bf16_data.safetensors"
 "$sgc" compile "$out/rms_2k.onnx" -o "$out/rms_2k.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90
 "$sgc" compile "$out/vocab.onnx" -o "$out/vocab_bf16.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90 --precision bf16
 cp "$out/vocab_data.safetensors" "$out/vocab_bf16_data.safetensors"
+# Classifiers in row chunks (passes/ChunkClassifier, forced by a small chunk size): a head of 10,000
+# classes without a bias (four chunks), and the small GPT and Llama (tied heads, bf16).
+"$sgc" compile "$out/vocabh.onnx" -o "$out/vocabh_chunks.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90 --classifier-chunk-mb 0.7
+"$sgc" compile "$out/vocabh.onnx" -o "$out/vocabh_chunks_bf16.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90 --precision bf16 --classifier-chunk-mb 0.35
+"$sgc" compile "$out/gptw.onnx" -o "$out/gptw_chunks_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16 --classifier-chunk-mb 0.02
+"$sgc" compile "$out/llamaw.onnx" -o "$out/llamaw_chunks_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16 --classifier-chunk-mb 0.02
+cp "$out/vocabh_data.safetensors" "$out/vocabh_chunks_data.safetensors"
+mv "$out/vocabh_data.safetensors" "$out/vocabh_chunks_bf16_data.safetensors"
+cp "$out/gptw_data.safetensors" "$out/gptw_chunks_bf16_data.safetensors"
+cp "$out/llamaw_data.safetensors" "$out/llamaw_chunks_bf16_data.safetensors"
 # Fused attention's kernels (--attention fused) on the GPU, in f32 (a thread per row) and bf16
 # (the tensor cores; the default for bf16 on a GPU).
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_fused.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --attention fused
