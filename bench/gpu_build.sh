@@ -34,6 +34,8 @@ flags="--optimizer adamw --lr 1e-4 --weight-decay 0.01 --precision bf16 --weight
 "$sgc" compile "$out/gpt.onnx" -o "$out/gpt.so" --dim B=16 $flags 2> "$out/gpt.stats"
 # The same with the GELU outputs recomputed in the backward pass (less memory; gpu_train.py times it too).
 "$sgc" compile "$out/gpt.onnx" -o "$out/gpt_rc.so" --dim B=16 $flags --recompute cheap 2> "$out/gpt_rc.stats"
+# The classifier whole, not in row chunks (--classifier-chunk-mb 0): the chunks' cost and memory.
+"$sgc" compile "$out/gpt.onnx" -o "$out/gpt_whole.so" --dim B=16 $flags --classifier-chunk-mb 0 2> "$out/gpt_whole.stats"
 # The cost of data parallelism's machinery (bench/gpu_dp.py): GPT-2 small with its all-reduces.
 "$sgc" compile "$out/gpt.onnx" -o "$out/gpt_dp.so" --dim B=16 $flags --data-parallel allreduce 2> "$out/gpt_dp.stats"
 "$sgc" compile "$out/gpt.onnx" -o "$out/gpt_z1.so" --dim B=16 $flags --data-parallel zero1 --ranks 1 2> "$out/gpt_z1.stats"

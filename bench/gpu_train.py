@@ -3,7 +3,8 @@
 # (seed 0) to a safetensors file; the compiled step loads them and trains on
 # the same batch; then PyTorch eager and torch.compile train from the same
 # weights (AdamW, bf16 autocast), in the same run. A model's other builds
-# beside it (gpt_rc.so: compiled with --recompute cheap) are timed too. Prints
+# beside it (gpt_rc.so: compiled with --recompute cheap; gpt_whole.so: the
+# classifier whole) are timed too. Prints
 # ms/step (median of 20 after 3 warm-up steps), peak memory, the first losses
 # of each side and the ratios; writes the results as JSON to $OUT/gpu_train.json.
 # Exits 1 where sgc's first losses do not follow eager's (losses_differ).
@@ -20,7 +21,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "pyutil"))
 import st  # the project's safetensors reader and writer
 
 STEPS, WARM, LOSSES = 20, 3, 3
-VARIANTS = [("rc", "--recompute cheap")]  # other builds of a model: NAME_rc.so, timed beside NAME.so
+# Other builds of a model, timed beside NAME.so: NAME_rc.so, and so on.
+VARIANTS = [("rc", "--recompute cheap"), ("whole", "--classifier-chunk-mb 0"), ("c512", "--classifier-chunk-mb 512"),
+            ("c256", "--classifier-chunk-mb 256")]
 
 
 # ---- the sgc side, in its own process (its own CUDA context and memory) ----

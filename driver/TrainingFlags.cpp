@@ -28,7 +28,7 @@ std::vector<OptionSpec> trainingFlagSpecs() {
           {"bucket-mb", "MB", "all-reduce bucket size in megabytes (default 25)"},
           {"ranks", "N", "--data-parallel zero1: the number of ranks the library will run on"},
           {"classifier-chunk-mb", "MB", "an LM head's scores, its loss and their gradients run in row chunks of at most this many\n"
-                                        "MiB, so that the scores never exist whole (default 512; 0: whole)"}};
+                                        "MiB, so that the scores never exist whole (default 1024; 0: whole)"}};
 }
 
 bool hasTrainingFlags(const Args& a, const std::string& except) {
@@ -57,7 +57,7 @@ Expected<ir::TrainingOptions> parseTrainingFlags(const Args& a, bool forGpu) {
   auto bucket = numberFlag(a, "bucket-mb", 25);
   if (!bucket) return bucket.takeError();
   o.bucketMb = *bucket;
-  auto chunk = numberFlag(a, "classifier-chunk-mb", 512);
+  auto chunk = numberFlag(a, "classifier-chunk-mb", double(ir::kClassifierChunkBytes >> 20));
   if (!chunk || *chunk < 0 || *chunk > (1 << 30)) return makeError("--classifier-chunk-mb expects a size in MiB, 0 or more");
   o.classifierChunkBytes = (int64_t)(*chunk * (1 << 20));
   auto ranks = numberFlag(a, "ranks", 0);
