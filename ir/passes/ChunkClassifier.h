@@ -21,9 +21,10 @@
 //
 // GPT-2 small at batch 16 has bf16 scores of [16384, 50304]: 1.6 GB, alive
 // from the head's product to the gradient's products, at the step's memory
-// peak (the end of the forward pass). The cost: the rows of x, x2 and t copied
-// out (about 50 MB), dx copied together, and the weight gradient's partials
-// summed (K of [V, C] read once).
+// peak (the end of the forward pass). The cost: the head's weights read again
+// by each chunk's three products, the rows of x, x2 and t copied out (about
+// 50 MB), dx copied together, and the weight gradient's partials summed (K of
+// [V, C] read once).
 //
 // Requires: inferred shapes, fuse-loss-grad run. Rewrites each classifier whose
 // scores take more than `maxChunkBytes` (0: none) into as few chunks as keep each
@@ -38,7 +39,7 @@
 namespace sgc::ir {
 
 /// The default chunk size: GPT-2 small's scores at batch 16 (1.6 GB) run in two chunks. On the
-/// H200, 2 chunks cost 0.05 ms a step and 0.67 GiB less at peak; 4 chunks 0.30 ms and 0.91 GiB
+/// H200, 2 chunks cost 0.05-0.09 ms a step for 0.67 GiB less at peak; 4 chunks 0.15-0.30 ms for 0.91 GiB
 /// (each chunk reads the head's weights again, and the weight gradient's partials add up).
 constexpr int64_t kClassifierChunkBytes = int64_t(1024) << 20;
 
