@@ -98,6 +98,10 @@ Value* Graph::addParam(const std::string& n, Tensor data) { return addInitialize
 Value* Graph::addState(const std::string& n, Tensor data) { return addInitializer(n, ValueKind::State, std::move(data), state); }
 Value* Graph::addConst(const std::string& n, Tensor data) { return addInitializer(n, ValueKind::Const, std::move(data), consts); }
 
+Value* Graph::addI64s(const std::string& base, const std::vector<int64_t>& v) {
+  return addConst(uniqueName(base), Tensor::fromI64(DType::I64, {(int64_t)v.size()}, v));
+}
+
 Node* Graph::addNode(Op op, std::vector<Value*> ins, int numOutputs, const std::string& n,
                      const std::vector<std::string>& outNames) {
   nodes_.push_back(std::make_unique<Node>());

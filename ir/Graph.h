@@ -72,6 +72,8 @@ public:
   Value* addParam(const std::string& name, Tensor data);
   Value* addState(const std::string& name, Tensor data);
   Value* addConst(const std::string& name, Tensor data);
+  /// A constant i64 vector (a shape, slice bounds, axes), named uniquely from `base`.
+  Value* addI64s(const std::string& base, const std::vector<int64_t>& v);
   /// Appends a node with `numOutputs` result values named from `outNames`
   /// (or made unique from the node name when a name is empty or missing).
   Node* addNode(Op op, std::vector<Value*> inputs, int numOutputs, const std::string& name = "",

@@ -62,7 +62,7 @@ Value* GradCtx::scalar(double v, DType t) {
 }
 
 Value* GradCtx::ints(const std::vector<int64_t>& v) {
-  return g.addConst(g.uniqueName(gradName(n) + ".c"), Tensor::fromI64(DType::I64, {(int64_t)v.size()}, v));
+  return g.addI64s(gradName(n) + ".c", v);
 }
 
 Value* GradCtx::sumTo(Value* d, Value* to, Value* from) {

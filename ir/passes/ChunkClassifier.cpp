@@ -137,7 +137,7 @@ struct Chunker {
   }
 
   Value* i64s(const std::string& what, std::vector<int64_t> v) {
-    return g.addConst(g.uniqueName(name(what)), Tensor::fromI64(DType::I64, {(int64_t)v.size()}, v));
+    return g.addI64s(name(what), v);
   }
 
   /// Rows [r0, r0 + chunkRows) of `v`, whose rows are `cols` long.
@@ -229,9 +229,9 @@ Error chunkClassifier(Graph& g, int64_t maxChunkBytes, int* count) {
   std::set<const Value*> outputs(g.outputs.begin(), g.outputs.end());
   for (const auto& u : g.updates) outputs.insert(u.second);
   std::map<const Node*, std::vector<Node*>> before; // a loss -> the nodes of its chunks, placed before it
-  std::vector<Node*> losses;
-  for (const auto& n : g.nodes()) losses.push_back(n.get());
-  for (Node* n : losses) {
+  std::vector<Node*> nodes; // as they were: chunking adds nodes
+  for (const auto& n : g.nodes()) nodes.push_back(n.get());
+  for (Node* n : nodes) {
     auto c = match(*n, readers, outputs, pos);
     if (!c) continue;
     int64_t bytes = c->rows * c->classes * (int64_t)dtypeSize(n->inputs[0]->type.dtype);

@@ -74,13 +74,9 @@ Node* averageLoss(Graph& g, Value*& loss, std::map<const Node*, std::vector<Node
   return mean;
 }
 
-Value* addI64(Graph& g, const std::string& name, std::vector<int64_t> v) {
-  return g.addConst(g.uniqueName(name), Tensor::fromI64(DType::I64, {(int64_t)v.size()}, v));
-}
-
 /// `v` flattened to one dimension.
 Value* flat(Graph& g, Value* v, std::vector<Node*>& made) {
-  Node* n = g.addNode(Op::Reshape, {v, addI64(g, v->name + ".flat_shape", {-1})}, 1, v->name + ".flat");
+  Node* n = g.addNode(Op::Reshape, {v, g.addI64s(v->name + ".flat_shape", {-1})}, 1, v->name + ".flat");
   n->outputs[0]->type = Type::of(v->type.dtype, {v->type.staticNumel().value_or(0)});
   made.push_back(n);
   return n->outputs[0];
@@ -188,11 +184,11 @@ Error gatherZero1(Graph& g, const Zero1Bucket& b, Value* newShard) {
   for (size_t k = 0; k < b.params.size(); ++k) {
     Value* p = b.params[k];
     int64_t n = p->type.staticNumel().value_or(0);
-    Node* slice = g.addNode(Op::Slice, {ag->outputs[0], addI64(g, p->name + ".start", {b.offsets[k]}), addI64(g, p->name + ".end", {b.offsets[k] + n})},
+    Node* slice = g.addNode(Op::Slice, {ag->outputs[0], g.addI64s(p->name + ".start", {b.offsets[k]}), g.addI64s(p->name + ".end", {b.offsets[k] + n})},
                             1, p->name + ".gathered");
     slice->outputs[0]->type = Type::of(p->type.dtype, {n});
     std::vector<int64_t> shape = p->type.shape();
-    Node* back = g.addNode(Op::Reshape, {slice->outputs[0], addI64(g, p->name + ".shape", shape)}, 1, p->name + ".updated");
+    Node* back = g.addNode(Op::Reshape, {slice->outputs[0], g.addI64s(p->name + ".shape", shape)}, 1, p->name + ".updated");
     back->outputs[0]->type = p->type;
     g.updates.push_back({p, back->outputs[0]});
   }

@@ -99,7 +99,7 @@ public:
     std::vector<int64_t> shape = p.out;
     for (auto a = p.axes.rbegin(); a != p.axes.rend(); ++a) {
       shape[a->axis] = a->in;
-      Value* to = g_.addConst(g_.uniqueName(base_ + ".shape"), Tensor::fromI64(DType::I64, {(int64_t)shape.size()}, shape));
+      Value* to = g_.addI64s(base_ + ".shape", shape);
       Value* sum = nullptr;
       for (size_t k = 0; k < a->index.size(); ++k) {
         Value* scaled = plainGather(*a) ? dy : emit(Op::Mul, {dy, weights(*a, k, t, shape.size())});

@@ -40,7 +40,7 @@ Error packAttention(Graph& g, int* count) {
     if (!x) return std::nullopt;
     std::vector<int64_t> shape = n.inputs[0]->type.shape(); // [..., T, H, D] -> [..., T, 3, H, D]
     shape.insert(shape.end() - 2, 3);
-    Value* dims = g.addConst(g.uniqueName(x->name + ".packed.shape"), Tensor::fromI64(DType::I64, {(int64_t)shape.size()}, shape));
+    Value* dims = g.addI64s(x->name + ".packed.shape", shape);
     Node* view = g.addNode(Op::Reshape, {x, dims}, 1, n.name + ".packed", {g.uniqueName(x->name + ".packed")});
     view->outputs[0]->type = Type::of(x->type.dtype, shape);
     n.inputs = {view->outputs[0], view->outputs[0], view->outputs[0]};

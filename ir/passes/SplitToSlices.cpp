@@ -21,8 +21,6 @@ std::optional<int64_t> staticAxis(const Node& n) {
   return axis;
 }
 
-Value* i64s(Graph& g, const std::string& name, int64_t v) { return g.addConst(g.uniqueName(name), Tensor::fromI64(DType::I64, {1}, {v})); }
-
 } // namespace
 
 Error splitToSlices(Graph& g, int* count) {
@@ -34,7 +32,7 @@ Error splitToSlices(Graph& g, int* count) {
     int64_t axis = *staticAxis(*n), start = 0;
     for (Value* y : n->outputs) {
       int64_t size = y->type.dims[axis].value;
-      Node* s = g.addNode(Op::Slice, {n->inputs[0], i64s(g, y->name + ".start", start), i64s(g, y->name + ".end", start + size), i64s(g, y->name + ".axis", axis)},
+      Node* s = g.addNode(Op::Slice, {n->inputs[0], g.addI64s(y->name + ".start", {start}), g.addI64s(y->name + ".end", {start + size}), g.addI64s(y->name + ".axis", {axis})},
                           1, n->name + ".slice", {g.uniqueName(y->name + ".slice")});
       s->outputs[0]->type = y->type;
       g.replaceAllUses(y, s->outputs[0]);
