@@ -4,10 +4,13 @@
 // gradient and optimizer op, on random data); each sample node is lowered to
 // kernels, JIT-compiled for this CPU and run against the interpreter's
 // result, and every op's kernels (generic and GPU forms) go to PTX for sm_90,
-// which ptxas must assemble. An op the code generator leaves out must say
+// which ptxas must assemble; the GPU forms also run in the GPU simulator
+// (codegen/kir/Simulate.h) against the interpreter's result, the forms for
+// every GPU since sm_80 and Hopper's. An op the code generator leaves out must say
 // why in ir/Ops.def; an op generated but never sampled is reported.
 // Usage: sgc-check-ops [--node-tests DIR]... [--model MODEL.onnx[:sgd][:fused]]... [--min-ops N]
 #include "codegen/kir/LowerOps.h"
+#include "codegen/kir/Simulate.h"
 #include "codegen/llvm/Emitter.h"
 #include "frontend/onnx/Importer.h"
 #include "ir/interp/Interpreter.h"
@@ -26,6 +29,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -35,6 +39,7 @@ namespace {
 
 struct OpStats {
   int samples = 0, cpuPass = 0, cpuFail = 0, lowerFail = 0, needsConstants = 0;
+  int simPass = 0, simFail = 0, simSkipped = 0; ///< GPU forms in the simulator: matched, failed, not simulated (wgmma)
   std::string firstProblem;
   std::vector<kir::Kernel> kernels; ///< for the PTX check (the first few samples' kernels)
 };
@@ -50,6 +55,10 @@ double tolerance(ir::DType t) {
   }
 }
 
+/// The GPU forms': as the CPU's, but their products round operands to bf16 (the tensor-core
+/// forms take bf16 operands only) and their sums run in other orders.
+double gpuTolerance(ir::DType t) { return t == ir::DType::F32 ? 2e-4 : tolerance(t); }
+
 double worstDiff(const ir::Tensor& a, const ir::Tensor& b) {
   double worst = 0;
   for (int64_t i = 0; i < a.numel(); ++i) {
@@ -63,6 +72,9 @@ double worstDiff(const ir::Tensor& a, const ir::Tensor& b) {
   }
   return worst;
 }
+
+/// The most statements a simulated GPU form runs (about 0.1 s).
+constexpr double kMostSimulated = 2e6;
 
 class Checker {
 public:
@@ -136,6 +148,66 @@ private:
     std::string why = run(n, *ks, ins, ref);
     if (why.empty()) ++s.cpuPass;
     else ++s.cpuFail, problem(s, ir::describe(n) + ": " + why);
+    simulateForms(n, name + "_sm80", kir::GpuArch{false}, ins, ref, s);
+    auto sm80 = kir::lowerForGpu(name, n, kir::GpuArch{false}), sm90 = kir::lowerForGpu(name, n, kir::GpuArch{true});
+    if (sm80 && sm90 && *sm80 && *sm90 && contentKeys(**sm80) != contentKeys(**sm90)) simulateForms(n, name + "_sm90", kir::GpuArch{true}, ins, ref, s);
+    if (!sm80) llvm::consumeError(sm80.takeError());
+    if (!sm90) llvm::consumeError(sm90.takeError());
+  }
+
+  static std::vector<std::string> contentKeys(const std::vector<kir::Kernel>& ks) {
+    std::vector<std::string> keys;
+    for (const auto& k : ks) keys.push_back(kir::contentKey(k));
+    return keys;
+  }
+
+  /// About how many statements a run of `s` executes (each loop's extent times its body's).
+  static double work(const kir::Stmt& s) {
+    double body = s.body.empty() ? 1 : 0;
+    for (const auto& b : s.body) body += work(*b);
+    return s.kind == kir::StmtKind::Loop ? (double)s.extent * body : body;
+  }
+
+  /// The node's GPU form for `arch`, if it has one, run in the GPU simulator against the
+  /// interpreter's results (each one a kernel writes; the rest start as NaNs).
+  void simulateForms(const ir::Node& n, const std::string& name, kir::GpuArch arch, const std::vector<const ir::Tensor*>& ins,
+                     const std::vector<ir::Tensor>& ref, OpStats& s) {
+    auto gpu = kir::lowerForGpu(name, n, arch);
+    if (!gpu) return ++s.simFail, problem(s, ir::describe(n) + ": its GPU form: " + errorText(gpu.takeError()));
+    if (!*gpu) return;
+    for (const auto& k : **gpu) // warpgroup products; or a quadratic loss total over thousands of rows, which takes seconds
+      if (!kir::simulatable(k) || work(*k.body) > kMostSimulated) return void(++s.simSkipped);
+    std::map<std::string, ir::Tensor> bufs;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (n.inputs[i]) bufs[n.inputs[i]->name] = *ins[i];
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      if (n.outputs[i]) {
+        ir::Tensor t(ref[i].dtype, ref[i].shape);
+        std::fill(t.bytes.begin(), t.bytes.end(), (uint8_t)0xFF);
+        bufs[n.outputs[i]->name] = std::move(t);
+      }
+    std::set<std::string> written;
+    for (const auto& k : **gpu) {
+      std::vector<void*> args;
+      for (const auto& b : k.buffers) {
+        auto it = bufs.find(b.name);
+        if (it == bufs.end()) return ++s.simFail, problem(s, ir::describe(n) + ": GPU kernel " + k.name + " reads %" + b.name + ", which is not the node's");
+        args.push_back(it->second.bytes.data());
+        if (b.written) written.insert(b.name);
+      }
+      if (Error e = kir::simulateGpu(k, args)) return ++s.simFail, problem(s, ir::describe(n) + ": simulated on the GPU: " + errorText(std::move(e)));
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      if (!n.outputs[i] || !written.count(n.outputs[i]->name)) continue;
+      double d = worstDiff(bufs[n.outputs[i]->name], ref[i]);
+      if (!(d <= gpuTolerance(ref[i].dtype))) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s: its GPU form (%s) differs from the interpreter's %%%s by %.3g", ir::describe(n).c_str(),
+                 arch.hopper ? "sm_90" : "sm_80", n.outputs[i]->name.c_str(), d);
+        return ++s.simFail, problem(s, msg);
+      }
+    }
+    ++s.simPass;
   }
 
   /// An op that a pass rewrites before code generation: the nodes it becomes, on the node's own
@@ -296,14 +368,16 @@ int main(int argc, char** argv) {
     ++graphs;
   }
   bool ptxas = fs::exists("/usr/local/cuda/bin/ptxas");
-  int failures = 0, covered = 0, noCodegen = 0, unsampled = 0, gpuFail = 0;
-  printf("%-26s %8s %8s %6s  %s\n", "op", "samples", "cpu ok", "sm_90", "notes");
+  int failures = 0, covered = 0, noCodegen = 0, unsampled = 0, gpuFail = 0, simFail = 0, simPass = 0, simSkipped = 0;
+  printf("%-26s %8s %8s %6s %9s  %s\n", "op", "samples", "cpu ok", "sm_90", "GPU sim", "notes");
   for (int i = 0; i < ir::numOps(); ++i) {
     ir::Op op = (ir::Op)i;
     const ir::OpInfo& info = ir::opInfo(op);
     auto it = ch.stats.find(op);
     OpStats s = it == ch.stats.end() ? OpStats{} : it->second;
-    std::string gpu = "-", note;
+    std::string gpu = "-", note, sim = "-";
+    if (s.simPass || s.simFail) sim = std::to_string(s.simPass) + "/" + std::to_string(s.simPass + s.simFail);
+    simPass += s.simPass, simSkipped += s.simSkipped;
     if (!info.generated) {
       ++noCodegen;
       note = "not generated: " + std::string(info.notGenerated);
@@ -322,13 +396,16 @@ int main(int argc, char** argv) {
         gpu = why.empty() ? "ok" : "FAIL";
         if (!why.empty()) ++gpuFail, note = "sm_90: " + why.substr(0, 120) + "; ";
       }
-      if (s.cpuFail || s.lowerFail) ++failures, note += "FAILED: " + s.firstProblem.substr(0, 200);
+      if (s.simFail) ++simFail;
+      if (s.cpuFail || s.lowerFail || s.simFail) ++failures, note += "FAILED: " + s.firstProblem.substr(0, 300);
     }
-    printf("%-26s %8d %8d %6s  %s\n", std::string(info.name).c_str(), s.samples, s.cpuPass, gpu.c_str(), note.c_str());
+    printf("%-26s %8d %8d %6s %9s  %s\n", std::string(info.name).c_str(), s.samples, s.cpuPass, gpu.c_str(), sim.c_str(), note.c_str());
   }
   printf("%d graphs walked; %d ops: %d compiled and checked against the interpreter, %d not generated (each with its reason), "
          "%d generated without a sample here; %d failed on the CPU, %d failed ptxas%s\n",
          graphs, ir::numOps(), covered, noCodegen, unsampled, failures, gpuFail, ptxas ? "" : " (SKIP: no ptxas)");
+  printf("GPU forms in the GPU simulator: %d matched the interpreter, %d ops failed, %d forms not simulated (warpgroup products, too long)\n", simPass,
+         simFail, simSkipped);
   if (covered < minOps) printf("fewer than the %d ops required\n", minOps);
   return failures || gpuFail || covered < minOps ? 1 : 0;
 }

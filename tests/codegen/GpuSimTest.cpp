@@ -1,0 +1,214 @@
+// The GPU forms of nodes (codegen/kir/LowerGpu.cpp and its neighbours) run in the GPU simulator
+// (codegen/kir/Simulate.h) against the reference interpreter, at shapes where each form applies;
+// and the simulator's checks, each shown to catch the mistake it is for.
+#include "codegen/kir/Builder.h"
+#include "codegen/kir/LowerOps.h"
+#include "codegen/kir/Simulate.h"
+#include "ir/Text.h"
+#include "ir/interp/Interpreter.h"
+#include "ir/passes/InferShapes.h"
+#include "tests/codegen/KernelJit.h"
+
+#include <cmath>
+#include <gtest/gtest.h>
+
+using namespace sgc;
+using namespace sgc::test;
+
+namespace {
+
+struct Case {
+  const char* name;
+  std::string text; ///< a graph whose every value is an output
+  double tol;       ///< relative to 1 + |reference|
+};
+
+/// Runs each node's GPU form (it must have one) in the simulator, on the interpreter's values of
+/// its inputs, and compares every result it writes with the interpreter's.
+void checkForms(const Case& c, kir::GpuArch arch = {}) {
+  SCOPED_TRACE(c.name);
+  auto g = ir::parse(c.text, c.name);
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  auto in = randomInputs(**g, 11, -2, 2);
+  for (ir::Value* v : (*g)->inputs)
+    if (!ir::isFloat(v->type.dtype)) // class labels in [0, classes), one of them ignored (-100) where the loss allows it
+      for (int64_t i = 0; i < in[v->name].numel(); ++i) in[v->name].setI(i, i == 3 ? -100 : (i * 7919) % 1000);
+  auto want = ir::run(**g, in);
+  ASSERT_TRUE(!!want) << errorText(want.takeError());
+  for (const auto& [name, t] : in) want->emplace(name, t);
+  int n = 0;
+  for (const auto& node : (*g)->nodes()) {
+    auto ks = kir::lowerForGpu("k" + std::to_string(n++), *node, arch);
+    ASSERT_TRUE(!!ks) << errorText(ks.takeError());
+    ASSERT_TRUE(ks->has_value()) << ir::describe(*node) << " has no GPU form at these shapes";
+    std::map<std::string, ir::Tensor> buffers;
+    for (const ir::Value* v : node->inputs)
+      if (v) buffers[v->name] = v->kind == ir::ValueKind::Const ? *v->data : want->at(v->name);
+    for (const ir::Value* v : node->outputs)
+      if (v) {
+        ir::Tensor t(v->type.dtype, v->type.shape());
+        std::fill(t.bytes.begin(), t.bytes.end(), (uint8_t)0xFF); // NaNs where nothing writes
+        buffers[v->name] = std::move(t);
+      }
+    std::set<std::string> written;
+    for (const kir::Kernel& k : **ks) {
+      std::vector<void*> args;
+      for (const kir::BufferArg& b : k.buffers) {
+        args.push_back(buffers.at(b.name).bytes.data());
+        if (b.written) written.insert(b.name);
+      }
+      ASSERT_TRUE(kir::simulatable(k)) << k.name;
+      ASSERT_FALSE(kir::simulateGpu(k, args));
+    }
+    EXPECT_FALSE(written.empty());
+    for (const std::string& name : written) {
+      const ir::Tensor &got = buffers.at(name), &ref = want->at(name);
+      for (int64_t i = 0; i < ref.numel(); ++i)
+        ASSERT_NEAR(got.getF(i), ref.getF(i), c.tol * (1 + std::fabs(ref.getF(i)))) << ir::describe(*node) << " %" << name << "[" << i << "]";
+    }
+  }
+}
+
+/// A layer norm (or RMS norm) over rows of 256 and its gradient, f32.
+std::string layerNorm(bool rms) {
+  std::string head = "graph @g { input %x : f32[64, 256]\n input %s : f32[256]\n input %b : f32[256]\n input %dy : f32[64, 256]\n";
+  if (rms)
+    return head + " %y : ?[*], %r : f32[64, 1] = RmsNorm(%x, %s) {axis = -1, epsilon = 1e-5}\n"
+                  " %dx : ?[*], %ds : f32[256] = RmsNormGrad(%x, %s, %dy, %r) {axis = -1, epsilon = 1e-5}\n output %y, %r, %dx, %ds }";
+  return head + " %y : ?[*], %m : f32[64, 1], %r : f32[64, 1] = LayerNormalization(%x, %s, %b) {axis = -1, epsilon = 1e-5}\n"
+                " %dx : ?[*], %ds : f32[256], %db : f32[256] = LayerNormGrad(%x, %s, %dy, %m, %r) {axis = -1, epsilon = 1e-5}\n"
+                " output %y, %m, %r, %dx, %ds, %db }";
+}
+
+} // namespace
+
+TEST(GpuSim, FormsMatchInterpreter) {
+  std::vector<Case> cases = {
+      {"softmax", "graph @g { input %x : f32[64, 256]\n input %dy : f32[64, 256]\n %y : ?[*] = Softmax(%x) {axis = -1}\n"
+                  " %dx : ?[*] = SoftmaxGrad(%y, %dy) {axis = -1}\n %l : ?[*] = LogSoftmax(%x) {axis = -1}\n output %y, %dx, %l }", 2e-5},
+      {"softmax_bf16", "graph @g { input %x : bf16[32, 512]\n %y : ?[*] = Softmax(%x) {axis = -1}\n output %y }", 1e-2},
+      {"layer_norm", layerNorm(false), 1e-4},
+      {"layer_norm_bf16", "graph @g { input %x : bf16[64, 256]\n input %s : bf16[256]\n input %b : bf16[256]\n"
+                          " %y : ?[*] = LayerNormalization(%x, %s, %b) {axis = -1, epsilon = 1e-5}\n output %y }", 2e-2},
+      {"rms_norm", layerNorm(true), 1e-4},
+      {"sum_to_columns", "graph @g { input %x : f32[2048, 96]\n const %s : i64[1] = dense<\"0x6000000000000000\">\n"
+                         " %y : ?[*] = SumTo(%x, %s)\n output %y }", 1e-5},
+      {"sum_to_bias_bf16", "graph @g { input %x : bf16[4096, 384]\n const %s : i64[1] = dense<\"0x8001000000000000\">\n"
+                           " %y : ?[*] = SumTo(%x, %s) {to = \"f32\"}\n output %y }", 1e-5},
+      {"reduce_rows", "graph @g { input %x : f32[8, 4096]\n const %a : i64[1] = dense<\"0x0100000000000000\">\n"
+                      " %y : ?[*] = ReduceMean(%x, %a) {keepdims = 0}\n output %y }", 1e-5},
+      {"gather_grad", "graph @g { input %dy : f32[6, 64]\n input %i : i64[6]\n const %s : i64[2] = dense<\"0xe8030000000000004000000000000000\">\n"
+                      " %dx : ?[*] = GatherGrad(%dy, %i, %s) {axis = 0}\n output %dx }", 1e-6},
+      {"loss_grad_rows", "graph @g { input %x : f32[64, 1000]\n input %t : i64[64]\n input %d : f32[]\n"
+                         " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }", 1e-4},
+      {"loss_grad_block", "graph @g { input %x : f32[4, 8192]\n input %t : i64[4]\n input %d : f32[]\n"
+                          " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }", 1e-4},
+      {"argmax", "graph @g { input %x : f32[16, 512]\n %y : ?[*] = ArgMax(%x) {axis = -1, keepdims = 0}\n output %y }", 0},
+      {"attention_bf16", "graph @g { input %q : bf16[1, 2, 64, 64]\n input %k : bf16[1, 2, 64, 64]\n input %v : bf16[1, 2, 64, 64]\n"
+                         " input %dy : bf16[1, 2, 64, 64]\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.125}\n"
+                         " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.125}\n"
+                         " output %y, %lse, %dq, %dk, %dv, %delta }", 3e-2},
+  };
+  for (const Case& c : cases) checkForms(c);
+}
+
+// --- the simulator's checks: each mistake a kernel could make, caught ---
+
+namespace {
+
+using namespace sgc::kir;
+using B = kir::Builder;
+
+/// A kernel of one parallel loop over `extent` iterations (blocks of `threads`), buffers
+/// x (f32[n], read) and y (f32[n], written).
+Kernel kernelOf(int64_t extent, int64_t n, std::vector<StmtRef> body, int threads = 64, std::vector<SharedArray> shared = {}) {
+  Kernel k;
+  k.name = "probe";
+  k.buffers = {{"x", ir::DType::F32, n, false}, {"y", ir::DType::F32, n, true}};
+  k.numLoopVars = 4, k.numLocals = 4;
+  k.threads = threads;
+  k.gpuOnly = true;
+  k.shared = std::move(shared);
+  k.body = loop(0, extent, true, std::move(body));
+  return k;
+}
+
+std::string simulated(const Kernel& k, std::vector<float>& x, std::vector<float>& y) {
+  Error e = simulateGpu(k, {x.data(), y.data()});
+  return e ? errorText(std::move(e)) : "";
+}
+
+ExprRef xAt(ExprRef i) { return load(0, std::move(i), Scalar::F32); }
+ExprRef lane() { return binary(KOp::IMod, loopVar(0), B::i(64)); }
+
+} // namespace
+
+TEST(GpuSim, BlockSumThroughSharedMemory) {
+  // Each block of 64 sums its x through shared memory: every thread stores its element, a
+  // barrier, then thread 0 adds them up. Right with the barrier; a race without it.
+  for (bool withBarrier : {true, false}) {
+    std::vector<StmtRef> body{sharedStore(0, lane(), xAt(loopVar(0)))};
+    if (withBarrier) body.push_back(barrier());
+    std::vector<StmtRef> sum{let(0, constant(0, Scalar::F32))};
+    sum.push_back(loop(1, 64, false, {set(0, local(0, Scalar::F32) + sharedLoad(0, loopVar(1), Scalar::F32))}));
+    sum.push_back(store(1, binary(KOp::IDiv, loopVar(0), B::i(64)), local(0, Scalar::F32)));
+    body.push_back(loopUpTo(2, 1, select(eq(lane(), B::i(0)), B::i(1), B::i(0)), std::move(sum)));
+    Kernel k = kernelOf(128, 128, std::move(body), 64, {SharedArray{ir::DType::F32, 64}});
+    std::vector<float> x(128), y(128, 0);
+    for (int i = 0; i < 128; ++i) x[i] = (float)i;
+    std::string e = simulated(k, x, y);
+    if (withBarrier) {
+      EXPECT_EQ(e, "");
+      EXPECT_EQ(y[0], 63 * 64 / 2);
+      EXPECT_EQ(y[1], (64 + 127) * 64 / 2);
+    } else {
+      EXPECT_NE(e.find("thread 0 reads element 1 of shared array 0, which thread 1 wrote with no barrier between"), std::string::npos) << e;
+    }
+  }
+}
+
+TEST(GpuSim, CatchesWhatAGpuWouldGetWrong) {
+  std::vector<float> x(64, 1), y(64, 0);
+  // A store one past the buffer.
+  EXPECT_NE(simulated(kernelOf(64, 64, {store(1, loopVar(0) + B::i(1), xAt(loopVar(0)))}), x, y).find("a store of %y at 64, outside its 64 elements"),
+            std::string::npos);
+  // A load before the buffer.
+  EXPECT_NE(simulated(kernelOf(64, 64, {store(1, loopVar(0), xAt(loopVar(0) - B::i(1)))}), x, y).find("a load of %x at -1"), std::string::npos);
+  // A barrier that half of the block skips.
+  StmtRef half = loopUpTo(1, 1, select(lt(lane(), B::i(32)), B::i(1), B::i(0)), {barrier()});
+  EXPECT_NE(simulated(kernelOf(64, 64, {half}, 64, {SharedArray{ir::DType::F32, 64}}), x, y).find("a barrier reached by 32 of the block's 64 threads"),
+            std::string::npos);
+  // A warp reduction that lanes 16..31 do not reach.
+  StmtRef partial = loopUpTo(1, 1, select(lt(binary(KOp::IMod, loopVar(0), B::i(32)), B::i(16)), B::i(1), B::i(0)),
+                             {store(1, loopVar(0), warpReduce(KOp::Add, xAt(loopVar(0))))});
+  EXPECT_NE(simulated(kernelOf(64, 64, {partial}), x, y).find("a warp reduction reached by 16 of warp 0's 32 lanes"), std::string::npos);
+  // A whole warp's reduction is right: every lane gets the sum of its 32.
+  std::vector<float> ramp(64);
+  for (int i = 0; i < 64; ++i) ramp[i] = (float)i;
+  EXPECT_EQ(simulated(kernelOf(64, 64, {store(1, loopVar(0), warpReduce(KOp::Add, xAt(loopVar(0))))}), ramp, y), "");
+  EXPECT_EQ(y[5], 31 * 32 / 2);
+  EXPECT_EQ(y[40], (32 + 63) * 32 / 2);
+}
+
+TEST(GpuSim, CopiesLandWhenWaitedFor) {
+  // Each thread copies its 4 bytes of x into shared memory and reads them back: after asyncWait(0)
+  // it reads x; reading before the wait reads the NaNs a block's shared memory starts as.
+  for (bool wait : {true, false}) {
+    std::vector<StmtRef> body{copyAsync(0, lane(), 0, loopVar(0), 4), asyncCommit()};
+    if (wait) body.push_back(asyncWait(0));
+    body.push_back(store(1, loopVar(0), sharedLoad(0, lane(), Scalar::F32)));
+    Kernel k = kernelOf(128, 128, std::move(body), 64, {SharedArray{ir::DType::F32, 64}});
+    std::vector<float> x(128), y(128, 0);
+    for (int i = 0; i < 128; ++i) x[i] = (float)i;
+    ASSERT_EQ(simulated(k, x, y), "");
+    for (int i = 0; i < 128; ++i) {
+      if (wait) ASSERT_EQ(y[i], (float)i);
+      else ASSERT_TRUE(std::isnan(y[i])) << i;
+    }
+  }
+  // A 16-byte copy must start at a multiple of 16 bytes.
+  std::vector<float> x(128, 1), y(128, 0);
+  Kernel misaligned = kernelOf(64, 128, {copyAsync(0, B::i(0), 0, B::i(2), 16), asyncCommit(), asyncWait(0)}, 64, {SharedArray{ir::DType::F32, 64}});
+  EXPECT_NE(simulated(misaligned, x, y).find("not aligned to its size"), std::string::npos);
+}
