@@ -203,6 +203,7 @@ std::vector<CallRun> callRuns(const nlohmann::json& launches, const nlohmann::js
     return !taken[i][c] && kir::isHorizontalPart(kernels.at(launches[i]["gpu"][c].at("kernel").get<int>()));
   };
   auto blocksOf = [&](size_t i, size_t c) { return kir::blocksAsPart(kernels.at(launches[i]["gpu"][c].at("kernel").get<int>())); };
+  auto sharedOf = [&](size_t i, size_t c) { return kir::sharedBytes(kernels.at(launches[i]["gpu"][c].at("kernel").get<int>())); };
   std::vector<CallRun> runs;
   for (size_t i = 0; i < launches.size(); ++i)
     for (size_t ci = 0; ci < calls[i].size(); ++ci) {
@@ -210,7 +211,7 @@ std::vector<CallRun> callRuns(const nlohmann::json& launches, const nlohmann::js
       CallRun run;
       run.calls.push_back({i, ci});
       std::vector<Access> parts = calls[i][ci], passed;
-      int64_t blocks = blocksOf(i, ci);
+      int64_t blocks = blocksOf(i, ci), shared = sharedOf(i, ci);
       for (size_t c = ci + 1; c < calls[i].size(); ++c) passed.insert(passed.end(), calls[i][c].begin(), calls[i][c].end());
       for (size_t j = i + 1; j < launches.size() && j <= i + kMostAhead && run.calls.size() < kMostParts; ++j) {
         if (launches[j].contains("collective")) break; // its waits follow the launch order
@@ -219,12 +220,13 @@ std::vector<CallRun> callRuns(const nlohmann::json& launches, const nlohmann::js
         for (size_t cj = 0; cj < calls[j].size(); ++cj) {
           const std::vector<Access>& mine = calls[j][cj];
           bool joins = alike && run.calls.size() < kMostParts && candidate(j, cj) && parts.size() + mine.size() <= kMostBuffers &&
-                       blocks + blocksOf(j, cj) <= kir::kMostGridBlocks && independent(mine, parts, spans) &&
+                       blocks + blocksOf(j, cj) <= kir::kMostGridBlocks && shared + sharedOf(j, cj) <= kir::kMostStaticShared &&
+                       independent(mine, parts, spans) &&
                        independent(mine, passed, spans) && independent(mine, before, spans);
           if (joins) {
             run.calls.push_back({j, cj});
             parts.insert(parts.end(), mine.begin(), mine.end());
-            blocks += blocksOf(j, cj);
+            blocks += blocksOf(j, cj), shared += sharedOf(j, cj);
           } else {
             before.insert(before.end(), mine.begin(), mine.end());
           }

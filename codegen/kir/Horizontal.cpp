@@ -17,7 +17,7 @@ namespace {
 /// computes a shared term once per element).
 struct Renumber {
   std::vector<int> buffer;
-  int loopBase = 0, localBase = 0;
+  int loopBase = 0, localBase = 0, sharedBase = 0;
   std::unordered_map<const Expr*, ExprRef> done;
 
   ExprRef expr(const ExprRef& e) {
@@ -26,6 +26,7 @@ struct Renumber {
     if (e->kind == ExprKind::Load) copy.id = buffer.at(e->id);
     if (e->kind == ExprKind::LoopVar) copy.id += loopBase;
     if (e->kind == ExprKind::Local) copy.id += localBase;
+    if (e->kind == ExprKind::SharedLoad) copy.id += sharedBase;
     for (ExprRef& a : copy.args) a = expr(a);
     ExprRef out = std::make_shared<const Expr>(std::move(copy));
     done.emplace(e.get(), out);
@@ -37,6 +38,8 @@ struct Renumber {
     if (s.kind == StmtKind::Loop) out->id += loopBase;
     if (s.kind == StmtKind::Let || s.kind == StmtKind::Set) out->id += localBase;
     if (s.kind == StmtKind::Store || s.kind == StmtKind::AtomicAdd) out->id = buffer.at(s.id);
+    if (s.kind == StmtKind::SharedStore) out->id += sharedBase;
+    assert(s.kind != StmtKind::CopyAsync && s.kind != StmtKind::Mma && "no copies or warp products in a horizontal part");
     if (s.index) out->index = expr(s.index);
     if (s.value) out->value = expr(s.value);
     for (StmtRef& b : out->body) b = stmt(*b);
@@ -68,7 +71,8 @@ Kernel horizontal(const std::string& name, const std::vector<HorizontalPart>& pa
     const Kernel& p = *part.kernel;
     assert(isHorizontalPart(p) && part.tensors.size() == p.buffers.size() && "a horizontal part is one parallel loop");
     Renumber r;
-    r.loopBase = k.numLoopVars, r.localBase = k.numLocals;
+    r.loopBase = k.numLoopVars, r.localBase = k.numLocals, r.sharedBase = (int)k.shared.size();
+    k.shared.insert(k.shared.end(), p.shared.begin(), p.shared.end());
     for (size_t i = 0; i < p.buffers.size(); ++i) {
       auto [it, fresh] = byTensor.try_emplace(part.tensors[i], (int)k.buffers.size());
       if (fresh) k.buffers.push_back({part.tensors[i], p.buffers[i].dtype, p.buffers[i].numel, false});

@@ -348,9 +348,29 @@ bool storesOnly(const Stmt& loop) {
   return std::all_of(loop.body.begin(), loop.body.end(), [](const StmtRef& s) { return s->kind == StmtKind::Store; });
 }
 
+namespace {
+
+/// Whether `e` or `s` has a warp's operations (reductions, tensor-core products).
+bool warpOps(const Expr& e) {
+  if (e.kind == ExprKind::WarpReduce) return true;
+  return std::any_of(e.args.begin(), e.args.end(), [](const ExprRef& a) { return warpOps(*a); });
+}
+
+bool warpOps(const Stmt& s) {
+  if (s.kind == StmtKind::Mma || s.kind == StmtKind::Wgmma) return true;
+  for (const ExprRef* e : {&s.index, &s.value})
+    if (*e && warpOps(**e)) return true;
+  for (const ExprRef& e : s.operands)
+    if (warpOps(*e)) return true;
+  return std::any_of(s.body.begin(), s.body.end(), [](const StmtRef& b) { return warpOps(*b); });
+}
+
+} // namespace
+
 bool isHorizontalPart(const Kernel& k) {
-  return k.body && k.body->kind == StmtKind::Loop && k.body->parallel && !k.gpuOnly && k.shared.empty() && k.threads == Kernel{}.threads &&
-         k.minBlocks == 0;
+  if (!k.body || k.body->kind != StmtKind::Loop || !k.body->parallel || k.threads != Kernel{}.threads || k.minBlocks != 0) return false;
+  if (!k.gpuOnly) return k.shared.empty();
+  return !k.shared.empty() && k.body->extent % k.threads == 0 && !warpOps(*k.body); // whole blocks through shared memory
 }
 
 bool isElementwisePart(const Kernel& k) { return isHorizontalPart(k) && storesOnly(*k.body); }

@@ -273,8 +273,10 @@ int storeVectorWidth(size_t narrowest, int64_t extent);
 bool storesOnly(const Stmt& loop);
 
 /// Whether `k` may be a part of a horizontal kernel: one parallel loop (of stores: an elementwise
-/// kernel; or a reduction's, with atomic adds), not gpuOnly, without shared memory, on blocks of
-/// the default 256 threads and no block minimum.
+/// kernel; or a reduction's, with atomic adds) on blocks of the default 256 threads and no block
+/// minimum; not gpuOnly and without shared memory, or gpuOnly with whole blocks that work
+/// together through shared memory and barriers alone (no warp operations): column sums a block
+/// per tile (ColumnSumsGpu.h).
 bool isHorizontalPart(const Kernel& k);
 
 /// Whether `k` is an elementwise kernel: a horizontal part whose loop holds only stores.

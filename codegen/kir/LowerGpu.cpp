@@ -8,6 +8,7 @@
 // adds varies, so the last bits of these results may vary from run to run on
 // a GPU, as with PyTorch's atomic-based CUDA kernels.
 #include "codegen/kir/Builder.h"
+#include "codegen/kir/ColumnSumsGpu.h"
 #include "codegen/kir/Lower.h"
 #include "codegen/kir/LowerOps.h"
 
@@ -215,6 +216,25 @@ std::optional<std::vector<Kernel>> trailingReduction(const std::string& name, co
   return std::vector<Kernel>{zeroKernel(name + "_zero", y), warpKernel(b, e, outer * (extent / span), std::move(body))};
 }
 
+/// y[c] = scale * sum over r of x[r, c] where the summed dims are x's first (x read as [rows, C]):
+/// a block per tile of columns and chunk of rows (ColumnSumsGpu.h). A bias gradient.
+std::optional<std::vector<Kernel>> leadingReduction(const std::string& name, const ir::Value* x, const ir::Value* y, int64_t rows, int64_t C,
+                                                    double scale) {
+  if (y->type.dtype != ir::DType::F32 || computeType(x->type.dtype) != Scalar::F32 || rows < kLongLoop) return std::nullopt;
+  B b(name);
+  int v = columnLaneWidth(ir::dtypeSize(x->type.dtype));
+  auto k = blockColumnSums(b, rows, C, v, {y}, [&](const ExprRef& row, const ExprRef& col0) {
+    ColumnTerms ct{{}, {{}}};
+    for (int u = 0; u < v; ++u) {
+      ExprRef term = b.ld(x, row * C + col0 + u);
+      ct.terms[0].push_back(scale == 1 ? term : term * scale);
+    }
+    return ct;
+  });
+  if (!k) return std::nullopt;
+  return std::vector<Kernel>{zeroKernel(name + "_zero", y), std::move(*k)};
+}
+
 std::optional<std::vector<Kernel>> reduceGpu(const std::string& name, const ir::Node& n) {
   const ir::Value *x = n.input(0), *y = n.outputs[0];
   int64_t rank = x->type.rank();
@@ -238,6 +258,9 @@ std::optional<std::vector<Kernel>> reduceGpu(const std::string& name, const ir::
   bool trailing = !axes.empty() && *axes.begin() == rank - (int64_t)axes.size(); // the summed dims are x's last
   if (trailing)
     if (auto ks = trailingReduction(name, x, y, x->type.staticNumel().value() / extent, extent, scale)) return ks;
+  bool leading = !axes.empty() && *axes.rbegin() == (int64_t)axes.size() - 1; // the summed dims are x's first
+  if (leading)
+    if (auto ks = leadingReduction(name, x, y, extent, x->type.staticNumel().value() / extent, scale)) return ks;
   return splitReduction(name, x, y, axes, scale);
 }
 
@@ -469,9 +492,10 @@ Kernel layerNormGradDx(const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
   return warpKernel(b, e, rows, std::move(body));
 }
 
-/// LayerNormGrad's dscale and dbias: a thread per (v neighbouring columns, kParamRows rows), the
-/// columns fastest (each row's loads coalesce), kParamUnroll rows loaded at once; the threads'
-/// sums meet in atomic adds (after zeroing kernels).
+/// LayerNormGrad's dscale and dbias: column sums a block per tile (ColumnSumsGpu.h) where the
+/// row fits its tiles; else a thread per (v neighbouring columns, kParamRows rows), the columns
+/// fastest (each row's loads coalesce), kParamUnroll rows loaded at once. The sums meet in atomic
+/// adds (after zeroing kernels).
 std::vector<Kernel> layerNormGradParams(const std::string& name, const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
   const ir::Value *x = n.input(0), *dy = n.input(2);
   const ir::Value *ds = n.outputs.size() > 1 ? n.outputs[1] : nullptr, *db = centered(n) && n.outputs.size() > 2 ? n.outputs[2] : nullptr;
@@ -479,6 +503,29 @@ std::vector<Kernel> layerNormGradParams(const std::string& name, const ir::Node&
   if (!ds && !db) return ks;
   Scalar t = Scalar::F32;
   B& b = io.b;
+  if (ds) ks.push_back(zeroKernel(name + "_zero_dscale", ds));
+  if (db) ks.push_back(zeroKernel(name + "_zero_dbias", db));
+  std::vector<const ir::Value*> results;
+  for (const ir::Value* r : {ds, db})
+    if (r) results.push_back(r);
+  int lanes = columnLaneWidth(std::max(ir::dtypeSize(x->type.dtype), ir::dtypeSize(dy->type.dtype)));
+  auto blocks = blockColumnSums(b, rows, M, lanes, results, [&](const ExprRef& row, const ExprRef& col0) {
+    ColumnTerms ct;
+    int mean = b.newLocal(), inv = b.newLocal();
+    ct.setup = rowStatistics(b, n, row, mean, inv);
+    for (const ir::Value* r : results) {
+      ct.terms.emplace_back();
+      for (int u = 0; u < lanes; ++u) {
+        ExprRef at = row * M + col0 + u, g = io.ld(dy, at);
+        ct.terms.back().push_back(r == db ? g : g * ((b.ld(x, at) - local(mean, t)) * local(inv, t)));
+      }
+    }
+    return ct;
+  });
+  if (blocks) {
+    ks.push_back(std::move(*blocks));
+    return ks;
+  }
   int64_t v = M % 4 == 0 ? 4 : M % 2 == 0 ? 2 : 1, groups = M / v, chunk = kParamRows, unroll = kParamUnroll;
   while (rows % chunk) chunk /= 2;
   unroll = std::min(unroll, chunk);
@@ -508,8 +555,6 @@ std::vector<Kernel> layerNormGradParams(const std::string& name, const ir::Node&
     if (ds) body.push_back(b.atomic(ds, col, local(sds[u], t)));
     if (db) body.push_back(b.atomic(db, col, local(sdb[u], t)));
   }
-  if (ds) ks.push_back(zeroKernel(name + "_zero_dscale", ds));
-  if (db) ks.push_back(zeroKernel(name + "_zero_dbias", db));
   ks.push_back(b.finish(loop(e, groups * (rows / chunk), true, std::move(body))));
   return ks;
 }

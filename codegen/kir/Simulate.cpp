@@ -134,7 +134,6 @@ void storeAs(unsigned char* p, ir::DType dt, Scalar from, Val v) {
 struct Cooperation {
   bool warps = false;  ///< warp reductions, tensor-core products
   bool blocks = false; ///< shared memory, barriers, copies
-  bool wgmma = false;
 };
 
 void scan(const Expr& e, Cooperation& c) {
@@ -145,12 +144,9 @@ void scan(const Expr& e, Cooperation& c) {
 
 void scan(const Stmt& s, Cooperation& c) {
   switch (s.kind) {
-  case StmtKind::Mma: c.warps = true; break;
+  case StmtKind::Mma: case StmtKind::Wgmma: c.warps = true; break;
   case StmtKind::CopyAsync: case StmtKind::AsyncCommit: case StmtKind::AsyncWait: case StmtKind::Barrier: case StmtKind::SharedStore:
     c.blocks = true;
-    break;
-  case StmtKind::Wgmma: case StmtKind::WgmmaFence: case StmtKind::WgmmaCommit: case StmtKind::WgmmaWait: case StmtKind::FenceProxyAsync:
-    c.wgmma = true;
     break;
   default: break;
   }
@@ -167,7 +163,6 @@ public:
   Error run() {
     if (buffers_.size() != k_.buffers.size())
       return makeError(k_.name + ": " + std::to_string(buffers_.size()) + " buffers given for its " + std::to_string(k_.buffers.size()));
-    if (coop_.wgmma) return makeError(k_.name + ": warpgroup products (wgmma) are not simulated");
     const Stmt& top = *k_.body;
     if (top.kind == StmtKind::Loop && top.parallel) grid(top);
     else if (isHorizontal(k_))
@@ -416,7 +411,8 @@ private:
         }
       return;
     case StmtKind::Mma: return mma(s, m);
-    default: return fail("warpgroup products (wgmma) are not simulated");
+    case StmtKind::Wgmma: return wgmma(s, m);
+    default: return; // wgmma's fences, commits and waits: a product is computed where it is issued
     }
   }
 
@@ -519,6 +515,69 @@ private:
     }
   }
 
+  /// Element (i, j) of a wgmma tile operand (Kernel.h's WgmmaTile): for a K-major tile row i of
+  /// the operand's rows, contracted index j; for an MN-major one contracted row j, column i. The
+  /// hardware's view: the descriptor's canonical layout from the tile's start (rows of 128 bytes,
+  /// 64-column blocks rows * 128 bytes apart), the 128-byte swizzle applied to the address.
+  double tileElement(const WgmmaTile& tile, int64_t start, int64_t i, int64_t j, int t) {
+    int64_t plain = tile.mnMajor ? start + (i / 64) * tile.rows * 128 + j * 128 + (i % 64) * 2 : start + i * 128 + j * 2;
+    int64_t at = plain ^ (((plain >> 7) & 7) << 4);
+    const SharedArray& a = k_.shared.at(tile.array);
+    if (a.dtype != ir::DType::BF16 || a.align < 1024) return fail("a wgmma tile outside the 1024-byte aligned bf16 shared arrays"), 0;
+    int64_t index = at / 2;
+    if (at % 2 || index < 0 || index >= a.count) return inside(index, a.count, "a wgmma tile of shared array " + std::to_string(tile.array)), 0;
+    int32_t w = writer_[tile.array][index];
+    if (w >= 0) {
+      fail("thread " + std::to_string(t) + "'s warpgroup product reads element " + std::to_string(index) + " of shared array " +
+           std::to_string(tile.array) + ", which thread " + std::to_string(w) + " wrote with no barrier between");
+      return 0;
+    }
+    return loadAs(shared_[tile.array].data() + at, ir::DType::BF16, Scalar::F32).f;
+  }
+
+  /// wgmma.m64nNk16 (Kernel.h's wgmmaBf16) of each warpgroup that reaches it, all 128 threads:
+  /// D (64 x n) = A (64 x 16) B (16 x n) (+ D), warp w holding D's rows 16w..16w+15.
+  void wgmma(const Stmt& s, const Mask& m) {
+    if (!wholeWarps(m, "a warpgroup product")) return;
+    int64_t n = 2 * (int64_t)s.acc.size();
+    bool aTile = s.tiles.size() > 1;
+    std::vector<Lanes> a;
+    for (const ExprRef& o : s.operands) a.push_back(eval(*o, m));
+    Lanes bStart = eval(*s.tiles[0].offset, m), aStart = aTile ? eval(*s.tiles[1].offset, m) : Lanes();
+    auto bf = [](double x) { return ir::fromBF16(ir::toBF16(x)); };
+    for (int group = 0; group * 128 < T_ && error_.empty(); ++group) {
+      int first = group * 128;
+      if (!m[first]) continue;
+      for (int l = 1; l < 128; ++l)
+        if (!m[first + l] || bStart[first + l].i != bStart[first].i || (aTile && aStart[first + l].i != aStart[first].i))
+          return fail("a warpgroup product whose 128 threads do not all reach it with one tile");
+      std::vector<double> A(64 * 16), Bm(16 * n);
+      for (int64_t r = 0; r < 64; ++r)
+        for (int64_t k = 0; k < 16; ++k)
+          if (aTile) A[r * 16 + k] = tileElement(s.tiles[1], aStart[first].i, r, k, first);
+      if (!aTile)
+        for (int l = 0; l < 128; ++l) { // each warp's 16 rows as mma.m16n8k16's A fragments
+          int t = first + l, r0 = 16 * (l / 32), g = l % 32 / 4, q = l % 4;
+          for (int h = 0; h < 2; ++h) {
+            A[(r0 + g) * 16 + 2 * q + 8 * h] = bf(a[4 * h][t].f), A[(r0 + g) * 16 + 2 * q + 1 + 8 * h] = bf(a[4 * h + 1][t].f);
+            A[(r0 + g + 8) * 16 + 2 * q + 8 * h] = bf(a[4 * h + 2][t].f), A[(r0 + g + 8) * 16 + 2 * q + 1 + 8 * h] = bf(a[4 * h + 3][t].f);
+          }
+        }
+      for (int64_t k = 0; k < 16; ++k)
+        for (int64_t c = 0; c < n; ++c) Bm[k * n + c] = tileElement(s.tiles[0], bStart[first].i, c, k, first);
+      if (!error_.empty()) return;
+      for (int l = 0; l < 128; ++l) {
+        int t = first + l, r0 = 16 * (l / 32), g = l % 32 / 4, q = l % 4;
+        for (size_t i = 0; i < s.acc.size(); ++i) { // acc[4j..4j+3]: D[g][8j+2q], D[g][8j+2q+1], D[g+8][8j+2q], D[g+8][8j+2q+1]
+          int64_t j = (int64_t)i / 4, row = r0 + g + (i % 4 >= 2 ? 8 : 0), col = 8 * j + 2 * q + (int64_t)(i % 2);
+          double sum = s.extent ? locals_[s.acc[i]][t].f : 0;
+          for (int64_t k = 0; k < 16; ++k) sum += A[row * 16 + k] * Bm[k * n + col];
+          locals_[s.acc[i]][t].f = rounded(Scalar::F32, sum);
+        }
+      }
+    }
+  }
+
   const Kernel& k_;
   const std::vector<void*>& buffers_;
   Cooperation coop_;
@@ -535,11 +594,6 @@ private:
 
 } // namespace
 
-bool simulatable(const Kernel& k) {
-  Cooperation c;
-  scan(*k.body, c);
-  return !c.wgmma;
-}
 
 Error simulateGpu(const Kernel& k, const std::vector<void*>& buffers) { return Simulator(k, buffers).run(); }
 

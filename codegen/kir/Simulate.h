@@ -1,5 +1,5 @@
 // A GPU's run of a kernel, simulated on this CPU: the GPU forms of nodes (warp reductions, a
-// block's shared memory and barriers, asynchronous copies, tensor-core products) checked against
+// block's shared memory and barriers, asynchronous copies, tensor-core and warpgroup products) checked against
 // the interpreter where no GPU is, in CI.
 //
 // The simulation runs the kernel IR as the NVPTX emitter's code runs it on a GPU: each block of
@@ -14,7 +14,8 @@
 //  - no thread reads or writes a shared element that another thread wrote (or read, for a write)
 //    since the last barrier; an asynchronous copy lands only when its thread waits for it, and
 //    a block's shared memory starts as NaNs, so a read too early sees them.
-// Not simulated (an error that says so): Hopper's warpgroup products (wgmma).
+// A warpgroup product (wgmma) reads its tiles and writes its accumulators where it is issued (a
+// GPU may do so any time before its wait: a kernel must not depend on the difference).
 #pragma once
 #include "codegen/kir/Kernel.h"
 #include "ir/Error.h"
@@ -25,8 +26,5 @@ namespace sgc::kir {
 
 /// Runs `k` over `buffers`, one pointer per k.buffers, each to numel elements of its dtype.
 Error simulateGpu(const Kernel& k, const std::vector<void*>& buffers);
-
-/// Whether simulateGpu runs `k` (it has no warpgroup products).
-bool simulatable(const Kernel& k);
 
 } // namespace sgc::kir
