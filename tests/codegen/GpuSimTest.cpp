@@ -111,6 +111,8 @@ TEST(GpuSim, FormsMatchInterpreter) {
                          " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }", 1e-4},
       {"loss_grad_block", "graph @g { input %x : f32[4, 8192]\n input %t : i64[4]\n input %d : f32[]\n"
                           " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }", 1e-4},
+      {"loss_grad_block_odd", "graph @g { input %x : f32[3, 8193]\n input %t : i64[3]\n input %d : f32[]\n"
+                              " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }", 1e-4},
       {"argmax", "graph @g { input %x : f32[16, 512]\n %y : ?[*] = ArgMax(%x) {axis = -1, keepdims = 0}\n output %y }", 0},
       {"attention_bf16", "graph @g { input %q : bf16[1, 2, 64, 64]\n input %k : bf16[1, 2, 64, 64]\n input %v : bf16[1, 2, 64, 64]\n"
                          " input %dy : bf16[1, 2, 64, 64]\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.125}\n"
@@ -215,6 +217,19 @@ TEST(GpuSim, ColumnSumsRunTogether) {
   ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
   auto [rc, log] = assembled(*ptx, ptxas);
   EXPECT_EQ(rc, 0) << log;
+}
+
+TEST(GpuSim, LossGradientOfAnOddVocabularyIsABlockPerRow) {
+  // GPT-2's 50,257 classes: no 16-byte loads fit a row, yet the row is a block's (one element a
+  // load), not the generic kernel's thread per row. (FormsMatchInterpreter simulates it.)
+  auto g = ir::parse("graph @g { input %x : f32[4, 50257]\n input %t : i64[4]\n input %d : f32[]\n"
+                     " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }",
+                     "odd");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  auto ks = kir::lowerForGpu("k", *(*g)->nodes().front());
+  ASSERT_TRUE(ks && *ks);
+  EXPECT_TRUE(std::any_of((*ks)->begin(), (*ks)->end(), [](const kir::Kernel& k) { return k.threads == 512 && !k.shared.empty(); }));
 }
 
 // --- the simulator's checks: each mistake a kernel could make, caught ---
