@@ -62,7 +62,9 @@ bool allFusible(const Group& g) {
 /// it reads it (a transformer's residual sum, read again by the next sum and the backward), and the
 /// elementwise groups right after it while each starts from the result of the one before (the
 /// first from the row op's): a GPU runs them all as one kernel (kir::lowerRowGroupGpu), a CPU as
-/// the same kernels as before, and the memory plan sees one step.
+/// the same kernels as before, and the memory plan sees one step. A column sum (a bias gradient)
+/// takes no epilogue, and moves up to its prologue instead (the GELU gradient, whose other readers,
+/// the products, come between): its one other operand is a constant.
 std::vector<Group> mergeRowGroups(std::vector<Group> groups, Readers& readers) {
   std::vector<Group> out;
   for (size_t i = 0; i < groups.size(); ++i) {
@@ -73,23 +75,38 @@ std::vector<Group> mergeRowGroups(std::vector<Group> groups, Readers& readers) {
     const ir::Node* row = groups[i][0];
     const ir::Value* y = row->outputs[0];
     Group merged;
+    size_t at = SIZE_MAX; // a column sum moves up to its prologue when its other operands are no node's results
     for (size_t k = out.size(); k-- > 0;) {
       const Group& pre = out[k];
       const ir::Value* v = pre.back()->outputs[0];
-      if (!allElementwise(pre) || !std::count(row->inputs.begin(), row->inputs.end(), v) || v->type.shape() != y->type.shape()) continue;
+      if (!allElementwise(pre) || !std::count(row->inputs.begin(), row->inputs.end(), v) || v->type.shape() != row->input(0)->type.shape()) continue;
       Group inside(pre);
       inside.push_back(row);
       bool storable = kir::storesPrologue(*row); // may store the prologue's result
       if (std::none_of(pre.begin(), pre.end(), [&](const ir::Node* n) { return (!storable || n != pre.back()) && readers.outside(n->outputs[0], inside); })) {
-        merged = std::move(out[k]);
-        out.erase(out.begin() + (std::ptrdiff_t)k);
+        bool ready = std::all_of(row->inputs.begin(), row->inputs.end(), [&](const ir::Value* in) { // at the prologue's place
+          return !in || in == v || in->kind != ir::ValueKind::Result;
+        });
+        bool up = !kir::takesEpilogue(*row) && ready;
+        bool readBetween = std::any_of(out.begin() + (std::ptrdiff_t)k + 1, out.end(), [&](const Group& between) { // the prologue cannot move down past them
+          return std::any_of(between.begin(), between.end(), [&](const ir::Node* n) { return std::count(n->inputs.begin(), n->inputs.end(), v) > 0; });
+        });
+        if (up || !readBetween) {
+          merged = std::move(out[k]);
+          out.erase(out.begin() + (std::ptrdiff_t)k);
+          if (up) at = k;
+        }
       }
       break;
     }
     merged.push_back(row);
+    if (at != SIZE_MAX) {
+      out.insert(out.begin() + (std::ptrdiff_t)at, std::move(merged));
+      continue;
+    }
     const ir::Value* last = y;
-    while (i + 1 < groups.size() && allElementwise(groups[i + 1]) && groups[i + 1][0]->outputs[0]->type.shape() == y->type.shape() &&
-           std::count(groups[i + 1][0]->inputs.begin(), groups[i + 1][0]->inputs.end(), last)) {
+    while (kir::takesEpilogue(*row) && i + 1 < groups.size() && allElementwise(groups[i + 1]) &&
+           groups[i + 1][0]->outputs[0]->type.shape() == y->type.shape() && std::count(groups[i + 1][0]->inputs.begin(), groups[i + 1][0]->inputs.end(), last)) {
       merged.insert(merged.end(), groups[i + 1].begin(), groups[i + 1].end());
       last = merged.back()->outputs[0];
       ++i;

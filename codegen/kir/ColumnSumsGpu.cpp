@@ -37,12 +37,16 @@ std::optional<Kernel> blockColumnSums(Builder& b, int64_t rows, int64_t C, int v
     ExprRef row = B::add(B::add(B::mul(chunk, B::i(chunkRows)), B::mul(B::add(B::mul(loopVar(s), B::i(atOnce)), B::i(i)), B::i(kWarps))), warp);
     ColumnTerms ct = termsOf(row, col0);
     loads.insert(loads.end(), ct.setup.begin(), ct.setup.end());
+    std::vector<ExprRef> firsts;
     for (int64_t k = 0; k < K; ++k)
       for (int u = 0; u < v; ++u) {
         int term = b.newLocal();
         loads.push_back(let(term, ct.terms.at(k).at(u)));
         sums.push_back(set(acc[k][u], B::add(local(acc[k][u], t), local(term, t))));
+        if (k == 0) firsts.push_back(local(term, t));
       }
+    if (ct.after)
+      for (StmtRef& st : ct.after(firsts)) sums.push_back(std::move(st));
   }
   loads.insert(loads.end(), sums.begin(), sums.end()); // every row's loads before any sum
   body.push_back(loop(s, chunkRows / (kWarps * atOnce), false, std::move(loads)));

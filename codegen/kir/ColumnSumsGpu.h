@@ -19,6 +19,9 @@ namespace sgc::kir {
 struct ColumnTerms {
   std::vector<StmtRef> setup;
   std::vector<std::vector<ExprRef>> terms; ///< [k][u]
+  /// Statements given the first result's terms as computed (locals), run after every row's loads:
+  /// a prologue's values stored as they are summed.
+  std::function<std::vector<StmtRef>(const std::vector<ExprRef>& values)> after;
 };
 
 /// The terms of row `row` (an i64 expression) at columns col0 + u, u < v (col0 a multiple of v).

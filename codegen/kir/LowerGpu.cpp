@@ -235,6 +235,17 @@ std::optional<std::vector<Kernel>> leadingReduction(const std::string& name, con
   return std::vector<Kernel>{zeroKernel(name + "_zero", y), std::move(*k)};
 }
 
+/// A SumTo over x's leading dims (a bias gradient): x as [rows, C], the result its C columns;
+/// none for other sums or shapes not static.
+std::optional<std::pair<int64_t, int64_t>> leadingSum(const ir::Node& n) {
+  const ir::Value *x = n.input(0), *y = n.outputs.empty() ? nullptr : n.outputs[0];
+  if (n.op != ir::Op::SumTo || !y || !x->type.isStatic() || !y->type.isStatic() || y->type.rank() >= x->type.rank()) return std::nullopt;
+  std::vector<int64_t> xs = x->type.shape(), ys = y->type.shape();
+  if (!std::equal(ys.begin(), ys.end(), xs.end() - (std::ptrdiff_t)ys.size())) return std::nullopt;
+  int64_t C = y->type.staticNumel().value();
+  return std::make_pair(x->type.staticNumel().value() / std::max<int64_t>(C, 1), C);
+}
+
 std::optional<std::vector<Kernel>> reduceGpu(const std::string& name, const ir::Node& n) {
   const ir::Value *x = n.input(0), *y = n.outputs[0];
   int64_t rank = x->type.rank();
@@ -296,6 +307,38 @@ struct RowIo {
     return B::c(0, Scalar::F32);
   }
 };
+
+/// A column sum with the elementwise nodes that compute its operand (a bias gradient of the GELU
+/// gradient): the operand computed where it is summed, and stored there when read outside.
+std::optional<std::vector<Kernel>> columnSumGroupGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
+  auto shape = leadingSum(n);
+  const ir::Value *x = n.input(0), *y = n.outputs[0];
+  if (!shape || y->type.dtype != ir::DType::F32 || computeType(x->type.dtype) != Scalar::F32 || shape->first < kLongLoop) return std::nullopt;
+  auto [rows, C] = *shape;
+  B b(name);
+  RowIo io{b, g, {}};
+  int v = columnLaneWidth(ir::dtypeSize(x->type.dtype));
+  auto k = blockColumnSums(b, rows, C, v, {y}, [&](const ExprRef& row, const ExprRef& col0) {
+    ColumnTerms ct{{}, {{}}, {}};
+    for (int u = 0; u < v; ++u) { // a computed operand summed as its stored (narrow) value is, as a CPU sums it
+      ExprRef term = io.ld(x, row * C + col0 + u);
+      bool computed = g && !g->prologue.empty();
+      if (computed && x->type.dtype == ir::DType::BF16) term = unary(KOp::RoundBf16, term);
+      if (computed && x->type.dtype == ir::DType::F16) term = unary(KOp::RoundF16, term);
+      ct.terms[0].push_back(term);
+    }
+    if (g && g->storePrologue)
+      ct.after = [&b, x, row, col0, C](const std::vector<ExprRef>& values) {
+        std::vector<StmtRef> stores;
+        for (size_t u = 0; u < values.size(); ++u) stores.push_back(b.st(x, row * C + col0 + (double)u, values[u]));
+        return stores;
+      };
+    return ct;
+  });
+  error = io.error;
+  if (!k) return std::nullopt;
+  return std::vector<Kernel>{zeroKernel(name + "_zero", y), std::move(*k)};
+}
 
 /// Softmax / LogSoftmax over the last axis, a warp per row.
 std::optional<std::vector<Kernel>> softmaxGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
@@ -769,6 +812,7 @@ bool isRowOp(const ir::Node& n) {
   case ir::Op::Softmax: case ir::Op::LogSoftmax: case ir::Op::SoftmaxGrad: case ir::Op::LayerNormalization: case ir::Op::LayerNormGrad:
   case ir::Op::RmsNorm: case ir::Op::RmsNormGrad:
     return true;
+  case ir::Op::SumTo: return leadingSum(n).has_value();
   default: return false;
   }
 }
@@ -782,6 +826,7 @@ Expected<std::optional<std::vector<Kernel>>> lowerRowGroupGpu(const std::string&
   case ir::Op::SoftmaxGrad: ks = softmaxGradGpu(name, *g.row, fused, error); break;
   case ir::Op::LayerNormalization: case ir::Op::RmsNorm: ks = layerNormGpu(name, *g.row, fused, error); break;
   case ir::Op::LayerNormGrad: case ir::Op::RmsNormGrad: ks = layerNormGradGpu(name, *g.row, fused, error); break;
+  case ir::Op::SumTo: ks = columnSumGroupGpu(name, *g.row, fused, error); break;
   default: ks = softmaxGpu(name, *g.row, fused, error);
   }
   if (!error.empty()) return makeError(error);

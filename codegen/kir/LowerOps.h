@@ -82,12 +82,21 @@ struct RowGroup {
                                    ///< a residual sum that a LayerNormalization's GPU form stores as it reads it)
 };
 
-/// Whether `n` is a row-wise op that takes a prologue and an epilogue (softmax, its gradient).
+/// Whether `n` is a row-wise op that takes a prologue and an epilogue (softmax, its gradient, the
+/// normalizations and theirs), or a prologue only: a sum over leading dims (SumTo: a bias
+/// gradient, its GPU form column sums a block per tile).
 bool isRowOp(const ir::Node& n);
 
+/// Whether a row op takes an epilogue: not a column sum, whose results are whole only when every
+/// block has added its share.
+inline bool takesEpilogue(const ir::Node& n) { return n.op != ir::Op::SumTo; }
+
 /// Whether a row op's GPU form may store its prologue's result as it reads it
-/// (RowGroup::storePrologue): the normalizations' (LayerNormalization, RmsNorm).
-inline bool storesPrologue(const ir::Node& n) { return n.op == ir::Op::LayerNormalization || n.op == ir::Op::RmsNorm; }
+/// (RowGroup::storePrologue): the normalizations' (LayerNormalization, RmsNorm) and the column
+/// sums' (a bias gradient's sum of the GELU gradient, which the products read too).
+inline bool storesPrologue(const ir::Node& n) {
+  return n.op == ir::Op::LayerNormalization || n.op == ir::Op::RmsNorm || n.op == ir::Op::SumTo;
+}
 
 /// The normalizations share their lowerings (CPU and GPU). Whether one subtracts its rows' mean:
 /// LayerNormalization and LayerNormGrad do; RmsNorm and RmsNormGrad do not (the mean taken as 0,

@@ -158,7 +158,7 @@ void scan(const Stmt& s, Cooperation& c) {
 
 class Simulator {
 public:
-  Simulator(const Kernel& k, const std::vector<void*>& buffers) : k_(k), buffers_(buffers) { scan(*k.body, coop_); }
+  Simulator(const Kernel& k, const std::vector<void*>& buffers) : k_(k), buffers_(buffers) {}
 
   Error run() {
     if (buffers_.size() != k_.buffers.size())
@@ -179,8 +179,10 @@ private:
   /// Parallel loop `loop` as a grid of blocks of k.threads iterations, each block run alone.
   void grid(const Stmt& loop) {
     int threads = k_.threads;
-    if (coop_.warps && loop.extent % 32) return fail("warp operations in a parallel loop of " + std::to_string(loop.extent) + " iterations, not whole warps");
-    if (coop_.blocks && loop.extent % threads)
+    Cooperation coop; // of this loop alone: a horizontal kernel's parts may differ
+    scan(loop, coop);
+    if (coop.warps && loop.extent % 32) return fail("warp operations in a parallel loop of " + std::to_string(loop.extent) + " iterations, not whole warps");
+    if (coop.blocks && loop.extent % threads)
       return fail("shared memory in a parallel loop of " + std::to_string(loop.extent) + " iterations, not whole blocks of " + std::to_string(threads));
     for (int64_t first = 0; first < loop.extent && error_.empty(); first += threads) {
       start(threads);
@@ -580,7 +582,6 @@ private:
 
   const Kernel& k_;
   const std::vector<void*>& buffers_;
-  Cooperation coop_;
   int T_ = 1;
   std::vector<std::vector<int64_t>> vars_; ///< [loop variable][thread]
   std::vector<Lanes> locals_;              ///< [local][thread]

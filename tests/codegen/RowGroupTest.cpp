@@ -211,3 +211,48 @@ TEST(RowGroups, RmsNormStoresTheResidualSumAndItsGradientTakesNoMean) {
   EXPECT_TRUE(std::count(outs.begin(), outs.end(), "dxb") && std::count(outs.begin(), outs.end(), "dw"));
   EXPECT_TRUE(std::count(ins.begin(), ins.end(), "inv") && std::count(ins.begin(), ins.end(), "h") && !std::count(outs.begin(), outs.end(), "dx"));
 }
+
+TEST(RowGroups, ABiasGradientMovesUpToItsGeluGradient) {
+  // GPT-2's MLP backward: the GELU gradient dh is read by the data gradient's product and summed
+  // into the bias gradient. The sum moves up to the GELU gradient (past the product, which reads
+  // dh too), and its GPU form computes dh, stores it and sums it, so that nothing reads dh back
+  // for the sum.
+  auto g = parsed(R"(graph @g {
+    input %h : bf16[2048, 256]
+    input %d : bf16[2048, 256]
+    input %w : bf16[256, 64]
+    const %c : i64[1] = dense<"0x0001000000000000">
+    %dh : ?[*] = UnaryGrad(%h, %d) {of = "Gelu", approximate = "none"}
+    %dx : ?[*] = MatMul(%dh, %w)
+    %db : ?[*] = SumTo(%dh, %c) {to = "f32"}
+    output %dx, %db
+  })");
+  auto schedule = codegen::kernelSchedule(*g);
+  EXPECT_EQ(labels(schedule), (std::vector<std::string>{"UnaryGrad+SumTo", "MatMul"}));
+  kir::RowGroup rows{{schedule[0][0]}, schedule[0][1], {}, true, {}, true};
+  auto gpu = kir::lowerRowGroupGpu("k", rows);
+  ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
+  ASSERT_TRUE(gpu->has_value());
+  ASSERT_EQ((*gpu)->size(), 2u); // the zeroing, the sums
+  auto [written, read] = writtenAndRead((**gpu)[1]);
+  EXPECT_EQ(written, (std::vector<std::string>{"dh", "db"}));
+  EXPECT_EQ(read, (std::vector<std::string>{"h", "d"}));
+}
+
+
+TEST(RowGroups, APrologueReadInBetweenStaysWhereItIs) {
+  // The residual sum is read by a product scheduled before the layer norm: moving the sum down
+  // into the layer norm's group would run the product on a sum not yet computed.
+  auto g = parsed(R"(graph @g {
+    input %res : f32[64, 64]
+    input %p : f32[64, 64]
+    input %w : f32[64]
+    input %b : f32[64]
+    input %m : f32[64, 64]
+    %h : ?[*] = Add(%res, %p)
+    %q : ?[*] = MatMul(%h, %m)
+    %y : ?[*], %mean : ?[*], %inv : ?[*] = LayerNormalization(%h, %w, %b) {axis = -1}
+    output %y, %q, %mean, %inv
+  })");
+  EXPECT_EQ(labels(codegen::kernelSchedule(*g)), (std::vector<std::string>{"Add", "MatMul", "LayerNormalization"}));
+}
