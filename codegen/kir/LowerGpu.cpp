@@ -21,7 +21,8 @@ namespace sgc::kir {
 
 Expected<std::vector<Kernel>> lowerLossGpu(const std::string& name, const ir::Node& n); // LowerMath.cpp
 Expected<std::optional<std::vector<Kernel>>> sampleGpu(const std::string& name, const ir::Node& n); // LowerSample.cpp
-std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir::Node& n);             // LowerSceBlockGpu.cpp
+/// LowerSceBlockGpu.cpp: a block per row, from 8,192 classes (or any count, with `shortRows`).
+std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir::Node& n, bool shortRows = false);
 
 namespace {
 using B = Builder;
@@ -216,24 +217,8 @@ std::optional<std::vector<Kernel>> trailingReduction(const std::string& name, co
   return std::vector<Kernel>{zeroKernel(name + "_zero", y), warpKernel(b, e, outer * (extent / span), std::move(body))};
 }
 
-/// y[c] = scale * sum over r of x[r, c] where the summed dims are x's first (x read as [rows, C]):
-/// a block per tile of columns and chunk of rows (ColumnSumsGpu.h). A bias gradient.
-std::optional<std::vector<Kernel>> leadingReduction(const std::string& name, const ir::Value* x, const ir::Value* y, int64_t rows, int64_t C,
-                                                    double scale) {
-  if (y->type.dtype != ir::DType::F32 || computeType(x->type.dtype) != Scalar::F32 || rows < kLongLoop) return std::nullopt;
-  B b(name);
-  int v = columnLaneWidth(ir::dtypeSize(x->type.dtype));
-  auto k = blockColumnSums(b, rows, C, v, {y}, [&](const ExprRef& row, const ExprRef& col0) {
-    ColumnTerms ct{{}, {{}}};
-    for (int u = 0; u < v; ++u) {
-      ExprRef term = b.ld(x, row * C + col0 + u);
-      ct.terms[0].push_back(scale == 1 ? term : term * scale);
-    }
-    return ct;
-  });
-  if (!k) return std::nullopt;
-  return std::vector<Kernel>{zeroKernel(name + "_zero", y), std::move(*k)};
-}
+std::optional<std::vector<Kernel>> columnSums(const std::string& name, const ir::Value* x, const ir::Value* y, int64_t rows, int64_t C,
+                                              double scale, const RowGroup* g, std::string& error);
 
 /// A SumTo over x's leading dims (a bias gradient): x as [rows, C], the result its C columns;
 /// none for other sums or shapes not static.
@@ -270,8 +255,9 @@ std::optional<std::vector<Kernel>> reduceGpu(const std::string& name, const ir::
   if (trailing)
     if (auto ks = trailingReduction(name, x, y, x->type.staticNumel().value() / extent, extent, scale)) return ks;
   bool leading = !axes.empty() && *axes.rbegin() == (int64_t)axes.size() - 1; // the summed dims are x's first
+  std::string error; // (no group: nothing to fail)
   if (leading)
-    if (auto ks = leadingReduction(name, x, y, extent, x->type.staticNumel().value() / extent, scale)) return ks;
+    if (auto ks = columnSums(name, x, y, extent, x->type.staticNumel().value() / extent, scale, nullptr, error)) return ks;
   return splitReduction(name, x, y, axes, scale);
 }
 
@@ -308,27 +294,28 @@ struct RowIo {
   }
 };
 
-/// A column sum with the elementwise nodes that compute its operand (a bias gradient of the GELU
-/// gradient): the operand computed where it is summed, and stored there when read outside.
-std::optional<std::vector<Kernel>> columnSumGroupGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
-  auto shape = leadingSum(n);
-  const ir::Value *x = n.input(0), *y = n.outputs[0];
-  if (!shape || y->type.dtype != ir::DType::F32 || computeType(x->type.dtype) != Scalar::F32 || shape->first < kLongLoop) return std::nullopt;
-  auto [rows, C] = *shape;
+/// y[c] = scale * sum over r of x[r, c] where the summed dims are x's first (x read as [rows, C]):
+/// a block per tile of columns and chunk of rows (ColumnSumsGpu.h). A bias gradient; in a row group
+/// x computed by its prologue where it is summed (the GELU gradient), and stored there when read
+/// outside the group.
+std::optional<std::vector<Kernel>> columnSums(const std::string& name, const ir::Value* x, const ir::Value* y, int64_t rows, int64_t C,
+                                              double scale, const RowGroup* g, std::string& error) {
+  if (y->type.dtype != ir::DType::F32 || computeType(x->type.dtype) != Scalar::F32 || rows < kLongLoop) return std::nullopt;
   B b(name);
   RowIo io{b, g, {}};
+  bool computed = g && !g->prologue.empty();
   int v = columnLaneWidth(ir::dtypeSize(x->type.dtype));
   auto k = blockColumnSums(b, rows, C, v, {y}, [&](const ExprRef& row, const ExprRef& col0) {
     ColumnTerms ct{{}, {{}}, {}};
     for (int u = 0; u < v; ++u) { // a computed operand summed as its stored (narrow) value is, as a CPU sums it
       ExprRef term = io.ld(x, row * C + col0 + u);
-      bool computed = g && !g->prologue.empty();
       if (computed && x->type.dtype == ir::DType::BF16) term = unary(KOp::RoundBf16, term);
       if (computed && x->type.dtype == ir::DType::F16) term = unary(KOp::RoundF16, term);
-      ct.terms[0].push_back(term);
+      ct.terms[0].push_back(scale == 1 ? term : term * scale);
     }
     if (g && g->storePrologue)
-      ct.after = [&b, x, row, col0, C](const std::vector<ExprRef>& values) {
+      ct.after = [&b, x, row, col0, C, scale](const std::vector<ExprRef>& values) {
+        assert(scale == 1 && "a column sum that stores its operand is a SumTo");
         std::vector<StmtRef> stores;
         for (size_t u = 0; u < values.size(); ++u) stores.push_back(b.st(x, row * C + col0 + (double)u, values[u]));
         return stores;
@@ -338,6 +325,13 @@ std::optional<std::vector<Kernel>> columnSumGroupGpu(const std::string& name, co
   error = io.error;
   if (!k) return std::nullopt;
   return std::vector<Kernel>{zeroKernel(name + "_zero", y), std::move(*k)};
+}
+
+/// A column sum (SumTo over leading dims) with the elementwise nodes that compute its operand.
+std::optional<std::vector<Kernel>> columnSumGroupGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
+  auto shape = leadingSum(n);
+  if (!shape) return std::nullopt;
+  return columnSums(name, n.input(0), n.outputs[0], shape->first, shape->second, 1, g, error);
 }
 
 /// Softmax / LogSoftmax over the last axis, a warp per row.
@@ -783,6 +777,7 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
   case Op::SceLossGrad: // with its loss result, the atomic total of the loss below unless a block or a warp per row fits
     if (auto ks = sceBlockGpu(name, n)) return ks;
     if (auto ks = sceGpu(name, n)) return ks;
+    if (auto ks = sceBlockGpu(name, n, true)) return ks; // rows a warp's lanes do not divide (1,000 classes)
     if (n.outputs.size() < 2 || !n.outputs[1]) return std::optional<std::vector<Kernel>>();
     if (n.getString("reduction", "mean") == "none" || n.outputs[1]->type.dtype != ir::DType::F32) return std::optional<std::vector<Kernel>>();
     {

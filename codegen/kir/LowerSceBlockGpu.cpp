@@ -74,7 +74,7 @@ struct BlockRow {
 
 } // namespace
 
-std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir::Node& n) {
+std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir::Node& n, bool shortRows) {
   if (n.op != ir::Op::SceLossGrad) return std::nullopt;
   const ir::Value *x = n.input(0), *target = n.input(1), *dl = n.input(2), *w = n.input(3), *dx = n.outputs[0];
   const ir::Value* lossOut = n.outputs.size() > 1 ? n.outputs[1] : nullptr;
@@ -83,7 +83,7 @@ std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir
   int64_t v = 16 / std::max<int64_t>(ir::dtypeSize(x->type.dtype), 1); // 16-byte loads, or narrower where C needs:
   while (v > 1 && C % v) v /= 2;                                         // GPT-2's 50,257 classes, one element a load
   std::string red = n.getString("reduction", "mean");
-  if (C < kLongRow || P < 1 || (lossOut && (red == "none" || lossOut->type.dtype != ir::DType::F32))) return std::nullopt;
+  if ((C < kLongRow && !shortRows) || P < 1 || (lossOut && (red == "none" || lossOut->type.dtype != ir::DType::F32))) return std::nullopt;
   Scalar t = Scalar::F32;
   B b(name);
   int e = b.newLoopVar();

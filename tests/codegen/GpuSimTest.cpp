@@ -19,6 +19,27 @@ using namespace sgc::test;
 
 namespace {
 
+/// Runs `ks` in order in the GPU simulator over `buffers` (by name): "" or the first failure;
+/// `written` collects the buffers they write.
+std::string simulateAll(const std::vector<kir::Kernel>& ks, std::map<std::string, ir::Tensor>& buffers, std::set<std::string>* written = nullptr) {
+  for (const kir::Kernel& k : ks) {
+    std::vector<void*> args;
+    for (const kir::BufferArg& b : k.buffers) {
+      args.push_back(buffers.at(b.name).bytes.data());
+      if (written && b.written) written->insert(b.name);
+    }
+    if (Error e = kir::simulateGpu(k, args)) return errorText(std::move(e));
+  }
+  return "";
+}
+
+/// A tensor of `dtype` and `shape` whose bytes are all 0xFF: NaNs where nothing writes.
+ir::Tensor unwritten(ir::DType dtype, std::vector<int64_t> shape) {
+  ir::Tensor t(dtype, std::move(shape));
+  std::fill(t.bytes.begin(), t.bytes.end(), (uint8_t)0xFF);
+  return t;
+}
+
 struct Case {
   const char* name;
   std::string text; ///< a graph whose every value is an output
@@ -48,22 +69,12 @@ void checkForms(const Case& c, kir::GpuArch arch = {}) {
     for (const ir::Value* v : node->inputs)
       if (v) buffers[v->name] = v->kind == ir::ValueKind::Const ? *v->data : want->at(v->name);
     for (const ir::Value* v : node->outputs)
-      if (v) {
-        ir::Tensor t(v->type.dtype, v->type.shape());
-        std::fill(t.bytes.begin(), t.bytes.end(), (uint8_t)0xFF); // NaNs where nothing writes
-        buffers[v->name] = std::move(t);
-      }
+      if (v) buffers[v->name] = unwritten(v->type.dtype, v->type.shape());
     std::set<std::string> written;
-    if (arch.hopper && node->op == ir::Op::FusedAttention)
+    if (arch.hopper && node->op == ir::Op::FusedAttention) {
       EXPECT_TRUE(std::any_of((*ks)->begin(), (*ks)->end(), [](const kir::Kernel& k) { return kir::hasWgmma(k); })) << "Hopper's form";
-    for (const kir::Kernel& k : **ks) {
-      std::vector<void*> args;
-      for (const kir::BufferArg& b : k.buffers) {
-        args.push_back(buffers.at(b.name).bytes.data());
-        if (b.written) written.insert(b.name);
-      }
-      if (Error e = kir::simulateGpu(k, args)) FAIL() << errorText(std::move(e));
     }
+    ASSERT_EQ(simulateAll(**ks, buffers, &written), "");
     EXPECT_FALSE(written.empty());
     for (const std::string& name : written) {
       const ir::Tensor &got = buffers.at(name), &ref = want->at(name);
@@ -197,8 +208,7 @@ TEST(GpuSim, ColumnSumsRunTogether) {
   // And a part of 1,000 iterations, not whole blocks, that needs none (an elementwise kernel).
   ir::Graph side;
   kir::Kernel fill = kir::zeroKernel("fill", side.addInput("t", ir::Type::of(ir::DType::F32, {1000})));
-  buffers["t"] = ir::Tensor(ir::DType::F32, {1000});
-  std::fill(buffers["t"].bytes.begin(), buffers["t"].bytes.end(), (uint8_t)0xFF);
+  buffers["t"] = unwritten(ir::DType::F32, {1000});
   sums.push_back(fill);
   std::vector<kir::HorizontalPart> parts;
   for (const kir::Kernel& k : sums) {
@@ -210,9 +220,7 @@ TEST(GpuSim, ColumnSumsRunTogether) {
   kir::Kernel h = kir::horizontal("h", parts);
   ASSERT_TRUE(kir::isHorizontal(h));
   ASSERT_EQ(h.shared.size(), 2u);
-  std::vector<void*> args;
-  for (const kir::BufferArg& b : h.buffers) args.push_back(buffers.at(b.name).bytes.data());
-  if (Error e = kir::simulateGpu(h, args)) FAIL() << errorText(std::move(e));
+  ASSERT_EQ(simulateAll({h}, buffers), "");
   for (const char* name : {"y", "ds", "db"}) {
     const ir::Tensor &got = buffers.at(name), &ref = want->at(name);
     for (int64_t i = 0; i < ref.numel(); ++i) ASSERT_NEAR(got.getF(i), ref.getF(i), 1e-4 * (1 + std::fabs(ref.getF(i)))) << name << "[" << i << "]";
@@ -245,14 +253,9 @@ TEST(GpuSim, ColumnSumOfTheGeluGradient) {
   ASSERT_TRUE(!!ks && ks->has_value());
   std::map<std::string, ir::Tensor> buffers = in;
   buffers["c"] = *(*g)->findValue("c")->data;
-  buffers["dh"] = ir::Tensor(ir::DType::BF16, {1024, 512});
-  std::fill(buffers["dh"].bytes.begin(), buffers["dh"].bytes.end(), (uint8_t)0xFF);
-  buffers["db"] = ir::Tensor(ir::DType::F32, {512});
-  for (const kir::Kernel& k : **ks) {
-    std::vector<void*> args;
-    for (const kir::BufferArg& b : k.buffers) args.push_back(buffers.at(b.name).bytes.data());
-    if (Error e = kir::simulateGpu(k, args)) FAIL() << errorText(std::move(e));
-  }
+  buffers["dh"] = unwritten(ir::DType::BF16, {1024, 512});
+  buffers["db"] = unwritten(ir::DType::F32, {512});
+  ASSERT_EQ(simulateAll(**ks, buffers), "");
   for (const char* name : {"dh", "db"}) {
     const ir::Tensor &got = buffers.at(name), &ref = want->at(name);
     double tol = name[1] == 'h' ? 1e-2 : 1e-3; // dh in bf16, a last-bit flip here and there (the GELU against libm's); db sums dh as stored
@@ -262,15 +265,18 @@ TEST(GpuSim, ColumnSumOfTheGeluGradient) {
 
 TEST(GpuSim, LossGradientOfAnOddVocabularyIsABlockPerRow) {
   // GPT-2's 50,257 classes: no 16-byte loads fit a row, yet the row is a block's (one element a
-  // load), not the generic kernel's thread per row. (FormsMatchInterpreter simulates it.)
-  auto g = ir::parse("graph @g { input %x : f32[4, 50257]\n input %t : i64[4]\n input %d : f32[]\n"
-                     " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }",
-                     "odd");
-  ASSERT_TRUE(!!g) << errorText(g.takeError());
-  ASSERT_FALSE(ir::inferShapes(**g, false));
-  auto ks = kir::lowerForGpu("k", *(*g)->nodes().front());
-  ASSERT_TRUE(ks && *ks);
-  EXPECT_TRUE(std::any_of((*ks)->begin(), (*ks)->end(), [](const kir::Kernel& k) { return k.threads == 512 && !k.shared.empty(); }));
+  // load); and 1,000 classes, which a warp's lanes do not divide: not the fallback's thread per
+  // row that re-sums every target's weight. (FormsMatchInterpreter simulates both sizes' forms.)
+  for (int64_t classes : {50257, 1000}) {
+    auto g = ir::parse("graph @g { input %x : f32[4, " + std::to_string(classes) + "]\n input %t : i64[4]\n input %d : f32[]\n"
+                       " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }",
+                       "odd");
+    ASSERT_TRUE(!!g) << errorText(g.takeError());
+    ASSERT_FALSE(ir::inferShapes(**g, false));
+    auto ks = kir::lowerForGpu("k", *(*g)->nodes().front());
+    ASSERT_TRUE(ks && *ks);
+    EXPECT_TRUE(std::any_of((*ks)->begin(), (*ks)->end(), [](const kir::Kernel& k) { return k.threads == 512 && !k.shared.empty(); })) << classes;
+  }
 }
 
 // --- the simulator's checks: each mistake a kernel could make, caught ---
