@@ -3,8 +3,8 @@
 #include "ir/Float.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
-#include <functional>
 #include <limits>
 
 namespace sgc::kir {
