@@ -263,6 +263,70 @@ TEST(GpuSim, ColumnSumOfTheGeluGradient) {
   }
 }
 
+TEST(GpuSim, RowGroupsMatchInterpreter) {
+  // Row ops with the elementwise work around them, as GPT-2's step runs them on a GPU: attention's
+  // scale, mask and softmax with the cast after it; a residual sum stored by the layer norm that
+  // reads it, with the cast of its result; the layer norm's gradient taking its widened dy and
+  // adding the residual gradient (codegen/Program.cpp's row groups, kir::lowerRowGroupGpu).
+  struct Group {
+    const char* name;
+    std::string text;
+    size_t skip, prologue, epilogue; ///< nodes outside the group first (they give it operands); then before and after the row op
+    bool storePrologue;
+    double tol;
+  };
+  std::vector<Group> groups = {
+      {"softmax", "graph @g { input %s : bf16[2, 64, 64]\n input %mask : bool[1, 64, 64]\n const %scale : f32[] = dense<\"0x0000003e\">\n"
+                  " const %ninf : f32[] = dense<\"0x000080ff\">\n %f : ?[*] = Cast(%s) {to = \"f32\"}\n %m : ?[*] = Mul(%f, %scale)\n"
+                  " %w : ?[*] = Where(%mask, %m, %ninf)\n %p : ?[*] = Softmax(%w) {axis = -1}\n %pb : ?[*] = Cast(%p) {to = \"bf16\"}\n"
+                  " output %pb }",
+       0, 3, 1, false, 1e-2},
+      {"layer_norm", "graph @g { input %proj : bf16[64, 256]\n input %res : f32[64, 256]\n input %w : f32[256]\n input %b : f32[256]\n"
+                     " %p : ?[*] = Cast(%proj) {to = \"f32\"}\n %h : ?[*] = Add(%res, %p)\n"
+                     " %y : ?[*], %mean : ?[*], %inv : ?[*] = LayerNormalization(%h, %w, %b) {axis = -1}\n %yb : ?[*] = Cast(%y) {to = \"bf16\"}\n"
+                     " output %yb, %h, %mean, %inv }",
+       0, 2, 1, true, 1e-2},
+      {"layer_norm_grad", "graph @g { input %x : f32[64, 256]\n input %w : f32[256]\n input %b : f32[256]\n input %dyb : bf16[64, 256]\n"
+                          " input %r : f32[64, 256]\n %y : ?[*], %mean : ?[*], %inv : ?[*] = LayerNormalization(%x, %w, %b) {axis = -1}\n"
+                          " %dy : ?[*] = Cast(%dyb) {to = \"f32\"}\n"
+                          " %dx : ?[*], %dw : f32[256], %db : f32[256] = LayerNormGrad(%x, %w, %dy, %mean, %inv) {axis = -1}\n"
+                          " %t : ?[*] = Add(%dx, %r)\n output %t, %dw, %db, %mean, %inv }",
+       1, 1, 1, false, 1e-4},
+  };
+  for (const Group& c : groups) {
+    SCOPED_TRACE(c.name);
+    auto g = ir::parse(c.text, c.name);
+    ASSERT_TRUE(!!g) << errorText(g.takeError());
+    ASSERT_FALSE(ir::inferShapes(**g, false));
+    auto in = randomInputs(**g, 9, -2, 2);
+    if (in.count("mask")) // a causal mask
+      for (int64_t i = 0; i < 64 * 64; ++i) in["mask"].setI(i, i % 64 <= i / 64);
+    auto want = ir::run(**g, in);
+    ASSERT_TRUE(!!want) << errorText(want.takeError());
+    std::vector<const ir::Node*> nodes; // the group's
+    for (size_t i = c.skip; i < (*g)->nodes().size(); ++i) nodes.push_back((*g)->nodes()[i].get());
+    std::set<const ir::Node*> inGroup(nodes.begin(), nodes.end());
+    kir::RowGroup rows{{nodes.begin(), nodes.begin() + (std::ptrdiff_t)c.prologue}, nodes[c.prologue],
+                       {nodes.begin() + (std::ptrdiff_t)c.prologue + 1, nodes.end()}, false, std::vector<bool>(c.epilogue, true), c.storePrologue};
+    auto ks = kir::lowerRowGroupGpu("k", rows);
+    ASSERT_TRUE(!!ks) << errorText(ks.takeError());
+    ASSERT_TRUE(ks->has_value());
+    std::map<std::string, ir::Tensor> buffers = in;
+    for (const auto& v : (*g)->consts) buffers[v->name] = *v->data;
+    std::vector<const ir::Value*> results; // the group's; the others (a forward pass's statistics) are its operands
+    for (const ir::Value* v : (*g)->outputs) {
+      if (inGroup.count(v->producer)) results.push_back(v);
+      buffers[v->name] = inGroup.count(v->producer) ? unwritten(v->type.dtype, v->type.shape()) : want->at(v->name);
+    }
+    ASSERT_EQ(simulateAll(**ks, buffers), "");
+    for (const ir::Value* v : results) {
+      const ir::Tensor &got = buffers.at(v->name), &ref = want->at(v->name);
+      for (int64_t i = 0; i < ref.numel(); ++i)
+        ASSERT_NEAR(got.getF(i), ref.getF(i), c.tol * (1 + std::fabs(ref.getF(i)))) << "%" << v->name << "[" << i << "]";
+    }
+  }
+}
+
 TEST(GpuSim, LossGradientOfAnOddVocabularyIsABlockPerRow) {
   // GPT-2's 50,257 classes: no 16-byte loads fit a row, yet the row is a block's (one element a
   // load); and 1,000 classes, which a warp's lanes do not divide: not the fallback's thread per
