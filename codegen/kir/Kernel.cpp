@@ -350,27 +350,42 @@ bool storesOnly(const Stmt& loop) {
 
 namespace {
 
-/// Whether `e` or `s` has a warp's operations (reductions, tensor-core products).
-bool warpOps(const Expr& e) {
-  if (e.kind == ExprKind::WarpReduce) return true;
-  return std::any_of(e.args.begin(), e.args.end(), [](const ExprRef& a) { return warpOps(*a); });
+bool anyExpr(const Expr& e, bool (*pred)(const Expr&)) {
+  return pred(e) || std::any_of(e.args.begin(), e.args.end(), [&](const ExprRef& a) { return anyExpr(*a, pred); });
 }
 
-bool warpOps(const Stmt& s) {
-  if (s.kind == StmtKind::Mma || s.kind == StmtKind::Wgmma) return true;
+/// Whether a statement in `s` (itself, its body's, nested) satisfies `stmt`, or an expression in
+/// one (index, value, operands, nested) satisfies `expr`.
+bool anyIn(const Stmt& s, bool (*stmt)(const Stmt&), bool (*expr)(const Expr&)) {
+  if (stmt(s)) return true;
   for (const ExprRef* e : {&s.index, &s.value})
-    if (*e && warpOps(**e)) return true;
-  for (const ExprRef& e : s.operands)
-    if (warpOps(*e)) return true;
-  return std::any_of(s.body.begin(), s.body.end(), [](const StmtRef& b) { return warpOps(*b); });
+    if (*e && anyExpr(**e, expr)) return true;
+  if (std::any_of(s.operands.begin(), s.operands.end(), [&](const ExprRef& e) { return anyExpr(*e, expr); })) return true;
+  return std::any_of(s.body.begin(), s.body.end(), [&](const StmtRef& b) { return anyIn(*b, stmt, expr); });
 }
 
 } // namespace
 
+bool hasWarpOps(const Stmt& s) {
+  return anyIn(
+      s, [](const Stmt& st) { return st.kind == StmtKind::Mma || st.kind == StmtKind::Wgmma; },
+      [](const Expr& e) { return e.kind == ExprKind::WarpReduce; });
+}
+
+bool hasBlockOps(const Stmt& s) {
+  return anyIn(
+      s,
+      [](const Stmt& st) {
+        return st.kind == StmtKind::CopyAsync || st.kind == StmtKind::AsyncCommit || st.kind == StmtKind::AsyncWait ||
+               st.kind == StmtKind::Barrier || st.kind == StmtKind::SharedStore;
+      },
+      [](const Expr& e) { return e.kind == ExprKind::SharedLoad; });
+}
+
 bool isHorizontalPart(const Kernel& k) {
   if (!k.body || k.body->kind != StmtKind::Loop || !k.body->parallel || k.threads != Kernel{}.threads || k.minBlocks != 0) return false;
   if (!k.gpuOnly) return k.shared.empty();
-  return !k.shared.empty() && k.body->extent % k.threads == 0 && !warpOps(*k.body); // whole blocks through shared memory
+  return !k.shared.empty() && k.body->extent % k.threads == 0 && !hasWarpOps(*k.body); // whole blocks through shared memory
 }
 
 bool isElementwisePart(const Kernel& k) { return isHorizontalPart(k) && storesOnly(*k.body); }

@@ -268,6 +268,13 @@ int vectorWidthFor(const Kernel& k);
 /// (at most 8), halved until it divides `extent`.
 int storeVectorWidth(size_t narrowest, int64_t extent);
 
+/// Whether a warp's operations appear in `s` (warp reductions, mma and wgmma products): its lanes
+/// must all reach them together.
+bool hasWarpOps(const Stmt& s);
+/// Whether a block's shared-memory operations appear in `s` (shared loads and stores, copies and
+/// their waits, barriers): its block's threads must all reach them together.
+bool hasBlockOps(const Stmt& s);
+
 /// Whether `loop`'s body holds only stores (an elementwise loop: an iteration computes all its
 /// values before it stores any).
 bool storesOnly(const Stmt& loop);

@@ -80,8 +80,7 @@ std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir
   const ir::Value* lossOut = n.outputs.size() > 1 ? n.outputs[1] : nullptr;
   if (!dx || x->type.rank() != 2 || computeType(x->type.dtype) != Scalar::F32) return std::nullopt;
   int64_t P = x->type.dims[0].value, C = x->type.dims[1].value;
-  int64_t v = 16 / std::max<int64_t>(ir::dtypeSize(x->type.dtype), 1); // 16-byte loads, or narrower where C needs:
-  while (v > 1 && C % v) v /= 2;                                         // GPT-2's 50,257 classes, one element a load
+  int64_t v = storeVectorWidth(ir::dtypeSize(x->type.dtype), C); // 16-byte loads, or narrower where C needs: GPT-2's 50,257 classes, one element a load
   std::string red = n.getString("reduction", "mean");
   if ((C < kLongRow && !shortRows) || P < 1 || (lossOut && (red == "none" || lossOut->type.dtype != ir::DType::F32))) return std::nullopt;
   Scalar t = Scalar::F32;

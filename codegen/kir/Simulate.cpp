@@ -130,32 +130,6 @@ void storeAs(unsigned char* p, ir::DType dt, Scalar from, Val v) {
   }
 }
 
-/// Whether a statement tree (or an expression in it) needs a block's threads to run together.
-struct Cooperation {
-  bool warps = false;  ///< warp reductions, tensor-core products
-  bool blocks = false; ///< shared memory, barriers, copies
-};
-
-void scan(const Expr& e, Cooperation& c) {
-  if (e.kind == ExprKind::WarpReduce) c.warps = true;
-  if (e.kind == ExprKind::SharedLoad) c.blocks = true;
-  for (const ExprRef& a : e.args) scan(*a, c);
-}
-
-void scan(const Stmt& s, Cooperation& c) {
-  switch (s.kind) {
-  case StmtKind::Mma: case StmtKind::Wgmma: c.warps = true; break;
-  case StmtKind::CopyAsync: case StmtKind::AsyncCommit: case StmtKind::AsyncWait: case StmtKind::Barrier: case StmtKind::SharedStore:
-    c.blocks = true;
-    break;
-  default: break;
-  }
-  for (const ExprRef* e : {&s.index, &s.value})
-    if (*e) scan(**e, c);
-  for (const ExprRef& e : s.operands) scan(*e, c);
-  for (const StmtRef& b : s.body) scan(*b, c);
-}
-
 class Simulator {
 public:
   Simulator(const Kernel& k, const std::vector<void*>& buffers) : k_(k), buffers_(buffers) {}
@@ -179,10 +153,9 @@ private:
   /// Parallel loop `loop` as a grid of blocks of k.threads iterations, each block run alone.
   void grid(const Stmt& loop) {
     int threads = k_.threads;
-    Cooperation coop; // of this loop alone: a horizontal kernel's parts may differ
-    scan(loop, coop);
-    if (coop.warps && loop.extent % 32) return fail("warp operations in a parallel loop of " + std::to_string(loop.extent) + " iterations, not whole warps");
-    if (coop.blocks && loop.extent % threads)
+    // (of this loop alone: a horizontal kernel's parts may differ)
+    if (hasWarpOps(loop) && loop.extent % 32) return fail("warp operations in a parallel loop of " + std::to_string(loop.extent) + " iterations, not whole warps");
+    if (hasBlockOps(loop) && loop.extent % threads)
       return fail("shared memory in a parallel loop of " + std::to_string(loop.extent) + " iterations, not whole blocks of " + std::to_string(threads));
     for (int64_t first = 0; first < loop.extent && error_.empty(); first += threads) {
       start(threads);

@@ -144,6 +144,29 @@ TEST(GpuSim, FormsMatchInterpreter) {
   }
 }
 
+namespace {
+
+/// The GPU forms' kernels with shared memory (the column sums) of g's nodes but its forward layer
+/// norms (which give the gradients their statistics).
+std::vector<kir::Kernel> columnSumKernels(const ir::Graph& g) {
+  std::vector<kir::Kernel> out;
+  for (const auto& n : g.nodes()) {
+    if (n->op == ir::Op::LayerNormalization) continue;
+    auto ks = kir::lowerForGpu("k_" + n->outputs[0]->name, *n);
+    if (!ks) {
+      ADD_FAILURE() << errorText(ks.takeError());
+      continue;
+    }
+    EXPECT_TRUE(ks->has_value()) << ir::describe(*n) << " has no GPU form";
+    if (*ks)
+      for (const kir::Kernel& k : **ks)
+        if (!k.shared.empty()) out.push_back(k);
+  }
+  return out;
+}
+
+} // namespace
+
 TEST(GpuSim, ColumnSumsLoadSixteenBytes) {
   // A bias gradient and a layer norm's dscale and dbias as column sums a block per tile: 16-byte
   // loads (bf16: 8 columns a lane; f32: 4), partial sums through shared memory, and PTX that ptxas
@@ -156,14 +179,7 @@ TEST(GpuSim, ColumnSumsLoadSixteenBytes) {
                      "columns");
   ASSERT_TRUE(!!g) << errorText(g.takeError());
   ASSERT_FALSE(ir::inferShapes(**g, false));
-  std::vector<kir::Kernel> blocks;
-  for (const auto& n : (*g)->nodes()) {
-    if (n->op == ir::Op::LayerNormalization) continue;
-    auto ks = kir::lowerForGpu("k_" + n->outputs[0]->name, *n);
-    ASSERT_TRUE(ks && *ks);
-    for (const kir::Kernel& k : **ks)
-      if (!k.shared.empty()) blocks.push_back(k);
-  }
+  std::vector<kir::Kernel> blocks = columnSumKernels(**g);
   ASSERT_EQ(blocks.size(), 2u) << "the bias gradient's and the layer norm's parameter gradients";
   const char* ptxas = "/usr/local/cuda/bin/ptxas";
   if (!std::filesystem::exists(ptxas)) GTEST_SKIP() << "SKIP: no ptxas (CUDA toolkit) on this machine";
@@ -196,14 +212,7 @@ TEST(GpuSim, ColumnSumsRunTogether) {
   std::map<std::string, ir::Tensor> buffers = in;
   for (const char* name : {"m", "r"}) buffers[name] = want->at(name);
   for (const char* name : {"y", "ds", "db"}) buffers[name] = ir::Tensor(ir::DType::F32, {name[0] == 'y' ? 512 : 256}); // zeroed
-  std::vector<kir::Kernel> sums;
-  for (const auto& n : (*g)->nodes()) {
-    if (n->op == ir::Op::LayerNormalization) continue;
-    auto ks = kir::lowerForGpu("k_" + n->outputs[0]->name, *n);
-    ASSERT_TRUE(ks && *ks);
-    for (const kir::Kernel& k : **ks)
-      if (!k.shared.empty()) sums.push_back(k);
-  }
+  std::vector<kir::Kernel> sums = columnSumKernels(**g);
   ASSERT_EQ(sums.size(), 2u);
   // And a part of 1,000 iterations, not whole blocks, that needs none (an elementwise kernel).
   ir::Graph side;
