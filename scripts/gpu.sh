@@ -5,10 +5,10 @@
 #   scripts/gpu.sh models  here: compiles the real-model suite (tests/models, bf16,
 #                          sm_90) into build/gpu-models (about 10 minutes, 28 MB)
 #   scripts/gpu.sh run     on the GPU machine (the device tool), from the project
-#                          root, with build/gpu-bundle, bench/out/*.so.xz and
-#                          build/gpu-models carried (one device call carries 64 MiB;
-#                          the libraries packed are under 1 MiB each but the real
-#                          models'): the GPU tests, the real-model suite against
+#                          root, with a part of build/gpu-bundle (part1 or part2),
+#                          bench/out/*.so.xz or build/gpu-models carried (one device
+#                          call carries 64 MiB with the working tree's 24 MB; each
+#                          part is about 25 MB): the GPU tests, the real-model suite against
 #                          PyTorch's losses, the benchmark against PyTorch, the
 #                          data-parallel one and, with two GPUs or more, the
 #                          scaling one (each skips what was not carried)
@@ -22,7 +22,7 @@ build)
   [ -f build/tests/torch-equivalence/gpt.onnx ] || (cd build && ctest -R torch_equivalence >/dev/null)
   tests/gpu/make_bundle.sh build/driver/sgc . build/tests/torch-equivalence build/gpu-bundle
   bench/gpu_build.sh build/driver/sgc
-  du -sh build/gpu-bundle bench/out/*.so
+  du -sh build/gpu-bundle/part* bench/out/*.so
   ;;
 models)
   scripts/build.sh >/dev/null
@@ -34,7 +34,9 @@ models)
   ;;
 run)
   status=0
-  [ ! -d build/gpu-bundle ] || (cd build/gpu-bundle && sh check_gpu.sh .) || status=1
+  for part in build/gpu-bundle/part*/; do
+    [ ! -f "$part/check_gpu.sh" ] || (cd "$part" && sh check_gpu.sh .) || status=1
+  done
   [ ! -d build/gpu-models ] || python3 build/gpu-models/check_gpu_models.py build/gpu-models || status=1
   has() { [ -f "bench/out/$1" ] || [ -f "bench/out/$1.xz" ]; }
   ! has gpt.so || python3 bench/gpu_train.py bench/out || status=1

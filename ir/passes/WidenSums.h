@@ -4,7 +4,14 @@
 //   Cast<f32>(SumTo(x))  ->  SumTo(x) {to = f32}
 //
 // (a sum that reads the narrow values and accumulates in f32: no widened copy
-// of x is stored).
+// of x is stored); and a sum of narrow values widened first sums them as they
+// are, through any reshapes between (widening is exact: the same sums):
+//
+//   SumTo(Reshape(Cast<f32>(x)))  ->  SumTo(Reshape(x)) {to = f32}
+//
+// The second form is the gradient of grouped-query attention's shared keys and
+// values: the bf16 gradients of every query head's copy, widened to the f32
+// projection's type, then summed over each group.
 // Under --precision bf16 every bias gradient has that form (the sum of the
 // product's bf16 gradient over the rows, cast back to the f32 parameter's
 // type). The sum is then accumulated and rounded once in f32 (as PyTorch's
@@ -14,7 +21,7 @@
 // Requires: inferred shapes. Ensures: every value keeps its identity (the
 // cast's result becomes the sum's); the narrow sums are left unread, for
 // dead-code elimination; results differ only by the bf16 rounding of the sums
-// that is no longer done.
+// that is no longer done (none for the second form).
 #pragma once
 #include "ir/Error.h"
 #include "ir/Graph.h"

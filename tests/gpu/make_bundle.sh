@@ -86,3 +86,24 @@ cp "$src/tests/decode/decode_test.py" "$out/decode/"
 cp "$src/tests/gpu/check_gpu.sh" "$src/tests/gpu/package_gpu.py" "$src/samples/train_ctypes.py" "$out/"
 cp -r "$src/python/sgc" "$out/" # train_ctypes.py takes the ABI's structs from the package
 xz -f "$out/"*.so # a device call carries 64 MiB: check_gpu.sh unpacks them
+rm -f "$out/"*.onnx
+# A device call carries 64 MiB with the working tree, so the bundle goes in two parts of about
+# 25 MB: part1 holds the f32 builds, the first step and the decoders; part2 the bf16 ones (and
+# gptw, whose losses the host-stream and package checks compare against). Each part has all the
+# data and scripts; check_gpu.sh checks what its part carries and names what it skips.
+rm -rf "$out/part1" "$out/part2" # a bundle built before
+part() {
+  dir="$out/$1"; shift
+  mkdir -p "$dir"
+  for f in "$out"/*; do
+    case $f in *.so.xz|*/decode|*/part1|*/part2) ;; *) cp -r "$f" "$dir/" ;; esac
+  done
+  for m in "$@"; do cp "$out/$m.so.xz" "$dir/"; done
+}
+part part1 sample mlp cnn gpt gptw wide vocab llamaw wide_rms rms_2k gptw_fused gptw_sgd gptw_dp gptw_z1 \
+  gptw_clip gptw_half_dp gptw_half_z1 attn128_sgd
+mv "$out/decode" "$out/part1/"
+part part2 gptw mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_sgd_bf16 gptw_dp_bf16 vocab_bf16 \
+  llamaw_bf16 gpth_bf16 gpth128_bf16 vocabh_chunks vocabh_chunks_bf16 gptw_chunks_bf16 llamaw_chunks_bf16 \
+  gpth_mma_bf16 gpth128_mma_bf16
+find "$out" -maxdepth 1 ! -name part1 ! -name part2 ! -path "$out" -exec rm -rf {} +

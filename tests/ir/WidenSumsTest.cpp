@@ -57,3 +57,44 @@ TEST(WidenSums, LeavesSumsReadElsewhere) {
   ASSERT_FALSE(widenSums(**g, &count));
   EXPECT_EQ(count, 0);
 }
+
+// Grouped-query attention's key gradient: each query head's bf16 copy widened, regrouped and
+// summed over the heads that share the key. The sum reads the bf16 values through a narrow
+// reshape: the same sums (widening is exact), with no f32 copy in between.
+TEST(WidenSums, SumsNarrowValuesThroughReshapes) {
+  auto g = parse("graph @g { input %x : bf16[2, 6, 3, 4]\n"
+                 " const %shape : i64[5] = dense<\"0x02000000000000000300000000000000020000000000000003000000000000000400000000000000\">\n"
+                 " const %to : i64[5] = dense<\"0x02000000000000000300000000000000010000000000000003000000000000000400000000000000\">\n"
+                 " %w : ?[*] = Cast(%x) {to = \"f32\"}\n %r : ?[*] = Reshape(%w, %shape)\n"
+                 " %y : ?[*] = SumTo(%r, %to)\n output %y }",
+                 "widen");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(inferShapes(**g, false));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(-2, 2);
+  Tensor x(DType::BF16, {2, 6, 3, 4});
+  for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, u(rng));
+  auto before = run(**g, {{"x", x}});
+  ASSERT_TRUE(!!before) << errorText(before.takeError());
+  int count = 0;
+  ASSERT_FALSE(widenSums(**g, &count));
+  EXPECT_EQ(count, 1);
+  const Node* sum = (*g)->outputs[0]->producer;
+  ASSERT_TRUE(sum && sum->op == Op::SumTo);
+  EXPECT_EQ(sum->getString("to", ""), "f32");
+  EXPECT_EQ(sum->inputs[0]->type.dtype, DType::BF16); // through a narrow reshape
+  ASSERT_TRUE(sum->inputs[0]->producer && sum->inputs[0]->producer->op == Op::Reshape);
+  EXPECT_EQ(sum->inputs[0]->producer->inputs[0]->name, "x");
+  (*g)->removeDeadNodes();
+  for (const auto& n : (*g)->nodes()) EXPECT_NE(n->op, Op::Cast);
+  auto after = run(**g, {{"x", x}});
+  ASSERT_TRUE(!!after) << errorText(after.takeError());
+  const Tensor &a = after->at("y"), &b = before->at("y");
+  ASSERT_EQ(a.shape, (std::vector<int64_t>{2, 3, 1, 3, 4}));
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    int64_t bi = i / 36, kv = i / 12 % 3, td = i % 12; // [b, kv, 1, t, d]: the sum over the group of 2
+    double exact = x.getF(bi * 72 + (kv * 2) * 12 + td) + x.getF(bi * 72 + (kv * 2 + 1) * 12 + td);
+    EXPECT_NEAR(a.getF(i), exact, 1e-6) << i;
+    EXPECT_EQ(a.getF(i), b.getF(i)) << i; // the same f32 sums, bit for bit
+  }
+}
