@@ -220,9 +220,16 @@ int compileMain(int argc, char** argv) {
     int repeated = 0;
     if (Error e = ir::recompute(**g, args->get("recompute", "fused"), &repeated)) return reportError(model + ": " + errorText(std::move(e)));
     if (args->has("stats")) {
-      int losses = 0; // a classifier run in row chunks has one per chunk (passes/ChunkClassifier)
-      for (const auto& n : (*g)->nodes()) losses += n->op == ir::Op::SceLossGrad;
+      int losses = 0, attentions = 0, grouped = 0; // a classifier run in row chunks has one loss per chunk (passes/ChunkClassifier)
+      for (const auto& n : (*g)->nodes()) {
+        losses += n->op == ir::Op::SceLossGrad;
+        if (n->op != ir::Op::FusedAttention) continue;
+        attentions++;
+        const ir::Type &q = n->input(0)->type, &k = n->input(1)->type; // grouped: fewer key heads ([..., H, T, D])
+        grouped += n->getString("layout", "bhtd") == "bhtd" && q.rank() >= 3 && k.rank() == q.rank() && q.dims[q.rank() - 3] != k.dims[k.rank() - 3];
+      }
       fprintf(stderr, "recomputed nodes: %d\nsoftmax cross-entropy nodes (one per classifier chunk): %d\n", repeated, losses);
+      fprintf(stderr, "fused attention nodes: %d (with grouped keys and values: %d)\n", attentions, grouped);
     }
   }
   if (Error e = ir::expandResize(**g)) return reportError(model + ": " + errorText(std::move(e)));

@@ -9,10 +9,12 @@ namespace sgc::kir {
 /// of width d, values of width dv; operands [..., H, T, D], or with layout "bthd" [..., T, H, D]
 /// (then h = H: a problem's rows are h rows apart), or with "bt3hd" one operand
 /// [..., T, 3, H, D] holding q, k and v (`packed`; the result and the row statistics are then
-/// as with "bthd", and the gradient's first result is the operand's whole gradient).
+/// as with "bthd", and the gradient's first result is the operand's whole gradient). With
+/// grouped-query attention ("bhtd", k and v [..., H / group, T, D]) problem p reads the keys and
+/// values of problem p / group, and dk and dv come per query head, [..., H, T, D].
 struct AttentionGeometry {
   const ir::Node& n;
-  int64_t heads, tq, tk, d, dv, h = 1;
+  int64_t heads, tq, tk, d, dv, h = 1, group = 1;
   double scale;
   bool causal, bthd, packed;
 
@@ -25,6 +27,8 @@ struct AttentionGeometry {
     tq = q[at], d = q.back(), tk = v[at], dv = v.back();
     if (bthd) h = q[q.size() - 2];
     heads = tq > 0 && d > 0 ? n.input(0)->type.staticNumel().value() / (tq * d * (packed ? 3 : 1)) : 0;
+    int64_t kvNumel = n.input(1)->type.staticNumel().value();
+    if (!bthd && heads > 0 && tk > 0 && kvNumel > 0) group = heads / (kvNumel / (tk * d));
     scale = n.getFloat("scale", 1.0);
     causal = n.getInt("causal", 0) != 0;
   }

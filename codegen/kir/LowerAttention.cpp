@@ -37,11 +37,15 @@ struct Attention : AttentionGeometry {
     if (!bthd) return B::add(B::mul(p, B::i(len)), i);
     return B::add(B::mul(B::add(B::mul(binary(KOp::IDiv, p, B::i(h)), B::i(len)), i), B::i(h)), binary(KOp::IMod, p, B::i(h)));
   }
-  /// The row of operand `which` (0 q, 1 k, 2 v) at result row r: r itself but where packed.
+  /// The row of operand `which` (0 q, 1 k, 2 v) at result row r: r itself but where packed, or
+  /// for grouped keys and values (problem p reads p / group's).
   ExprRef operand(int which, const ExprRef& r) const {
+    if (which > 0 && group > 1) return B::add(B::mul(binary(KOp::IDiv, r, B::i(tk * group)), B::i(tk)), binary(KOp::IMod, r, B::i(tk)));
     if (!packed) return r;
     return B::add(B::mul(binary(KOp::IDiv, r, B::i(h)), B::i(3 * h)), B::add(B::i(which * h), binary(KOp::IMod, r, B::i(h))));
   }
+  /// The row of operand `which`'s gradient at result row r (per query head when grouped).
+  ExprRef gradient(int which, const ExprRef& r) const { return group > 1 ? r : operand(which, r); }
 };
 
 /// Element e of row `row` in a row-major matrix `width` elements wide.
@@ -142,7 +146,7 @@ Kernel gradKeysOrValues(const std::string& name, const Attention& a, bool keys) 
   }
   body.push_back(a.causal ? loopUpTo(t, a.tq, B::sub(B::i(a.tq), first), std::move(step)) : loop(t, a.tq, false, std::move(step)));
   for (int64_t e = 0; e < width; ++e)
-    body.push_back(b.st(out, at(a.operand(keys ? 1 : 2, loopVar(c)), width, e), keys ? B::mul(local(acc[e], a.t), a.c(a.scale)) : local(acc[e], a.t)));
+    body.push_back(b.st(out, at(a.gradient(keys ? 1 : 2, loopVar(c)), width, e), keys ? B::mul(local(acc[e], a.t), a.c(a.scale)) : local(acc[e], a.t)));
   return b.finish(loop(c, a.heads * a.tk, true, std::move(body)));
 }
 

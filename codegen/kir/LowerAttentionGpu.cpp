@@ -142,6 +142,7 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   WarpBlock wb(ln, loopVar(iv), tiles, 16, false); // the longest walks (first keys) first
   const ExprRef &head = wb.head, &k0 = wb.warpRow0;
   RowOf krows = a.rows(head, k0, a.tk, 1), vrows = a.rows(head, k0, a.tk, 2);
+  RowOf dkRows = a.gradRows(head, k0, a.tk, 1), dvRows = a.gradRows(head, k0, a.tk, 2);
   auto kf = w.operandRows(ln, k, krows, a.d, ln.permuted(a.d));
   auto vf = w.operandRows(ln, v, vrows, a.dv, ln.permuted(a.dv));
   auto dkAcc = w.zeros(a.d / 8, w.body), dvAcc = w.zeros(a.dv / 8, w.body);
@@ -166,12 +167,12 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
   w.stagedWalk(a.tq / qb, queryWalk(a, first, qb, wb.warps * 16), copies, block);
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i) {
-      ExprRef at = B::add(B::mul(krows(ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d));
+      ExprRef at = B::add(B::mul(dkRows(ln.row(i)), B::i(a.d)), Lane::spread(n, ln.col(i), a.d));
       w.body.push_back(b.st(dk, at, B::mul(lf(dkAcc[n][i]), f(a.scale))));
     }
   for (int64_t n = 0; n < a.dv / 8; ++n)
     for (int i = 0; i < 4; ++i)
-      w.body.push_back(b.st(dvOut, B::add(B::mul(vrows(ln.row(i)), B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), lf(dvAcc[n][i])));
+      w.body.push_back(b.st(dvOut, B::add(B::mul(dvRows(ln.row(i)), B::i(a.dv)), Lane::spread(n, ln.col(i), a.dv)), lf(dvAcc[n][i])));
   return w.finish(iv, a.heads * tiles, wb.threads);
 }
 

@@ -139,6 +139,7 @@ Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
   WarpBlock wb(ln, loopVar(iv), a.tk / 16, 16, false); // the longest walks (first keys) first
   const ExprRef &head = wb.head, &k0 = wb.warpRow0;
   RowOf krows = a.rows(head, k0, a.tk, 1), vrows = a.rows(head, k0, a.tk, 2);
+  RowOf dkRows = a.gradRows(head, k0, a.tk, 1), dvRows = a.gradRows(head, k0, a.tk, 2);
   std::vector<std::array<int, 8>> kf, vf;
   std::optional<WgTile> kt, vt;
   if (keysShared) { // copied first: the walk's first wait covers them
@@ -182,10 +183,10 @@ Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
   w.stagedWalk(a.tq / qb, queryWalk(a, first, qb, 64), copies, block, true);
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i)
-      w.body.push_back(b.st(dk, B::add(B::mul(krows(ln.row(i)), B::i(a.d)), colOf(ln, B::i(0), n, i)), B::mul(lf(dkAcc[n][i]), f(a.scale))));
+      w.body.push_back(b.st(dk, B::add(B::mul(dkRows(ln.row(i)), B::i(a.d)), colOf(ln, B::i(0), n, i)), B::mul(lf(dkAcc[n][i]), f(a.scale))));
   for (int64_t n = 0; n < a.dv / 8; ++n)
     for (int i = 0; i < 4; ++i)
-      w.body.push_back(b.st(dvOut, B::add(B::mul(vrows(ln.row(i)), B::i(a.dv)), colOf(ln, B::i(0), n, i)), lf(dvAcc[n][i])));
+      w.body.push_back(b.st(dvOut, B::add(B::mul(dvRows(ln.row(i)), B::i(a.dv)), colOf(ln, B::i(0), n, i)), lf(dvAcc[n][i])));
   return w.finish(iv, a.heads * (a.tk / 16), wb.threads);
 }
 

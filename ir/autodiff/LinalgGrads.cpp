@@ -72,6 +72,21 @@ Error gradAttention(GradCtx& c) {
   }
   for (size_t i = 0; i < 3; ++i)
     if (c.wants[i]) c.dx[i] = g->outputs[i];
+  // Grouped-query attention: dk and dv come per query head [..., H, T, D]; the keys and values
+  // [..., Hkv, T, D] get each group's sum (through [..., Hkv, H / Hkv, T, D]).
+  const Type &q = c.x(0)->type, &k = c.x(1)->type;
+  if (c.n.getString("layout", "bhtd") != "bhtd" || !q.isStatic() || !k.isStatic() || q.rank() < 3) return Error::success();
+  int64_t r = q.rank(), heads = q.dims[r - 3].value, kvHeads = k.dims[r - 3].value;
+  if (heads == kvHeads) return Error::success();
+  for (size_t i = 1; i < 3; ++i) {
+    if (!c.dx[i]) continue;
+    std::vector<int64_t> to = c.x(i)->type.shape(), grouped = to;
+    grouped.insert(grouped.begin() + (r - 2), heads / kvHeads);
+    std::vector<int64_t> summed = grouped;
+    summed[r - 2] = 1;
+    Value* perGroup = c.emit(Op::Reshape, {c.dx[i], c.ints(grouped)});
+    c.dx[i] = c.emit(Op::Reshape, {c.emit(Op::SumTo, {perGroup, c.ints(summed)}), c.ints(to)});
+  }
   return Error::success();
 }
 

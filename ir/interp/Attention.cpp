@@ -14,7 +14,7 @@ namespace {
 /// [..., H, T, D]; with "bt3hd" q, k and v are one tensor [..., T, 3, H, D] (operand 0, 1, 2
 /// of a position side by side, each of H heads), the result [..., T, H, D].
 struct Geometry {
-  int64_t heads, tq, tk, d, dv, h = 1;
+  int64_t heads, tq, tk, d, dv, h = 1, group = 1; ///< group: query heads per key/value head (grouped-query attention)
   double scale;
   bool causal, bthd, packed;
 
@@ -27,16 +27,21 @@ struct Geometry {
     tq = q[t], d = q.back(), tk = v[t], dv = v.back();
     if (bthd) h = q[q.size() - 2];
     heads = tq > 0 && d > 0 ? c.in[0]->numel() / (tq * d * (packed ? 3 : 1)) : 0;
+    if (!bthd && heads > 0 && tk > 0 && c.in[1]->numel() > 0) group = heads / (c.in[1]->numel() / (tk * d));
     scale = c.node.getFloat("scale", 1.0);
     causal = c.node.getInt("causal", 0) != 0;
   }
   /// The flat row (of the result seen as [rows, width]) of position i of problem p, in an
   /// operand of t positions.
   int64_t row(int64_t p, int64_t i, int64_t t) const { return bthd ? ((p / h) * t + i) * h + p % h : p * t + i; }
-  /// The row of operand `which` (0 q, 1 k, 2 v) of position i of problem p.
+  /// The row of operand `which` (0 q, 1 k, 2 v) of position i of problem p (keys and values
+  /// grouped: the group's).
   int64_t operand(int which, int64_t p, int64_t i, int64_t t) const {
+    if (which > 0 && group > 1) return (p / group) * t + i;
     return packed ? (((p / h) * t + i) * 3 + which) * h + p % h : row(p, i, t);
   }
+  /// The row of the gradient of operand `which` (dk and dv are per query head when grouped).
+  int64_t gradient(int which, int64_t p, int64_t i, int64_t t) const { return group > 1 ? row(p, i, t) : operand(which, p, i, t); }
   /// Keys [0, keys(i)) are visible to query i.
   int64_t keys(int64_t i) const { return causal ? std::min(i + 1, tk) : tk; }
 };
@@ -75,7 +80,7 @@ Error evalAttentionGrad(EvalCtx& c) {
   Geometry g(c);
   std::vector<double> q = c.in[0]->toF64(), k = c.in[1]->toF64(), v = c.in[2]->toF64(), y = c.in[3]->toF64(),
                       lse = c.in[4]->toF64(), dy = c.in[5]->toF64();
-  std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
+  std::vector<double> dq(q.size()), dk(k.size() * g.group), dv(v.size() * g.group);
   for (int64_t h = 0; h < g.heads; ++h)
     for (int64_t i = 0; i < g.tq; ++i) {
       int64_t row = g.row(h, i, g.tq), qrow = g.operand(0, h, i, g.tq);
@@ -83,13 +88,14 @@ Error evalAttentionGrad(EvalCtx& c) {
       c.out[3].setF(row, delta);
       for (int64_t j = 0; j < g.keys(i); ++j) {
         int64_t key = g.operand(1, h, j, g.tk), value = g.operand(2, h, j, g.tk);
+        int64_t dkey = g.gradient(1, h, j, g.tk), dvalue = g.gradient(2, h, j, g.tk);
         double p = std::exp(g.scale * dot(q, qrow * g.d, k, key * g.d, g.d) - lse[row]);
         double ds = p * (dot(dy, row * g.dv, v, value * g.dv, g.dv) - delta);
         for (int64_t e = 0; e < g.d; ++e) {
           dq[qrow * g.d + e] += g.scale * ds * k[key * g.d + e];
-          dk[key * g.d + e] += g.scale * ds * q[qrow * g.d + e];
+          dk[dkey * g.d + e] += g.scale * ds * q[qrow * g.d + e];
         }
-        for (int64_t e = 0; e < g.dv; ++e) dv[value * g.dv + e] += p * dy[row * g.dv + e];
+        for (int64_t e = 0; e < g.dv; ++e) dv[dvalue * g.dv + e] += p * dy[row * g.dv + e];
       }
     }
   if (g.packed) { // one result: dq, dk and dv each fill their own third of it

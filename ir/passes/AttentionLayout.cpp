@@ -31,6 +31,9 @@ Error attentionLayout(Graph& g, int* count) {
     if (n.op != Op::FusedAttention || n.attrs.count("layout")) return std::nullopt;
     const Value *y = n.outputs[0], *lse = n.outputs[1];
     if (uses[y] != 1 || uses[lse] != 0 || !swapsHeads(reader[y])) return std::nullopt;
+    const Type &q = n.inputs[0]->type, &k = n.inputs[1]->type;
+    if (!q.ranked || !k.ranked || q.rank() < 3 || k.rank() != q.rank() || q.dims[q.rank() - 3] != k.dims[k.rank() - 3])
+      return std::nullopt; // grouped keys and values stay "bhtd"
     for (size_t i = 0; i < 3; ++i)
       if (!swapsHeads(n.inputs[i]->producer)) return std::nullopt;
     for (size_t i = 0; i < 3; ++i) n.inputs[i] = n.inputs[i]->producer->inputs[0];

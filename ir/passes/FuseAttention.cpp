@@ -66,6 +66,32 @@ struct Matcher {
     return t->outputs[0];
   }
 
+  /// Grouped-query attention's shared keys or values: when `kv` [..., H, T, D] is a read-once
+  /// Reshape(Expand(Unsqueeze(x))) that repeats each of x's heads [..., H / g, T, D] g times
+  /// (query head h reads x's head h / g), x and g; else kv and 1.
+  std::pair<Value*, int64_t> ungroup(Value* kv) {
+    const Type& t = kv->type;
+    Node* reshape = inner(kv, Op::Reshape);
+    Node* expand = reshape ? inner(reshape->inputs[0], Op::Expand) : nullptr;
+    Node* unsqueeze = expand ? inner(expand->inputs[0], Op::Unsqueeze) : nullptr;
+    if (!unsqueeze || !t.isStatic() || t.rank() < 3) return {kv, 1};
+    Value* x = unsqueeze->inputs[0];
+    const Type &u = expand->inputs[0]->type, &e = reshape->inputs[0]->type;
+    int64_t r = t.rank();
+    if (!x->type.isStatic() || x->type.rank() != r || !u.isStatic() || !e.isStatic() || u.rank() != r + 1 || e.rank() != r + 1) return {kv, 1};
+    int64_t kvHeads = x->type.dims[r - 3].value, heads = t.dims[r - 3].value;
+    if (kvHeads <= 0 || heads % kvHeads || heads == kvHeads) return {kv, 1};
+    // x [..., Hkv, T, D] -> [..., Hkv, 1, T, D] -> [..., Hkv, g, T, D] -> [..., Hkv g, T, D]
+    for (int64_t d = 0; d <= r; ++d) {
+      int64_t xd = d < r - 2 ? x->type.dims[d].value : d == r - 2 ? 1 : x->type.dims[d - 1].value;
+      int64_t ed = d == r - 2 ? heads / kvHeads : xd;
+      if (u.dims[d].value != xd || e.dims[d].value != ed) return {kv, 1};
+    }
+    for (int64_t d = 0; d < r; ++d)
+      if (d != r - 3 && t.dims[d] != x->type.dims[d]) return {kv, 1};
+    return {x, heads / kvHeads};
+  }
+
   /// Fuses the pattern ending in `out` (a MatMul of probabilities and values), returning the
   /// nodes to place before it, or nothing when the pattern does not hold.
   std::optional<std::vector<Node*>> match(Node& out) {
@@ -118,6 +144,9 @@ struct Matcher {
         return std::nullopt;
     std::vector<Node*> added;
     Value* k = keys(kT, added);
+    // Keys and values repeated for groups of query heads: read once per group instead.
+    if (auto [kg, gk] = ungroup(k); gk > 1)
+      if (auto [vg, gv] = ungroup(v); gv == gk) k = kg, v = vg;
     Node* fused = g.addNode(Op::FusedAttention, {q, k, v}, 2, softmax->name + ".attention",
                             {g.uniqueName(out.outputs[0]->name + ".attention"), g.uniqueName(softmax->outputs[0]->name + ".lse")});
     fused->attrs["scale"] = scale;

@@ -186,8 +186,17 @@ Error inferAttention(InferCtx& c) {
   size_t r = q.dims.size(), t = layout == "bthd" ? 3 : 2;
   if (r < t || k.dims.size() != r || v.dims.size() != r)
     return c.fail(std::string("queries, keys and values must be ") + (t == 3 ? "[..., T, H, D]" : "[..., T, D]") + " of one rank");
-  for (size_t d = 0; d + 1 < r; ++d)
-    if (d != r - t && (!compatible(q.dims[d], k.dims[d]) || !compatible(q.dims[d], v.dims[d]))) return c.fail("leading dims differ");
+  for (size_t d = 0; d + 1 < r; ++d) {
+    if (d == r - t) continue;
+    if (layout == "bhtd" && d + 3 == r) { // grouped-query attention: k and v heads may each serve several query heads
+      if (!compatible(k.dims[d], v.dims[d])) return c.fail("keys and values differ in their heads");
+      if (q.dims[d].isStatic() && k.dims[d].isStatic() ? k.dims[d].value <= 0 || q.dims[d].value % k.dims[d].value
+                                                         : !compatible(q.dims[d], k.dims[d]))
+        return c.fail("the query heads are not a multiple of the key and value heads");
+      continue;
+    }
+    if (!compatible(q.dims[d], k.dims[d]) || !compatible(q.dims[d], v.dims[d])) return c.fail("leading dims differ");
+  }
   if (!compatible(q.dims[r - 1], k.dims[r - 1])) return c.fail("queries and keys differ in their last dim");
   if (!compatible(k.dims[r - t], v.dims[r - t])) return c.fail("keys and values differ in length");
   std::vector<Dim> y(q.dims.begin(), q.dims.end() - 1);
@@ -202,6 +211,11 @@ Error inferAttentionGrad(InferCtx& c) {
   if (c.node.getString("layout", "bhtd") == "bt3hd" && (c.node.outputs[1] || c.node.outputs[2]))
     return c.fail("with layout bt3hd the gradient has one result for the packed queries, keys and values (dk and dv absent)");
   c.out = {c.in[0], c.in[1], c.in[2], c.in[4]};
+  // Grouped keys and values: their gradients per query head, [..., H, T, D] (the training step sums each group).
+  const Type& q = c.in[0];
+  if (c.node.getString("layout", "bhtd") == "bhtd" && q.ranked && q.rank() >= 3)
+    for (int i = 1; i <= 2; ++i)
+      if (c.out[i].ranked && c.out[i].rank() == q.rank()) c.out[i].dims[q.rank() - 3] = q.dims[q.rank() - 3];
   return Error::success();
 }
 

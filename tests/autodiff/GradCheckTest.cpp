@@ -179,6 +179,9 @@ std::vector<Case> cases() {
                 {{"scale", 0.8}, {"causal", int64_t(1)}}, 2, 1});
   cs.push_back({"FusedAttentionCausalMoreKeys", Op::FusedAttention, {p({2, 3, 2}), p({2, 5, 2}), p({2, 5, 3})},
                 {{"scale", 1.0}, {"causal", int64_t(1)}}, 2, 1});
+  // Grouped-query attention: 4 query heads over 2 key/value heads (dk and dv summed over each group).
+  cs.push_back({"FusedAttentionGrouped", Op::FusedAttention, {p({1, 4, 3, 2}), p({1, 2, 3, 2}), p({1, 2, 3, 3})},
+                {{"scale", 0.7}, {"causal", int64_t(1)}}, 2, 1});
   return cs;
 }
 

@@ -76,6 +76,34 @@ TEST(Kernel, AttentionMatchesInterpreter) {
   }
 }
 
+// Grouped-query attention: 4 query heads over 2 key/value heads; dk and dv per query head.
+TEST(Kernel, GroupedAttentionMatchesInterpreter) {
+  for (bool causal : {true, false}) {
+    std::string c = causal ? "1" : "0";
+    auto g = ir::parse("graph @g { input %q : f32[2, 4, 6, 8]\n input %k : f32[2, 2, 6, 8]\n input %v : f32[2, 2, 6, 5]\n"
+                       " input %dy : f32[2, 4, 6, 5]\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = " + c + ", scale = 0.4}\n"
+                       " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = " + c +
+                           ", scale = 0.4}\n output %y, %lse, %dq, %dk, %dv, %delta }",
+                       "grouped");
+    ASSERT_TRUE(!!g) << errorText(g.takeError());
+    ASSERT_FALSE(ir::inferShapes(**g, false));
+    EXPECT_EQ((*g)->outputs[3]->type.shape(), (std::vector<int64_t>{2, 4, 6, 8})); // dk per query head
+    auto in = randomInputs(**g, 6, -1.5, 1.5);
+    auto want = ir::run(**g, in);
+    ASSERT_TRUE(!!want) << errorText(want.takeError());
+    std::map<std::string, ir::Tensor> buffers = in;
+    for (const auto& n : (*g)->nodes()) {
+      for (const ir::Value* v : n->outputs)
+        if (v) buffers.emplace(v->name, ir::Tensor(v->type.dtype, v->type.shape()));
+      runKernels(*n, "k" + std::to_string(buffers.size()), buffers);
+    }
+    for (const ir::Value* v : (*g)->outputs) {
+      const ir::Tensor &got = buffers.at(v->name), &ref = want->at(v->name);
+      for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(got.getF(i), ref.getF(i), 1e-5 * (1 + std::fabs(ref.getF(i)))) << " %" << v->name << "[" << i << "]";
+    }
+  }
+}
+
 TEST(Kernel, PagedCacheMatchesInterpreter) {
   // Five tokens of three sequences (two of them consecutive positions of one sequence, as a
   // prefill runs them, and one unused) write their keys and values into a pool of six pages of

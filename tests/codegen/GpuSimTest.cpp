@@ -130,12 +130,27 @@ TEST(GpuSim, FormsMatchInterpreter) {
                          " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.125}\n"
                          " output %y, %lse, %dq, %dk, %dv, %delta }", 3e-2},
   };
+  cases.push_back({"attention_bf16_grouped", "graph @g { input %q : bf16[1, 4, 64, 64]\n input %k : bf16[1, 2, 64, 64]\n input %v : bf16[1, 2, 64, 64]\n"
+                   " input %dy : bf16[1, 4, 64, 64]\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.125}\n"
+                   " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.125}\n"
+                   " output %y, %lse, %dq, %dk, %dv, %delta }", 3e-2});
   for (const Case& c : cases) checkForms(c);
   // Hopper's forms: attention's products as warpgroup ones (wgmma), at GPT-2's head size and at 128.
   for (int64_t d : {64, 128}) {
     std::string shape = "bf16[1, 2, 128, " + std::to_string(d) + "]";
     checkForms({d == 64 ? "attention_sm90_d64" : "attention_sm90_d128",
                 "graph @g { input %q : " + shape + "\n input %k : " + shape + "\n input %v : " + shape + "\n input %dy : " + shape +
+                    "\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.125}\n"
+                    " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.125}\n"
+                    " output %y, %lse, %dq, %dk, %dv, %delta }",
+                3e-2},
+               kir::GpuArch{true});
+  }
+  // Grouped-query attention on Hopper: 4 query heads over 2 key/value heads, as Llama's at head size 128.
+  for (int64_t d : {64, 128}) {
+    std::string dd = std::to_string(d), qs = "bf16[1, 4, 128, " + dd + "]", kvs = "bf16[1, 2, 128, " + dd + "]";
+    checkForms({d == 64 ? "attention_sm90_grouped_d64" : "attention_sm90_grouped_d128",
+                "graph @g { input %q : " + qs + "\n input %k : " + kvs + "\n input %v : " + kvs + "\n input %dy : " + qs +
                     "\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.125}\n"
                     " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.125}\n"
                     " output %y, %lse, %dq, %dk, %dv, %delta }",

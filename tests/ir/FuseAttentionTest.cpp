@@ -129,3 +129,48 @@ TEST(FuseAttentionNode, CausalAttributeAndKeysUntransposed) {
 }
 
 } // namespace
+
+// Grouped-query attention as Llama's and Qwen2's models write it (repeat_kv): each of 2 key and
+// value heads repeated for 2 query heads, Reshape(Expand(Unsqueeze(k))). The fused node reads k
+// and v themselves ([B, 2, T, D]), and its result is the decomposition's.
+TEST(FuseAttentionNode, GroupedKeysAndValuesReadOncePerGroup) {
+  auto g = std::make_unique<Graph>();
+  Value* q = g->addParam("q", random({B, 4, T, D}, 1));
+  Value* k = g->addParam("k", random({B, 2, T, D}, 2));
+  Value* vals = g->addParam("v", random({B, 2, T, DV}, 3));
+  auto node = [&](Op op, std::vector<Value*> ins) { return g->addNode(op, std::move(ins), 1, "n" + std::to_string(g->nodes().size())); };
+  auto ints = [&](const char* name, std::vector<int64_t> v) {
+    Tensor t(DType::I64, {(int64_t)v.size()});
+    for (size_t i = 0; i < v.size(); ++i) t.setI((int64_t)i, v[i]);
+    return g->addConst(name, t);
+  };
+  auto repeat = [&](Value* x, int64_t d, const char* tag) {
+    Value* u = node(Op::Unsqueeze, {x, ints((std::string(tag) + "_axes").c_str(), {2})})->outputs[0];
+    Value* e = node(Op::Expand, {u, ints((std::string(tag) + "_to").c_str(), {B, 2, 2, T, d})})->outputs[0];
+    return node(Op::Reshape, {e, ints((std::string(tag) + "_shape").c_str(), {B, 4, T, d})})->outputs[0];
+  };
+  Node* kT = node(Op::Transpose, {repeat(k, D, "k")});
+  kT->attrs["perm"] = std::vector<int64_t>{0, 1, 3, 2};
+  Value* s = node(Op::MatMul, {q, kT->outputs[0]})->outputs[0];
+  Value* scaled = node(Op::Mul, {g->addConst("c", Tensor::fromF64(DType::F64, {}, {0.4})), s})->outputs[0];
+  Node* p = node(Op::Softmax, {scaled});
+  p->attrs["axis"] = int64_t(-1);
+  g->outputs = {node(Op::MatMul, {p->outputs[0], repeat(vals, DV, "v")})->outputs[0]};
+  ASSERT_FALSE(inferShapes(*g, false));
+  auto before = run(*g, {});
+  ASSERT_TRUE(!!before) << errorText(before.takeError());
+  std::string y = g->outputs[0]->name;
+  int fused = 0;
+  ASSERT_FALSE(fuseAttention(*g, &fused));
+  ASSERT_EQ(fused, 1);
+  const Node* a = g->outputs[0]->producer;
+  ASSERT_TRUE(a && a->op == Op::FusedAttention);
+  EXPECT_EQ(a->inputs[1]->name, "k");
+  EXPECT_EQ(a->inputs[2]->name, "v");
+  for (const auto& n : g->nodes()) EXPECT_NE(n->op, Op::Expand); // the repeats are gone
+  auto after = run(*g, {});
+  ASSERT_TRUE(!!after) << errorText(after.takeError());
+  const Tensor &want = before->at(y), &got = after->at(g->outputs[0]->name);
+  ASSERT_EQ(got.shape, want.shape);
+  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
+}

@@ -5,7 +5,10 @@
 # (ONNX Resize) under MSE; a
 # 2-layer GPT-style decoder with token and position embeddings, a tied output
 # projection, causal masked attention (as written, and fused into one op with
-# --attention fused), tanh-GELU and cross-entropy), exported
+# --attention fused), tanh-GELU and cross-entropy; and a 2-layer Llama-style
+# decoder (bench/gpu_models.py's, tiny: RMSNorm, rotary positions, SwiGLU, 4
+# query heads over 2 key/value heads, as written and fused with each key and
+# value head read once per group), exported
 # with torch.onnx.export in training mode, then trained from the same weights
 # on the same data by PyTorch and by `sgc train` with each optimizer, both on
 # the reference interpreter and through the model compiled to a .so (sgc
@@ -19,6 +22,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyutil"))
 import st  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import gpu_models  # noqa: E402
 
 STEPS, BATCHES = 12, 3
 LOSS_RTOL, PARAM_TOL = 1e-4, 1e-3
@@ -109,6 +114,11 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
 
 
+def TinyLlama():
+    """Grouped-query attention as Hugging Face's repeat_kv writes it: 4 query heads over 2 key/value heads."""
+    return gpu_models.Llama(V=32, d=16, L=2, h=4, kv=2, f=32, explicit=True)
+
+
 def data_for(name, g):
     if name == "mlp":
         return torch.randn(BATCHES, 8, 16, generator=g), torch.randn(BATCHES, 8, 4, generator=g)
@@ -176,6 +186,8 @@ def run_model(sgc, work, name, cls):
     init = {k: v.clone() for k, v in model.state_dict().items()}
     rows = []
     for opt_name, (make_opt, flags, clip) in OPTIMIZERS.items():
+        if name == "llama" and opt_name != "adam":
+            continue  # the Llama checks its attention's forms, not the optimizers
         model.load_state_dict(init)
         opt = make_opt(model.parameters())
         ref = []
@@ -190,9 +202,15 @@ def run_model(sgc, work, name, cls):
         for engine in ("interpreter", "compiled"):
             rows.append(run_sgc(sgc, work, name, opt_name, flags, engine, onnx_path, data_path, model, ref))
             # Attention as the model writes it (the default), and fused into one op.
-            if name == "gpt" and opt_name == "adam":
+            if name in ("gpt", "llama") and opt_name == "adam":
                 rows.append(run_sgc(sgc, work, name, opt_name + "-fused", flags + ["--attention", "fused"], engine, onnx_path,
                                     data_path, model, ref))
+    if name == "llama":  # each layer's attention fused with its grouped keys and values
+        proc = subprocess.run([sgc, "compile", onnx_path, "-o", os.path.join(work, "llama_stats.so"), "--attention", "fused", "--stats"],
+                              capture_output=True, text=True)
+        want = "fused attention nodes: 2 (with grouped keys and values: 2)"
+        if want not in proc.stderr:
+            rows.append((name, "adam-fused", "compiled", None, None, f"expected '{want}' in --stats: {proc.stderr.strip()[-300:]}"))
     return rows
 
 
@@ -225,7 +243,7 @@ def main():
     sgc, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
     rows = []
-    for name, cls in (("mlp", MLP), ("cnn", CNN), ("unet", UNet), ("gpt", GPT)):
+    for name, cls in (("mlp", MLP), ("cnn", CNN), ("unet", UNet), ("gpt", GPT), ("llama", TinyLlama)):
         rows += run_model(sgc, work, name, cls)
     rows += bf16_rows(sgc, work)
     ok = True
