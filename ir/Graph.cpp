@@ -86,17 +86,24 @@ Value* Graph::addInput(const std::string& n, Type type) {
   return v;
 }
 
-Value* Graph::addInitializer(const std::string& n, ValueKind kind, Tensor data, std::vector<Value*>& list) {
+Value* Graph::addInitializer(const std::string& n, ValueKind kind, std::shared_ptr<const Tensor> data, std::vector<Value*>& list) {
   Value* v = newValue(n, kind);
-  v->type = Type::of(data.dtype, data.shape);
-  v->data = std::make_shared<const Tensor>(std::move(data));
+  v->type = Type::of(data->dtype, data->shape);
+  v->data = std::move(data);
   list.push_back(v);
   return v;
 }
 
-Value* Graph::addParam(const std::string& n, Tensor data) { return addInitializer(n, ValueKind::Param, std::move(data), params); }
-Value* Graph::addState(const std::string& n, Tensor data) { return addInitializer(n, ValueKind::State, std::move(data), state); }
-Value* Graph::addConst(const std::string& n, Tensor data) { return addInitializer(n, ValueKind::Const, std::move(data), consts); }
+Value* Graph::addParam(const std::string& n, Tensor data) {
+  return addInitializer(n, ValueKind::Param, std::make_shared<const Tensor>(std::move(data)), params);
+}
+Value* Graph::addState(const std::string& n, Tensor data) {
+  return addInitializer(n, ValueKind::State, std::make_shared<const Tensor>(std::move(data)), state);
+}
+Value* Graph::addState(const std::string& n, std::shared_ptr<const Tensor> data) { return addInitializer(n, ValueKind::State, std::move(data), state); }
+Value* Graph::addConst(const std::string& n, Tensor data) {
+  return addInitializer(n, ValueKind::Const, std::make_shared<const Tensor>(std::move(data)), consts);
+}
 
 Value* Graph::addI64s(const std::string& base, const std::vector<int64_t>& v) {
   return addConst(uniqueName(base), Tensor::fromI64(DType::I64, {(int64_t)v.size()}, v));

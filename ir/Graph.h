@@ -71,6 +71,9 @@ public:
   void removeInput(Value* v);
   Value* addParam(const std::string& name, Tensor data);
   Value* addState(const std::string& name, Tensor data);
+  /// State whose initial value other state shares (it is const): optimizer moments of equal
+  /// shapes start from one tensor of zeros, not one each.
+  Value* addState(const std::string& name, std::shared_ptr<const Tensor> data);
   Value* addConst(const std::string& name, Tensor data);
   /// A constant i64 vector (a shape, slice bounds, axes), named uniquely from `base`.
   Value* addI64s(const std::string& base, const std::vector<int64_t>& v);
@@ -109,7 +112,7 @@ public:
 
 private:
   Value* newValue(const std::string& name, ValueKind kind);
-  Value* addInitializer(const std::string& name, ValueKind kind, Tensor data, std::vector<Value*>& list);
+  Value* addInitializer(const std::string& name, ValueKind kind, std::shared_ptr<const Tensor> data, std::vector<Value*>& list);
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::map<std::string, Value*> byName_;

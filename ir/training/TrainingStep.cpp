@@ -86,9 +86,17 @@ void clipByGlobalNorm(Graph& g, std::vector<std::pair<Value*, Value*>>& grads, d
   for (auto& [p, grad] : grads) grad = emit(g, Op::Mul, {grad, coef}, p->name + ".clipped");
 }
 
+/// Tensors of zeros by dtype and shape, shared by the optimizer state that starts from them (a
+/// Llama-style model's moments: 3.9 GB of zeros, one each, filled and paged in by the compiler).
+using Zeros = std::map<std::pair<DType, std::vector<int64_t>>, std::shared_ptr<const Tensor>>;
+
 /// The optimizer's update of `p` (registered as its update unless `p` is not a parameter): the new value.
-Value* addOptimizer(Graph& g, const OptimizerOptions& o, Value* p, Value* grad, Value* lr, Value* step) {
-  auto zeros = [&](const char* suffix) { return g.addState(g.uniqueName(p->name + suffix), Tensor(p->type.dtype, p->type.shape())); };
+Value* addOptimizer(Graph& g, const OptimizerOptions& o, Value* p, Value* grad, Value* lr, Value* step, Zeros& shared) {
+  auto zeros = [&](const char* suffix) {
+    std::shared_ptr<const Tensor>& z = shared[{p->type.dtype, p->type.shape()}];
+    if (!z) z = std::make_shared<const Tensor>(p->type.dtype, p->type.shape());
+    return g.addState(g.uniqueName(p->name + suffix), z);
+  };
   bool adam = o.kind != "sgd";
   double wd = o.weightDecay >= 0 ? o.weightDecay : (o.kind == "adamw" ? 0.01 : 0.0);
   if (!adam) {
@@ -264,8 +272,9 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
     for (const Zero1Bucket& z : shards) pairs.push_back({z.paramShard, z.gradShard});
   }
   if (opts.optimizer.clipGradNorm > 0) clipByGlobalNorm(g, pairs, opts.optimizer.clipGradNorm, !shards.empty());
+  Zeros zeros;
   for (size_t i = 0; i < pairs.size(); ++i) {
-    Value* updated = addOptimizer(g, opts.optimizer, pairs[i].first, pairs[i].second, lr, nextStep);
+    Value* updated = addOptimizer(g, opts.optimizer, pairs[i].first, pairs[i].second, lr, nextStep, zeros);
     if (!shards.empty())
       if (Error e = gatherZero1(g, shards[i], updated)) return e;
   }
