@@ -27,8 +27,8 @@ struct AttentionGeometry {
     tq = q[at], d = q.back(), tk = v[at], dv = v.back();
     if (bthd) h = q[q.size() - 2];
     heads = tq > 0 && d > 0 ? n.input(0)->type.staticNumel().value() / (tq * d * (packed ? 3 : 1)) : 0;
-    int64_t kvNumel = n.input(1)->type.staticNumel().value();
-    if (!bthd && heads > 0 && tk > 0 && kvNumel > 0) group = heads / (kvNumel / (tk * d));
+    int64_t kvHeads = tk > 0 && d > 0 ? n.input(1)->type.staticNumel().value() / (tk * d) : 0;
+    if (!bthd && kvHeads > 0) group = heads / kvHeads;
     scale = n.getFloat("scale", 1.0);
     causal = n.getInt("causal", 0) != 0;
   }

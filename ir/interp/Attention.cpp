@@ -27,7 +27,8 @@ struct Geometry {
     tq = q[t], d = q.back(), tk = v[t], dv = v.back();
     if (bthd) h = q[q.size() - 2];
     heads = tq > 0 && d > 0 ? c.in[0]->numel() / (tq * d * (packed ? 3 : 1)) : 0;
-    if (!bthd && heads > 0 && tk > 0 && c.in[1]->numel() > 0) group = heads / (c.in[1]->numel() / (tk * d));
+    int64_t kvHeads = tk > 0 && d > 0 ? c.in[1]->numel() / (tk * d) : 0;
+    if (!bthd && kvHeads > 0) group = heads / kvHeads;
     scale = c.node.getFloat("scale", 1.0);
     causal = c.node.getInt("causal", 0) != 0;
   }
