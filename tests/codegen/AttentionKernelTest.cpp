@@ -39,11 +39,29 @@ std::string attentionGraph(const char* dtype, int64_t tq, int64_t tk, bool causa
          "\n output %y, %lse, %dq, %dk, %dv, %delta }";
 }
 
+/// Runs each node's kernels of `g` in order on the CPU (two thread-pool halves each), on random
+/// inputs (`seed`), each reading what the earlier ones wrote; every result must be within `tol`
+/// (relative to 1 + |reference|) of the interpreter's (float64) values.
+void kernelsMatchInterpreter(const ir::Graph& g, unsigned seed, double tol) {
+  auto in = randomInputs(g, seed, -1.5, 1.5);
+  auto want = ir::run(g, in);
+  ASSERT_TRUE(!!want) << errorText(want.takeError());
+  std::map<std::string, ir::Tensor> buffers = in;
+  for (const auto& n : g.nodes()) {
+    for (const ir::Value* v : n->outputs)
+      if (v) buffers.emplace(v->name, ir::Tensor(v->type.dtype, v->type.shape()));
+    runKernels(*n, "k" + std::to_string(buffers.size()), buffers);
+  }
+  for (const ir::Value* v : g.outputs) {
+    const ir::Tensor &got = buffers.at(v->name), &ref = want->at(v->name);
+    for (int64_t i = 0; i < ref.numel(); ++i)
+      EXPECT_NEAR(got.getF(i), ref.getF(i), tol * (1 + std::fabs(ref.getF(i)))) << ir::dtypeName(ref.dtype) << " %" << v->name << "[" << i << "]";
+  }
+}
+
 } // namespace
 
 TEST(Kernel, AttentionMatchesInterpreter) {
-  // Each node's kernels run in order on the CPU (two thread-pool halves each), reading what the
-  // earlier ones wrote; every result is compared with the interpreter's (float64) values.
   struct Run {
     const char* dtype;
     int64_t tq, tk;
@@ -59,20 +77,7 @@ TEST(Kernel, AttentionMatchesInterpreter) {
     auto g = ir::parse(text, "attention");
     ASSERT_TRUE(!!g) << errorText(g.takeError());
     ASSERT_FALSE(ir::inferShapes(**g, false));
-    auto in = randomInputs(**g, 5, -1.5, 1.5);
-    auto want = ir::run(**g, in);
-    ASSERT_TRUE(!!want) << errorText(want.takeError());
-    std::map<std::string, ir::Tensor> buffers = in;
-    for (const auto& n : (*g)->nodes()) {
-      for (const ir::Value* v : n->outputs)
-        if (v) buffers.emplace(v->name, ir::Tensor(v->type.dtype, v->type.shape()));
-      runKernels(*n, "k" + std::to_string(buffers.size()), buffers);
-    }
-    for (const ir::Value* v : (*g)->outputs) {
-      const ir::Tensor &got = buffers.at(v->name), &ref = want->at(v->name);
-      for (int64_t i = 0; i < ref.numel(); ++i)
-        EXPECT_NEAR(got.getF(i), ref.getF(i), r.tol * (1 + std::fabs(ref.getF(i)))) << r.dtype << " %" << v->name << "[" << i << "]";
-    }
+    kernelsMatchInterpreter(**g, 5, r.tol);
   }
 }
 
@@ -88,19 +93,7 @@ TEST(Kernel, GroupedAttentionMatchesInterpreter) {
     ASSERT_TRUE(!!g) << errorText(g.takeError());
     ASSERT_FALSE(ir::inferShapes(**g, false));
     EXPECT_EQ((*g)->outputs[3]->type.shape(), (std::vector<int64_t>{2, 4, 6, 8})); // dk per query head
-    auto in = randomInputs(**g, 6, -1.5, 1.5);
-    auto want = ir::run(**g, in);
-    ASSERT_TRUE(!!want) << errorText(want.takeError());
-    std::map<std::string, ir::Tensor> buffers = in;
-    for (const auto& n : (*g)->nodes()) {
-      for (const ir::Value* v : n->outputs)
-        if (v) buffers.emplace(v->name, ir::Tensor(v->type.dtype, v->type.shape()));
-      runKernels(*n, "k" + std::to_string(buffers.size()), buffers);
-    }
-    for (const ir::Value* v : (*g)->outputs) {
-      const ir::Tensor &got = buffers.at(v->name), &ref = want->at(v->name);
-      for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(got.getF(i), ref.getF(i), 1e-5 * (1 + std::fabs(ref.getF(i)))) << " %" << v->name << "[" << i << "]";
-    }
+    kernelsMatchInterpreter(**g, 6, 1e-5);
   }
 }
 

@@ -95,6 +95,15 @@ std::string layerNorm(bool rms) {
                 " output %y, %m, %r, %dx, %ds, %db }";
 }
 
+/// Causal attention and its gradient over q (and dy) of type `qs`, k and v of type `kvs` (fewer
+/// heads: grouped-query attention), bf16, scale 1/8.
+std::string attention(const std::string& qs, const std::string& kvs) {
+  return "graph @g { input %q : " + qs + "\n input %k : " + kvs + "\n input %v : " + kvs + "\n input %dy : " + qs +
+         "\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.125}\n"
+         " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.125}\n"
+         " output %y, %lse, %dq, %dk, %dv, %delta }";
+}
+
 } // namespace
 
 TEST(GpuSim, FormsMatchInterpreter) {
@@ -125,38 +134,19 @@ TEST(GpuSim, FormsMatchInterpreter) {
       {"loss_grad_block_odd", "graph @g { input %x : f32[3, 8193]\n input %t : i64[3]\n input %d : f32[]\n"
                               " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }", 1e-4},
       {"argmax", "graph @g { input %x : f32[16, 512]\n %y : ?[*] = ArgMax(%x) {axis = -1, keepdims = 0}\n output %y }", 0},
-      {"attention_bf16", "graph @g { input %q : bf16[1, 2, 64, 64]\n input %k : bf16[1, 2, 64, 64]\n input %v : bf16[1, 2, 64, 64]\n"
-                         " input %dy : bf16[1, 2, 64, 64]\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.125}\n"
-                         " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.125}\n"
-                         " output %y, %lse, %dq, %dk, %dv, %delta }", 3e-2},
+      {"attention_bf16", attention("bf16[1, 2, 64, 64]", "bf16[1, 2, 64, 64]"), 3e-2},
+      // Grouped-query attention: 4 query heads over 2 key/value heads.
+      {"attention_bf16_grouped", attention("bf16[1, 4, 64, 64]", "bf16[1, 2, 64, 64]"), 3e-2},
   };
-  cases.push_back({"attention_bf16_grouped", "graph @g { input %q : bf16[1, 4, 64, 64]\n input %k : bf16[1, 2, 64, 64]\n input %v : bf16[1, 2, 64, 64]\n"
-                   " input %dy : bf16[1, 4, 64, 64]\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.125}\n"
-                   " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.125}\n"
-                   " output %y, %lse, %dq, %dk, %dv, %delta }", 3e-2});
   for (const Case& c : cases) checkForms(c);
-  // Hopper's forms: attention's products as warpgroup ones (wgmma), at GPT-2's head size and at 128.
-  for (int64_t d : {64, 128}) {
-    std::string shape = "bf16[1, 2, 128, " + std::to_string(d) + "]";
-    checkForms({d == 64 ? "attention_sm90_d64" : "attention_sm90_d128",
-                "graph @g { input %q : " + shape + "\n input %k : " + shape + "\n input %v : " + shape + "\n input %dy : " + shape +
-                    "\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.125}\n"
-                    " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.125}\n"
-                    " output %y, %lse, %dq, %dk, %dv, %delta }",
-                3e-2},
-               kir::GpuArch{true});
-  }
-  // Grouped-query attention on Hopper: 4 query heads over 2 key/value heads, as Llama's at head size 128.
-  for (int64_t d : {64, 128}) {
-    std::string dd = std::to_string(d), qs = "bf16[1, 4, 128, " + dd + "]", kvs = "bf16[1, 2, 128, " + dd + "]";
-    checkForms({d == 64 ? "attention_sm90_grouped_d64" : "attention_sm90_grouped_d128",
-                "graph @g { input %q : " + qs + "\n input %k : " + kvs + "\n input %v : " + kvs + "\n input %dy : " + qs +
-                    "\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.125}\n"
-                    " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.125}\n"
-                    " output %y, %lse, %dq, %dk, %dv, %delta }",
-                3e-2},
-               kir::GpuArch{true});
-  }
+  // Hopper's forms: attention's products as warpgroup ones (wgmma), at GPT-2's head size and at 128
+  // (Llama's), with as many key/value heads as query heads and grouped (4 over 2).
+  for (int64_t d : {64, 128})
+    for (int64_t kvHeads : {4, 2}) {
+      std::string dd = std::to_string(d), name = "attention_sm90_" + std::string(kvHeads == 2 ? "grouped_" : "") + "d" + dd;
+      checkForms({name.c_str(), attention("bf16[1, 4, 128, " + dd + "]", "bf16[1, " + std::to_string(kvHeads) + ", 128, " + dd + "]"), 3e-2},
+                 kir::GpuArch{true});
+    }
 }
 
 namespace {

@@ -13,6 +13,19 @@
 using namespace sgc;
 using namespace sgc::ir;
 
+namespace {
+
+/// bf16 values drawn uniformly from [lo, hi) (`seed`), rounded.
+Tensor randomBf16(std::vector<int64_t> shape, unsigned seed, double lo, double hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  Tensor x(DType::BF16, std::move(shape));
+  for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, u(rng));
+  return x;
+}
+
+} // namespace
+
 TEST(WidenSums, SumsTheWidenedValues) {
   auto g = parse("graph @g { input %x : bf16[512, 4]\n const %s : i64[1] = dense<\"0x0400000000000000\">\n"
                  " %sum : ?[*] = SumTo(%x, %s)\n %y : ?[*] = Cast(%sum) {to = \"f32\"}\n output %y }",
@@ -20,10 +33,7 @@ TEST(WidenSums, SumsTheWidenedValues) {
   ASSERT_TRUE(!!g) << errorText(g.takeError());
   ASSERT_FALSE(inferShapes(**g, false));
   Value* y = (*g)->outputs[0];
-  std::mt19937 rng(4);
-  std::uniform_real_distribution<double> u(0.5, 1.5);
-  Tensor x(DType::BF16, {512, 4});
-  for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, u(rng));
+  Tensor x = randomBf16({512, 4}, 4, 0.5, 1.5);
   auto before = run(**g, {{"x", x}});
   ASSERT_TRUE(!!before) << errorText(before.takeError());
   int count = 0;
@@ -70,10 +80,7 @@ TEST(WidenSums, SumsNarrowValuesThroughReshapes) {
                  "widen");
   ASSERT_TRUE(!!g) << errorText(g.takeError());
   ASSERT_FALSE(inferShapes(**g, false));
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<double> u(-2, 2);
-  Tensor x(DType::BF16, {2, 6, 3, 4});
-  for (int64_t i = 0; i < x.numel(); ++i) x.setF(i, u(rng));
+  Tensor x = randomBf16({2, 6, 3, 4}, 5, -2, 2);
   auto before = run(**g, {{"x", x}});
   ASSERT_TRUE(!!before) << errorText(before.takeError());
   int count = 0;
