@@ -88,7 +88,9 @@ std::vector<std::string> argNames(const nlohmann::json& call, const nlohmann::js
 }
 
 bool joinable(const nlohmann::json& l, const std::vector<kir::Kernel>& kernels) {
-  if (l.contains("gpu") || l.contains("gemm") || l.contains("epilogue") || l.contains("threads") || l.contains("collective")) return false;
+  if (l.contains("gpu") || l.contains("gemm") || l.contains("epilogue") || l.contains("threads") || l.contains("collective") ||
+      l.contains("refresh")) // run alone, before a step, and only when its copy is stale
+    return false;
   int index = l.at("kernel").get<int>();
   if (index < 0 || index >= (int)kernels.size() || l.at("serial").get<bool>()) return false;
   const kir::Kernel& k = kernels[index];

@@ -182,6 +182,15 @@ struct Planner {
         break;
       }
     }
+    // A weight's bf16 cast (pass shadow-weights) writes into the state that keeps it between steps,
+    // whose bytes its readers then read.
+    for (const auto& n : g.nodes())
+      if (n->has("shadow")) {
+        const Value* copy = g.findValue(n->getString("shadow", ""));
+        Buffer& cast = buf(n->outputs[0]);
+        cast.aliasOf = copy;
+        lastUse[copy] = std::max(lastUse.count(copy) ? lastUse[copy] : 0, cast.last); // its views' reads too
+      }
     // An optimizer update (or a cache write) writes into its target when nothing reads the target after it.
     for (auto& [target, next] : g.updates) {
       if (next->kind != ValueKind::Result ||

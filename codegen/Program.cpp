@@ -56,6 +56,11 @@ bool allFusible(const Group& g) {
   return std::all_of(g.begin(), g.end(), [](const ir::Node* n) { return kir::isFusible(*n); });
 }
 
+/// A weight's cast into its kept bf16 copy (ShadowWeights.h): a kernel alone, which the runtime
+/// runs before a step when the copy may be stale, never as part of one.
+bool isRefresh(const ir::Node& n) { return n.has("shadow"); }
+bool hasRefresh(const Group& g) { return std::any_of(g.begin(), g.end(), [](const ir::Node* n) { return isRefresh(*n); }); }
+
 /// A row-wise op (kir::isRowOp) takes in an earlier elementwise group that computes one of its
 /// operands when nothing else reads the group's values (the group moves to the row op), or, for
 /// a normalization (kir::storesPrologue), nothing else but its result, which the row op's GPU form then stores as
@@ -79,7 +84,8 @@ std::vector<Group> mergeRowGroups(std::vector<Group> groups, Readers& readers) {
     for (size_t k = out.size(); k-- > 0;) {
       const Group& pre = out[k];
       const ir::Value* v = pre.back()->outputs[0];
-      if (!allElementwise(pre) || !std::count(row->inputs.begin(), row->inputs.end(), v) || v->type.shape() != row->input(0)->type.shape()) continue;
+      if (!allElementwise(pre) || hasRefresh(pre) || !std::count(row->inputs.begin(), row->inputs.end(), v) || v->type.shape() != row->input(0)->type.shape())
+        continue;
       Group inside(pre);
       inside.push_back(row);
       bool storable = kir::storesPrologue(*row); // may store the prologue's result
@@ -258,7 +264,7 @@ std::vector<Group> sinkIntoReaders(std::vector<Group> groups, Readers& readers) 
     for (const ir::Node* n : groups[i]) groupOf[n] = i;
   for (size_t p = groups.size(); p-- > 0;) {
     Group& producer = groups[p];
-    if (producer.empty() || !allFusible(producer)) continue;
+    if (producer.empty() || !allFusible(producer) || hasRefresh(producer)) continue;
     std::optional<size_t> reader;
     bool one = true;
     for (const ir::Node* n : producer) {
@@ -305,7 +311,7 @@ std::vector<std::vector<const ir::Node*>> kernelSchedule(const ir::Graph& g) {
       }
       continue;
     }
-    bool elementwise = kir::isFusibleElementwise(*n) && n->outputs[0]->type.isStatic();
+    bool elementwise = kir::isFusibleElementwise(*n) && n->outputs[0]->type.isStatic() && !isRefresh(*n);
     std::optional<size_t> into = elementwise ? fusion.target(*n) : std::nullopt;
     if (!into) {
       groups.emplace_back();
@@ -546,13 +552,13 @@ void joinCallRuns(std::vector<CallRun> runs, nlohmann::json& launches, CompiledP
 
 /// The launches of a GPU step as planned: a GPU form's kernels, or the launch's kernel, its
 /// collective, or its GEMM (its epilogue too where the GEMM has no bias for cuBLASLt to add), and
-/// nothing for a GELU that a GEMM's epilogue computes.
+/// nothing for a GELU that a GEMM's epilogue computes or a cast into a weight's kept bf16 copy.
 int64_t gpuLaunchCount(const nlohmann::json& launches) {
   std::set<int64_t> skipped = geluSkips(launches);
   int64_t n = 0;
   for (size_t i = 0; i < launches.size(); ++i) {
     const nlohmann::json& l = launches[i];
-    if (skipped.count((int64_t)i)) continue;
+    if (skipped.count((int64_t)i) || l.contains("refresh")) continue;
     n += l.contains("gpu") ? (int64_t)l["gpu"].size() : 1 + (l.contains("epilogue") && !l["gemm"].contains("bias"));
   }
   return n;
@@ -618,6 +624,8 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       p.weights.insert(p.weights.end(), b.value->data->bytes.begin(), b.value->data->bytes.end());
     }
   }
+  for (const auto& n : g.nodes()) // a weight's bf16 copy, kept by the optimizer (ShadowWeights.h)
+    if (n->has("shadow")) tensors.at(tensorId.at(n->getString("shadow", "")))["shadow_of"] = tensorId.at(n->inputs[0]->name);
   auto forward = forwardNodes(g);
   Readers readers(g);
   nlohmann::json launches = nlohmann::json::array();
@@ -685,13 +693,19 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     // A forward-only step runs the kernels that compute something the loss needs (a kernel may
     // also compute gradients whose inputs are ready then).
     bool inForward = std::any_of(group.begin(), group.end(), [&](const ir::Node* n) { return forward.count(n) != 0; });
+    // A weight's bf16 cast into the copy the optimizer keeps (ShadowWeights.h): the runtime runs
+    // it before a step only when the copy may be stale, so its bytes are not a step's.
+    bool refresh = hasRefresh(group);
+    int64_t refreshBytes = 0;
     for (kir::Kernel& k : ks) {
       auto [index, fresh] = indexOf(k);
-      launches.push_back(launchJson(k, index, tensorId, p.bytesPerStep));
+      launches.push_back(launchJson(k, index, tensorId, refresh ? refreshBytes : p.bytesPerStep));
       launches.back()["forward"] = inForward;
       launches.back()["label"] = label;
+      if (refresh) launches.back()["refresh"] = true;
       if (fresh) p.kernels.push_back(std::move(k));
     }
+    p.shadowCasts += refresh;
     if (group[0]->op == ir::Op::AllReduce) { // after the copies of results not reduced in place
       launches.push_back(collectiveJson(*group[0], tensorId));
       launches.back()["forward"] = forward.count(group[0]) != 0;
@@ -771,7 +785,9 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
   if (std::optional<ZeroRun> zeros = zeroRun(launches, tensors, p.kernels)) insertZeroRun(std::move(*zeros), launches, p, tensorId, indexOf);
   joinCallRuns(callRuns(launches, tensors, p.kernels), launches, p, tensorId, indexOf);
   markCpuOnly(launches, p.kernels);
-  p.launches = std::count_if(launches.begin(), launches.end(), [](const nlohmann::json& l) { return l.at("kernel").get<int>() >= 0 || l.contains("collective"); });
+  p.launches = std::count_if(launches.begin(), launches.end(), [](const nlohmann::json& l) {
+    return (l.at("kernel").get<int>() >= 0 || l.contains("collective")) && !l.contains("refresh");
+  });
   p.gpuLaunches = gpuLaunchCount(launches);
   std::set<std::string> kernelNames; // a module resolves kernels by name: one name, one kernel
   for (const kir::Kernel& k : p.kernels)
@@ -831,9 +847,10 @@ std::string programStats(const CompiledProgram& p) {
            "GPU: launches per step: %lld; products through cuBLASLt: %lld (%lld followed by an epilogue kernel); transposes folded into them: %lld;\n"
            "     GELUs in their epilogues: %lld; nodes in GPU form: %lld; elementwise launches run together: %lld as %lld;\n"
            "     accumulator zeroings run together: %lld as %lld; GPU forms' reductions run together: %lld as %lld\n"
+           "weights' bf16 copies kept by the optimizer: %lld (their casts run only when a copy may be stale)\n"
            "bytes moved per step: %lld\narena: %lld bytes (activations %lld, peak of %lld without reuse)\n",
            p.kernels.size(), (long long)serial, (size_t)p.launches, (long long)fused, (long long)epilogues,
-           (long long)p.gpuLaunches, (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.fusedLaunches, (long long)p.horizontalLaunches, (long long)p.zeroings, (long long)p.zeroLaunches, (long long)p.joinedCalls, (long long)p.callRuns, (long long)p.bytesPerStep, (long long)arena,
+           (long long)p.gpuLaunches, (long long)p.gemms, (long long)p.gemmEpilogues, (long long)p.absorbedTransposes, (long long)p.gemmGelus, (long long)p.gpuForms, (long long)p.fusedLaunches, (long long)p.horizontalLaunches, (long long)p.zeroings, (long long)p.zeroLaunches, (long long)p.joinedCalls, (long long)p.callRuns, (long long)p.shadowCasts, (long long)p.bytesPerStep, (long long)arena,
            (long long)p.plan.regionBytes[(int)Region::Activations], (long long)p.plan.activationsUnshared);
   return buf;
 }

@@ -24,6 +24,7 @@ struct CompiledProgram {
   std::vector<uint8_t> weights; ///< constants, and the initial parameters when embedded
   std::string hash;             ///< hex BLAKE3 hash of the graph, the options and the versions
   int64_t bytesPerStep = 0;     ///< bytes the kernels read and write in one step
+  int64_t shadowCasts = 0;      ///< weights' bf16 casts run only when their copies are stale (ShadowWeights.h)
   int64_t gemms = 0;            ///< products a GPU runs through the GEMM library
   int64_t gemmEpilogues = 0;    ///< of those, followed by an epilogue kernel (GPU only)
   int64_t gpuForms = 0;         ///< nodes a GPU runs as other kernels (kir::lowerForGpu)

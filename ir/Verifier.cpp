@@ -66,6 +66,12 @@ Error verify(const Graph& g, bool requireTypes) {
   }
   for (const Value* v : g.outputs)
     if (!v || !defined.count(v)) return makeError("graph output %" + (v ? v->name : std::string("_")) + " is not defined");
+  for (const auto& n : g.nodes()) // a cast whose result lives in state that keeps it (pass shadow-weights)
+    if (n->has("shadow")) {
+      const Value* copy = g.findValue(n->getString("shadow", ""));
+      if (n->op != Op::Cast || !copy || copy->kind != ValueKind::State || (n->outputs[0]->type.dtype != DType::Undefined && !(copy->type == n->outputs[0]->type)))
+        return makeError(describe(*n) + ": attribute shadow names no state of its result's type");
+    }
   std::set<const Value*> updated;
   for (auto& [v, next] : g.updates) {
     if (!v || !next || !defined.count(v) || !defined.count(next)) return makeError("an update names an undefined value");

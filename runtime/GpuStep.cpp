@@ -134,7 +134,7 @@ bool GpuStep::enqueue(bool train, std::string& error) {
       started[c] = false;
       if (!gpu_.waitComm(c, error)) return false;
     }
-    if ((!train && !l.forward) || skipped_[i]) continue;
+    if ((!train && !l.forward) || skipped_[i] || l.refresh) continue;
     Range range(l.label.empty() ? "launch " + std::to_string(i) : l.label);
     if (l.collective) { // a launch is a collective or kernels, never both
       if (!collective(i, *l.collective, error)) return false;
@@ -187,6 +187,12 @@ bool GpuStep::enqueue(bool train, std::string& error) {
     profileMs_[n] += gpu_.elapsedMs(2 * n, 2 * n + 1);
     ++profileSteps_;
   }
+  return true;
+}
+
+bool GpuStep::refresh(std::string& error) {
+  for (const Launch& l : prog_.launches)
+    if (l.refresh && !launch(l.kernel, l.args, l.serial, l.extent / l.vector, error)) return false;
   return true;
 }
 

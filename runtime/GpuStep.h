@@ -30,7 +30,10 @@ public:
   /// Data parallelism: the collectives run through `comm` (NCCL), on the communication stream.
   void setCommunicator(Communicator* comm);
   /// Enqueues one step (forward only unless `train`); the caller reads the loss, which waits for it.
+  /// A step leaves out the refresh launches (Launch::refresh).
   bool run(bool train, std::string& error);
+  /// Enqueues the refresh launches alone (outside any graph): the parameters' bf16 copies.
+  bool refresh(std::string& error);
   /// The device, its GEMM library, and whether the step is replayed as a graph.
   std::string description() const;
 

@@ -31,6 +31,7 @@ bool parseTensors(const nlohmann::json& j, Program& p, std::string& error) {
     if (d.shards < 1 || (d.shards > 1 && (d.kind != TensorKind::State || d.shape.size() != 1)))
       return fail(error, "tensor " + d.name + " has a bad shard count (only flat state is sharded)");
     if (t.contains("live")) d.first = t.at("live").at(0), d.last = t.at("live").at(1);
+    d.shadowOf = t.value("shadow_of", -1);
     if (t.contains("range")) {
       const auto& r = t.at("range");
       d.range = TensorDesc::Range{r.at("min"), r.at("max"), r.contains("ignore") ? std::optional<int64_t>(r.at("ignore")) : std::nullopt};
@@ -45,6 +46,12 @@ bool parseTensors(const nlohmann::json& j, Program& p, std::string& error) {
     }
     if (stDTypeSize(d.dtype) == 0 || numel * stDTypeSize(d.dtype) != d.bytes) return fail(error, "tensor " + d.name + " has inconsistent size");
     p.tensors.push_back(std::move(d));
+  }
+  for (const TensorDesc& d : p.tensors) { // a bf16 copy: state of its parameter's shape
+    if (d.shadowOf < 0) continue;
+    const TensorDesc* of = d.shadowOf < (int)p.tensors.size() ? &p.tensors[d.shadowOf] : nullptr;
+    if (d.kind != TensorKind::State || d.dtype != "BF16" || !of || of->kind != TensorKind::Param || of->dtype != "F32" || of->shape != d.shape)
+      return fail(error, "tensor " + d.name + " is no parameter's bf16 copy");
   }
   return true;
 }
@@ -108,6 +115,7 @@ bool parseCollective(const nlohmann::json& c, const Program& p, Collective& C, s
 bool parseLaunch(const nlohmann::json& l, const Program& p, Launch& L, std::string& error) {
   L = Launch{l.at("kernel"), l.at("serial"), l.at("forward"), l.at("extent"), l.value("vector", int64_t(1)), l.at("args").get<std::vector<int>>(),
              l.value("label", ""), std::nullopt, {}, std::nullopt, std::nullopt};
+  L.refresh = l.value("refresh", false);
   if (l.contains("collective") && !parseCollective(l.at("collective"), p, L.collective.emplace(), error)) return false;
   // No kernel: a collective, or GPU-only work (its GPU form; a CPU has nothing to run).
   if ((L.kernel < 0 && !L.collective && !l.contains("gpu")) || L.kernel >= p.numKernels || L.extent < 0) return fail(error, "a launch names no kernel");
@@ -121,6 +129,8 @@ bool parseLaunch(const nlohmann::json& l, const Program& p, Launch& L, std::stri
     for (const auto& c : l.at("gpu"))
       if (!parseCall(c, p, L.gpu->emplace_back(), error)) return false;
   }
+  // A refresh reads a parameter and writes its copy: a kernel of its own, nothing a step needs.
+  if (L.refresh && (L.kernel < 0 || L.gpu || L.gemm || L.collective)) return fail(error, "a refresh launch is not a kernel alone");
   return true;
 }
 

@@ -35,6 +35,9 @@ struct TensorDesc {
   };
   std::optional<Range> range;
   int first = 0, last = -1; ///< live over the schedule's positions [first, last] (none: -1), for pictures of the plan
+  /// A parameter's bf16 copy that the optimizer keeps (ir/passes/ShadowWeights.h): the parameter's
+  /// id (-1: none). Not a tensor of the ABI (not listed, saved or loaded).
+  int shadowOf = -1;
 };
 
 /// A matrix product a GPU runs through cuBLASLt: a strided batch of row-major
@@ -92,6 +95,9 @@ struct Launch {
   std::optional<std::vector<KernelCall>> gpu;
   /// When set, an all-reduce of these tensors, started after the kernel (if any).
   std::optional<Collective> collective;
+  /// A cast of a parameter into its bf16 copy (TensorDesc::shadowOf): not run in a step, but
+  /// before one, when the copies may be stale (after sgc_set_tensor or sgc_load, under views).
+  bool refresh = false;
 };
 
 /// A decode step over a paged key/value cache (compiled with --mode decode): its sizes, and the

@@ -221,7 +221,7 @@ bool runCpuStep(sgc_session* s, bool train, std::string& error) {
     const Launch& l = s->prog.launches[i];
     for (int c : s->waits[i]) // also before a skipped launch: a later one may need it
       if (!finish(c)) return false;
-    if (!train && !l.forward) continue;
+    if ((!train && !l.forward) || l.refresh) continue; // refreshes ran before the step, if needed
     if (l.kernel >= 0) {
       args.clear();
       for (int a : l.args) args.push_back(s->data(a));
@@ -249,6 +249,25 @@ bool runGpuStep(sgc_session* s, bool train, std::string& error) {
   return writeTrace(s, events, error);
 }
 
+/// Casts the parameters into their bf16 copies when those may be stale (or a view of a parameter
+/// is out, through which the host may have written since the last step).
+bool refreshCopies(sgc_session* s, std::string& error) {
+  if (!s->copiesStale && !s->viewed) return true;
+  if (s->gpu) {
+    if (!s->gpuStep->refresh(error)) return false;
+  } else {
+    std::vector<void*> args;
+    for (const Launch& l : s->prog.launches)
+      if (l.refresh) {
+        args.clear();
+        for (int a : l.args) args.push_back(s->data(a));
+        runKernel(s, l, args);
+      }
+  }
+  s->copiesStale = false;
+  return true;
+}
+
 bool readScalar(const sgc_session* s, int id, double& out, std::string& error) {
   uint8_t bytes[8];
   if (!s->read(id, bytes, error)) return false;
@@ -274,8 +293,9 @@ sgc_status step(sgc_session* s, double* loss, bool train) {
   float lr = (float)s->lr;
   std::string error;
   double l = 0;
-  if (!s->write(s->prog.lr, &lr, error)) return fail(SGC_ERROR_DEVICE, error);
+  if (!s->write(s->prog.lr, &lr, error) || !refreshCopies(s, error)) return fail(SGC_ERROR_DEVICE, error);
   if (!runStep(s, train, error)) {
+    s->copiesStale = true; // a step cut short may have updated some parameters and not their copies
     if (!s->comm || !s->comm->failed()) return fail(SGC_ERROR_DEVICE, error);
     s->broken = error;
     return fail(SGC_ERROR_COMMUNICATION, error);
@@ -463,7 +483,7 @@ sgc_status sgc_session_create(const sgc_session_options* options, sgc_session** 
         if (!s->write(at, t, sgcrt_weights + off, error)) return fail(SGC_ERROR_DEVICE, error);
     for (int i = 0; i < (int)s->prog.tensors.size(); ++i) {
       const TensorDesc& d = s->prog.tensors[i];
-      if (d.kind == TensorKind::Result || d.kind == TensorKind::Const) continue;
+      if (d.kind == TensorKind::Result || d.kind == TensorKind::Const || d.shadowOf >= 0) continue; // a copy is the library's own
       s->byName[d.name] = i;
       if (d.kind == TensorKind::Input && i != s->prog.lr) s->lists[SGC_TENSOR_INPUT].push_back(i);
       if (d.kind == TensorKind::Param) s->lists[SGC_TENSOR_PARAMETER].push_back(i);
@@ -595,6 +615,7 @@ sgc_status sgc_tensor_view(const sgc_session* s, const char* name, DLTensor* out
   if (id < 0) return fail(SGC_ERROR_NOT_FOUND, std::string("no parameter or state named '") + (name ? name : "(null)") + "'");
   const TensorDesc& d = s->prog.tensors[id];
   if (d.shards > 1) return fail(SGC_ERROR_INVALID_ARGUMENT, "'" + d.name + "' is sharded across the ranks (--data-parallel zero1): copy it with sgc_get_tensor");
+  if (d.kind == TensorKind::Param) s->viewed = true; // what the host writes there, the next step reads: its bf16 copy too
   out->data = s->gpu ? (void*)s->devData(id) : (void*)s->data(id);
   out->device = s->gpu ? DLDevice{kDLCUDA, s->ordinal} : DLDevice{kDLCPU, 0};
   out->ndim = (int32_t)d.shape.size();
@@ -639,6 +660,7 @@ sgc_status sgc_set_tensor(sgc_session* s, const char* name, const DLTensor* t) {
   }
   std::string error;
   if (!s->write(id, *t, error)) return fail(SGC_ERROR_DEVICE, error);
+  s->copiesStale = true;
   return SGC_OK;
 }
 
@@ -716,6 +738,7 @@ sgc_status sgc_load(sgc_session* s, const char* path) {
         if (it != file.end() && !s->write(id, it->second.data.data() + mine, error)) return fail(SGC_ERROR_DEVICE, error);
       }
     s->paramsLoaded = true;
+    s->copiesStale = true;
     return SGC_OK;
   } catch (const std::exception& e) {
     return fail(SGC_ERROR_OUT_OF_MEMORY, e.what());

@@ -91,6 +91,10 @@ struct sgc_session {
   double lr = 1e-3;
   std::unique_ptr<sgc::rt::DecodeState> decode; ///< a decode library's pages and staging
   bool paramsLoaded = true; ///< false until sgc_load for --weights none
+  /// Whether the parameters' bf16 copies (TensorDesc::shadowOf) may differ from the parameters
+  /// (they start so, and sgc_set_tensor and sgc_load make them so): the next step casts them first.
+  bool copiesStale = true;
+  mutable bool viewed = false; ///< a parameter's view was handed out: every step casts the copies first
   std::string tracePath;    ///< sgc_trace_next_step: where the next step's trace goes (empty: none)
   int ordinal = -1;         ///< the GPU's ordinal (cuda:N), -1 on the CPU
 

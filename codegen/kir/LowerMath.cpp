@@ -448,12 +448,17 @@ Expected<std::vector<Kernel>> lowerOptimizer(const std::string& name, const ir::
     ExprRef bc1 = B::sub(one, binary(KOp::Pow, B::c(b1, t), step)), bc2 = B::sub(one, binary(KOp::Pow, B::c(b2, t), step));
     ExprRef denom = B::add(B::div(unary(KOp::Sqrt, v), unary(KOp::Sqrt, bc2)), B::c(eps, t));
     outs.push_back({n.outputs[0], B::sub(wv, B::mul(B::div(lr, bc1), B::div(m, denom)))});
+    if (n.outputs.size() > 3 && n.outputs[3]) outs.push_back({n.outputs[3], outs.back().second}); // its bf16 copy (stored rounded)
   }
   // With the `apply` flag false (the step's loss was not finite) each result is its old value.
   const ir::Value* apply = n.input(adam ? 6 : 5);
   std::map<const ir::Value*, ExprRef> old{{n.outputs[0], w}};
-  if (adam) old[n.outputs[1]] = b.ld(n.input(2), at), old[n.outputs[2]] = b.ld(n.input(3), at);
-  else if (n.outputs.size() > 1 && n.outputs[1]) old[n.outputs[1]] = b.ld(n.input(4), at);
+  if (adam) {
+    old[n.outputs[1]] = b.ld(n.input(2), at), old[n.outputs[2]] = b.ld(n.input(3), at);
+    if (n.outputs.size() > 3 && n.outputs[3]) old[n.outputs[3]] = w; // the copy of the weight kept
+  } else if (n.outputs.size() > 1 && n.outputs[1]) {
+    old[n.outputs[1]] = b.ld(n.input(4), at);
+  }
   ExprRef ok = apply ? binary(KOp::Ne, cast(b.ld(apply, B::i(0)), Scalar::I64), B::i(0)) : ExprRef{};
   std::vector<StmtRef> body;
   for (auto& [out, v] : outs) body.push_back(b.st(out, at, apply ? select(ok, v, old.at(out)) : v));

@@ -10,9 +10,9 @@ namespace {
 /// Whether the update applies: the optional flag input `i` (the step's loss was finite) is true or absent.
 bool applies(const EvalCtx& c, size_t i) { return !c.present(i) || c.in[i]->getI(0) != 0; }
 
-/// The results are the old values of inputs `from` (one per result): nothing changes.
+/// Results 0.. are the old values of inputs `from` (one per result): nothing changes.
 Error keep(EvalCtx& c, const std::vector<size_t>& from) {
-  for (size_t r = 0; r < c.out.size(); ++r) c.out[r].bytes = c.in[from[r]]->bytes;
+  for (size_t r = 0; r < from.size() && r < c.out.size(); ++r) c.out[r].bytes = c.in[from[r]]->bytes;
   return Error::success();
 }
 
@@ -47,7 +47,11 @@ Error evalAdamUpdate(EvalCtx& c) {
          wd = c.node.getFloat("weight_decay", 0);
   bool decoupled = c.node.getInt("decoupled", 0); // AdamW
   double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
-  if (!applies(c, 6)) return keep(c, {0, 2, 3});
+  bool copy = c.out.size() > 3; // the new parameter's bf16 copy, rounded from its float32 value
+  if (!applies(c, 6)) {
+    if (copy) c.out[3] = Tensor::fromF64(DType::BF16, p.shape, p.toF64());
+    return keep(c, {0, 2, 3});
+  }
   for (int64_t i = 0; i < p.numel(); ++i) {
     double w = p.getF(i), d = g.getF(i);
     if (decoupled) w *= 1 - lr * wd;
@@ -57,6 +61,7 @@ Error evalAdamUpdate(EvalCtx& c) {
     c.out[0].setF(i, w - lr / bc1 * mi / denom);
     c.out[1].setF(i, mi);
     c.out[2].setF(i, vi);
+    if (copy) c.out[3].setF(i, c.out[0].getF(i));
   }
   return Error::success();
 }

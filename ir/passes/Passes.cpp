@@ -15,6 +15,7 @@
 #include "ir/passes/NarrowMoves.h"
 #include "ir/passes/SplitToSlices.h"
 #include "ir/passes/WidenSums.h"
+#include "ir/passes/ShadowWeights.h"
 #include "ir/training/TrainingStep.h"
 
 namespace sgc::ir {
@@ -35,6 +36,7 @@ Error runChunkClassifier(Graph& g) { return chunkClassifier(g, kClassifierChunkB
 Error runFuseGelu(Graph& g) { return fuseGelu(g); }
 Error runFuseRmsNorm(Graph& g) { return fuseRmsNorm(g); }
 Error runWidenSums(Graph& g) { return widenSums(g); }
+Error runShadowWeights(Graph& g) { return shadowWeights(g); }
 Error runNarrowMoves(Graph& g) { return narrowMoves(g); }
 Error runFoldTransposes(Graph& g) { return foldTransposes(g); }
 Error runExpandResize(Graph& g) { return expandResize(g); }

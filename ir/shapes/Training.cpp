@@ -89,6 +89,7 @@ Error inferOptimizerUpdate(InferCtx& c) {
   if (c.present(apply) && (c.in[apply].dtype != DType::Bool || (c.in[apply].ranked && c.in[apply].rank() != 0)))
     return c.fail("the apply input must be a bool scalar");
   c.setAll(c.in[0]);
+  if (c.node.op == Op::AdamUpdate && c.out.size() > 3) c.out[3].dtype = DType::BF16; // the parameter's bf16 copy
   return Error::success();
 }
 

@@ -14,6 +14,7 @@
 #include "ir/passes/FuseRmsNorm.h"
 #include "ir/passes/NarrowMoves.h"
 #include "ir/passes/WidenSums.h"
+#include "ir/passes/ShadowWeights.h"
 #include "ir/passes/DataParallel.h"
 #include "ir/passes/InferShapes.h"
 
@@ -283,7 +284,10 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   if (Error e = inferShapes(g)) return e;
   readThroughCopies(g);
   if (Error e = foldTransposes(g)) return e; // the optimizer reads the weight gradients it rewrites
-  if (opts.precision == "bf16") readNarrowGradients(g);
+  if (opts.precision == "bf16") {
+    readNarrowGradients(g);
+    if (Error e = shadowWeights(g)) return e; // the optimizer writes the weights' bf16 copies
+  }
   if (Error e = fuseLossGrad(g)) return e; // the loss and its gradient in one pass over the scores
   if (Error e = chunkClassifier(g, opts.classifierChunkBytes)) return e; // never all the scores at once
   g.removeDeadNodes();

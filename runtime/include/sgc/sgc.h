@@ -153,7 +153,10 @@ SGC_API sgc_status sgc_get_tensor(const sgc_session* session, const char* name, 
 /** Describes a parameter or state tensor where the session holds it, without copying: `out`
  * gets its address (host memory, or the GPU's for a cuda:N session), device, dtype and shape
  * (arrays the session owns; strides NULL). Valid until the session is destroyed; a write there is
- * what the next step reads. Under a running step the bytes change. */
+ * what the next step reads. Under a running step the bytes change. (A library compiled with
+ * --precision bf16 and Adam keeps its weights' bf16 copies, which its optimizer writes; once a
+ * parameter's view is out, every later step of the session casts them again first, about 6 bytes
+ * a parameter, as sgc_set_tensor and sgc_load make the next step do.) */
 SGC_API sgc_status sgc_tensor_view(const sgc_session* session, const char* name, DLTensor* out);
 /** Overwrites a parameter or state tensor (from host memory or the session's GPU; the step
  * counter from host memory). */
