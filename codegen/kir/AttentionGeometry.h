@@ -11,21 +11,25 @@ namespace sgc::kir {
 /// [..., T, 3, H, D] holding q, k and v (`packed`; the result and the row statistics are then
 /// as with "bthd", and the gradient's first result is the operand's whole gradient). With
 /// grouped-query attention ("bhtd", k and v [..., H / group, T, D]) problem p reads the keys and
-/// values of problem p / group, and dk and dv come per query head, [..., H, T, D].
+/// values of problem p / group, and dk and dv come per query head, [..., H, T, D]. The result
+/// (its gradient, the row statistics) is laid out as the operands, or with result_layout "bthd"
+/// [..., T, H, Dv] from "bhtd" operands (`resultBthd`; h = H then too).
 struct AttentionGeometry {
   const ir::Node& n;
   int64_t heads, tq, tk, d, dv, h = 1, group = 1;
   double scale;
-  bool causal, bthd, packed;
+  bool causal, bthd, packed, resultBthd;
 
   explicit AttentionGeometry(const ir::Node& node) : n(node) {
     auto q = n.input(0)->type.shape(), v = n.input(2)->type.shape();
     std::string layout = n.getString("layout", "bhtd");
     packed = layout == "bt3hd";
     bthd = packed || layout == "bthd";
+    resultBthd = bthd || n.getString("result_layout", "") == "bthd";
     size_t at = q.size() - (packed ? 4 : bthd ? 3 : 2);
     tq = q[at], d = q.back(), tk = v[at], dv = v.back();
     if (bthd) h = q[q.size() - 2];
+    else if (resultBthd) h = q[q.size() - 3];
     heads = tq > 0 && d > 0 ? n.input(0)->type.staticNumel().value() / (tq * d * (packed ? 3 : 1)) : 0;
     int64_t kvHeads = tk > 0 && d > 0 ? n.input(1)->type.staticNumel().value() / (tk * d) : 0;
     if (!bthd && kvHeads > 0) group = heads / kvHeads;

@@ -92,23 +92,26 @@ struct Geometry : AttentionGeometry {
 
   /// The flat rows (of a tensor of `len` positions seen as [rows, width]) of problem p's
   /// positions pos0, pos0 + 1, ...: of the result (and its gradient, the row statistics), or
-  /// with `which` >= 0 of operand `which` (0 q, 1 k, 2 v; they differ where packed, and k and v
-  /// where grouped: problem p / group's).
+  /// with `which` >= 0 of operand `which` (0 q, 1 k, 2 v; they differ where packed or where the
+  /// result has its own layout, and k and v where grouped: problem p / group's).
   RowOf rows(const ExprRef& p, const ExprRef& pos0, int64_t len, int which = -1) const {
-    bool inPacked = packed && which >= 0;
+    bool inPacked = packed && which >= 0, headsAfter = which < 0 ? resultBthd : bthd;
     ExprRef problem = which > 0 && group > 1 ? binary(KOp::IDiv, p, B::i(group)) : p;
-    return [this, problem, pos0, len, which, inPacked](const ExprRef& r) {
+    return [this, problem, pos0, len, which, inPacked, headsAfter](const ExprRef& r) {
       ExprRef pos = B::add(pos0, r);
       const ExprRef& p = problem;
-      if (!bthd) return B::add(B::mul(p, B::i(len)), pos);
+      if (!headsAfter) return B::add(B::mul(p, B::i(len)), pos);
       ExprRef position = B::add(B::mul(binary(KOp::IDiv, p, B::i(h)), B::i(len)), pos), head = binary(KOp::IMod, p, B::i(h));
       if (!inPacked) return B::add(B::mul(position, B::i(h)), head);
       return B::add(B::mul(position, B::i(3 * h)), B::add(B::i(which * h), head));
     };
   }
 
-  /// The rows of operand `which`'s gradient (dk and dv per query head when grouped).
-  RowOf gradRows(const ExprRef& p, const ExprRef& pos0, int64_t len, int which) const { return rows(p, pos0, len, group > 1 ? -1 : which); }
+  /// The rows of operand `which`'s gradient (dk and dv per query head when grouped, [..., H, T, D]).
+  RowOf gradRows(const ExprRef& p, const ExprRef& pos0, int64_t len, int which) const {
+    if (group == 1) return rows(p, pos0, len, which);
+    return [p, pos0, len](const ExprRef& r) { return B::add(B::mul(p, B::i(len)), B::add(pos0, r)); };
+  }
 
   /// Whether the tensor-core kernels apply: bf16 operands, every size a multiple of 16.
   bool fits() const {

@@ -24,28 +24,33 @@ struct Attention : AttentionGeometry {
 
   explicit Attention(const ir::Node& node) : AttentionGeometry(node), t(computeType(node.input(0)->type.dtype)) {}
   ExprRef c(double v) const { return B::c(v, t); }
-  /// The problem and the position of flat row r (of an operand seen as [rows, width]) of an
-  /// operand of `len` positions, and back.
-  ExprRef problem(const ExprRef& r, int64_t len) const {
-    if (!bthd) return binary(KOp::IDiv, r, B::i(len));
+  /// The problem and the position of flat row r (of a tensor seen as [rows, width]) of `len`
+  /// positions, its heads after its positions or before, and back.
+  ExprRef problem(const ExprRef& r, int64_t len, bool headsAfter) const {
+    if (!headsAfter) return binary(KOp::IDiv, r, B::i(len));
     return B::add(B::mul(binary(KOp::IDiv, r, B::i(len * h)), B::i(h)), binary(KOp::IMod, r, B::i(h)));
   }
-  ExprRef position(const ExprRef& r, int64_t len) const {
-    return bthd ? binary(KOp::IMod, binary(KOp::IDiv, r, B::i(h)), B::i(len)) : binary(KOp::IMod, r, B::i(len));
+  ExprRef position(const ExprRef& r, int64_t len, bool headsAfter) const {
+    return headsAfter ? binary(KOp::IMod, binary(KOp::IDiv, r, B::i(h)), B::i(len)) : binary(KOp::IMod, r, B::i(len));
   }
-  ExprRef row(const ExprRef& p, const ExprRef& i, int64_t len) const {
-    if (!bthd) return B::add(B::mul(p, B::i(len)), i);
+  ExprRef row(const ExprRef& p, const ExprRef& i, int64_t len, bool headsAfter) const {
+    if (!headsAfter) return B::add(B::mul(p, B::i(len)), i);
     return B::add(B::mul(B::add(B::mul(binary(KOp::IDiv, p, B::i(h)), B::i(len)), i), B::i(h)), binary(KOp::IMod, p, B::i(h)));
   }
-  /// The row of operand `which` (0 q, 1 k, 2 v) at result row r: r itself but where packed, or
-  /// for grouped keys and values (problem p reads p / group's).
-  ExprRef operand(int which, const ExprRef& r) const {
-    if (which > 0 && group > 1) return B::add(B::mul(binary(KOp::IDiv, r, B::i(tk * group)), B::i(tk)), binary(KOp::IMod, r, B::i(tk)));
-    if (!packed) return r;
-    return B::add(B::mul(binary(KOp::IDiv, r, B::i(h)), B::i(3 * h)), B::add(B::i(which * h), binary(KOp::IMod, r, B::i(h))));
+  /// The result's row (its gradient's, the row statistics') of problem p's query i.
+  ExprRef resultRow(const ExprRef& p, const ExprRef& i) const { return row(p, i, tq, resultBthd); }
+  /// The row of operand `which` (0 q, 1 k, 2 v) of problem p's position i: packed, or for grouped
+  /// keys and values problem p / group's.
+  ExprRef operand(int which, const ExprRef& p, const ExprRef& i, int64_t len) const {
+    if (which > 0 && group > 1) return B::add(B::mul(binary(KOp::IDiv, p, B::i(group)), B::i(len)), i);
+    if (!packed) return row(p, i, len, bthd);
+    ExprRef position = B::add(B::mul(binary(KOp::IDiv, p, B::i(h)), B::i(len)), i); // [..., T, 3, H, D]
+    return B::add(B::mul(B::add(B::mul(position, B::i(3)), B::i(which)), B::i(h)), binary(KOp::IMod, p, B::i(h)));
   }
-  /// The row of operand `which`'s gradient at result row r (per query head when grouped).
-  ExprRef gradient(int which, const ExprRef& r) const { return group > 1 ? r : operand(which, r); }
+  /// The row of operand `which`'s gradient (per query head when grouped).
+  ExprRef gradient(int which, const ExprRef& p, const ExprRef& i, int64_t len) const {
+    return group > 1 ? row(p, i, len, false) : operand(which, p, i, len);
+  }
 };
 
 /// Element e of row `row` in a row-major matrix `width` elements wide.
@@ -63,16 +68,16 @@ Kernel forward(const std::string& name, const Attention& a) {
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *y = a.n.outputs[0], *lse = a.n.outputs[1];
   B b(name);
   int r = b.newLoopVar(), j = b.newLoopVar();
-  ExprRef h = a.problem(loopVar(r), a.tq), i = a.position(loopVar(r), a.tq);
-  ExprRef key = a.row(h, loopVar(j), a.tk);
+  ExprRef h = a.problem(loopVar(r), a.tq, a.resultBthd), i = a.position(loopVar(r), a.tq, a.resultBthd);
+  ExprRef krow = a.operand(1, h, loopVar(j), a.tk), vrow = a.operand(2, h, loopVar(j), a.tk);
   std::vector<StmtRef> body;
-  auto qs = locals(b, a.d, body, [&](int64_t e) { return B::mul(b.ld(q, at(a.operand(0, loopVar(r)), a.d, e)), a.c(a.scale)); });
+  auto qs = locals(b, a.d, body, [&](int64_t e) { return B::mul(b.ld(q, at(a.operand(0, h, i, a.tq), a.d, e)), a.c(a.scale)); });
   auto os = locals(b, a.dv, body, [&](int64_t) { return a.c(0); });
   int m = b.newLocal(), l = b.newLocal(), s = b.newLocal(), mn = b.newLocal(), corr = b.newLocal(), p = b.newLocal();
   body.push_back(let(m, a.c(-INFINITY)));
   body.push_back(let(l, a.c(0)));
   std::vector<StmtRef> step{
-      let(s, dot(a, qs, [&](int64_t e) { return b.ld(k, at(a.operand(1, key), a.d, e)); })),
+      let(s, dot(a, qs, [&](int64_t e) { return b.ld(k, at(krow, a.d, e)); })),
       let(mn, binary(KOp::Max, local(m, a.t), local(s, a.t))),
       let(corr, unary(KOp::Exp, B::sub(local(m, a.t), local(mn, a.t)))),
       let(p, unary(KOp::Exp, B::sub(local(s, a.t), local(mn, a.t)))),
@@ -80,7 +85,7 @@ Kernel forward(const std::string& name, const Attention& a) {
   };
   for (int64_t e = 0; e < a.dv; ++e)
     step.push_back(set(os[e], B::add(B::mul(local(os[e], a.t), local(corr, a.t)),
-                                     B::mul(local(p, a.t), b.ld(v, at(a.operand(2, key), a.dv, e))))));
+                                     B::mul(local(p, a.t), b.ld(v, at(vrow, a.dv, e))))));
   step.push_back(set(m, local(mn, a.t)));
   body.push_back(a.causal ? loopUpTo(j, a.tk, B::add(i, B::i(1)), std::move(step)) : loop(j, a.tk, false, std::move(step)));
   for (int64_t e = 0; e < a.dv; ++e) body.push_back(b.st(y, at(loopVar(r), a.dv, e), B::div(local(os[e], a.t), local(l, a.t))));
@@ -94,11 +99,11 @@ Kernel gradQueries(const std::string& name, const Attention& a) {
   const ir::Value *dq = a.gradOf(0), *delta = a.n.outputs[3];
   B b(name);
   int r = b.newLoopVar(), j = b.newLoopVar();
-  ExprRef h = a.problem(loopVar(r), a.tq), i = a.position(loopVar(r), a.tq);
-  ExprRef key = a.row(h, loopVar(j), a.tk), krow = a.operand(1, key);
+  ExprRef h = a.problem(loopVar(r), a.tq, a.resultBthd), i = a.position(loopVar(r), a.tq, a.resultBthd);
+  ExprRef krow = a.operand(1, h, loopVar(j), a.tk), vrow = a.operand(2, h, loopVar(j), a.tk), qrow = a.operand(0, h, i, a.tq);
   std::vector<StmtRef> body;
   auto dys = locals(b, a.dv, body, [&](int64_t e) { return b.ld(dy, at(loopVar(r), a.dv, e)); });
-  auto qs = locals(b, a.d, body, [&](int64_t e) { return b.ld(q, at(a.operand(0, loopVar(r)), a.d, e)); });
+  auto qs = locals(b, a.d, body, [&](int64_t e) { return b.ld(q, at(qrow, a.d, e)); });
   auto dqs = locals(b, a.d, body, [&](int64_t) { return a.c(0); });
   int dl = b.newLocal(), lr = b.newLocal(), p = b.newLocal(), ds = b.newLocal();
   body.push_back(let(dl, dot(a, dys, [&](int64_t e) { return b.ld(y, at(loopVar(r), a.dv, e)); })));
@@ -106,11 +111,11 @@ Kernel gradQueries(const std::string& name, const Attention& a) {
   body.push_back(let(lr, b.ld(lse, loopVar(r))));
   std::vector<StmtRef> step{
       let(p, unary(KOp::Exp, B::sub(B::mul(a.c(a.scale), dot(a, qs, [&](int64_t e) { return b.ld(k, at(krow, a.d, e)); })), local(lr, a.t)))),
-      let(ds, B::mul(local(p, a.t), B::sub(dot(a, dys, [&](int64_t e) { return b.ld(v, at(a.operand(2, key), a.dv, e)); }), local(dl, a.t)))),
+      let(ds, B::mul(local(p, a.t), B::sub(dot(a, dys, [&](int64_t e) { return b.ld(v, at(vrow, a.dv, e)); }), local(dl, a.t)))),
   };
   for (int64_t e = 0; e < a.d; ++e) step.push_back(set(dqs[e], B::add(local(dqs[e], a.t), B::mul(local(ds, a.t), b.ld(k, at(krow, a.d, e))))));
   body.push_back(a.causal ? loopUpTo(j, a.tk, B::add(i, B::i(1)), std::move(step)) : loop(j, a.tk, false, std::move(step)));
-  for (int64_t e = 0; e < a.d; ++e) body.push_back(b.st(dq, at(a.operand(0, loopVar(r)), a.d, e), B::mul(local(dqs[e], a.t), a.c(a.scale))));
+  for (int64_t e = 0; e < a.d; ++e) body.push_back(b.st(dq, at(qrow, a.d, e), B::mul(local(dqs[e], a.t), a.c(a.scale))));
   return b.finish(loop(r, a.heads * a.tq, true, std::move(body)));
 }
 
@@ -120,17 +125,17 @@ Kernel gradKeysOrValues(const std::string& name, const Attention& a, bool keys) 
   const ir::Value *q = a.n.input(0), *k = a.n.input(1), *v = a.n.input(2), *lse = a.n.input(4), *dy = a.n.input(5);
   const ir::Value *out = a.gradOf(keys ? 1 : 2), *delta = a.n.outputs[3];
   B b(name);
-  int c = b.newLoopVar(), t = b.newLoopVar();
-  ExprRef h = a.problem(loopVar(c), a.tk), j = a.position(loopVar(c), a.tk);
+  int c = b.newLoopVar(), t = b.newLoopVar(); // c: a key of a (query) head, in the operands' layout
+  ExprRef h = a.problem(loopVar(c), a.tk, a.bthd), j = a.position(loopVar(c), a.tk, a.bthd);
   // Causal: queries i >= j see key j. The walk starts at the first query of j's group of 32
   // keys (a GPU warp), so that all lanes read the same query row at once; the lanes whose key
   // that query does not see yet add zero.
   ExprRef first = a.causal ? B::mul(binary(KOp::IDiv, j, B::i(32)), B::i(32)) : B::i(0), query = B::add(first, loopVar(t));
-  ExprRef row = a.row(h, query, a.tq), qrow = a.operand(0, row);
+  ExprRef row = a.resultRow(h, query), qrow = a.operand(0, h, query, a.tq);
   std::vector<StmtRef> body;
-  auto ks = locals(b, a.d, body, [&](int64_t e) { return b.ld(k, at(a.operand(1, loopVar(c)), a.d, e)); });
+  auto ks = locals(b, a.d, body, [&](int64_t e) { return b.ld(k, at(a.operand(1, h, j, a.tk), a.d, e)); });
   std::vector<int> vs;
-  if (keys) vs = locals(b, a.dv, body, [&](int64_t e) { return b.ld(v, at(a.operand(2, loopVar(c)), a.dv, e)); });
+  if (keys) vs = locals(b, a.dv, body, [&](int64_t e) { return b.ld(v, at(a.operand(2, h, j, a.tk), a.dv, e)); });
   int64_t width = keys ? a.d : a.dv;
   auto acc = locals(b, width, body, [&](int64_t) { return a.c(0); });
   int p = b.newLocal(), ds = keys ? b.newLocal() : -1;
@@ -146,7 +151,7 @@ Kernel gradKeysOrValues(const std::string& name, const Attention& a, bool keys) 
   }
   body.push_back(a.causal ? loopUpTo(t, a.tq, B::sub(B::i(a.tq), first), std::move(step)) : loop(t, a.tq, false, std::move(step)));
   for (int64_t e = 0; e < width; ++e)
-    body.push_back(b.st(out, at(a.gradient(keys ? 1 : 2, loopVar(c)), width, e), keys ? B::mul(local(acc[e], a.t), a.c(a.scale)) : local(acc[e], a.t)));
+    body.push_back(b.st(out, at(a.gradient(keys ? 1 : 2, h, j, a.tk), width, e), keys ? B::mul(local(acc[e], a.t), a.c(a.scale)) : local(acc[e], a.t)));
   return b.finish(loop(c, a.heads * a.tk, true, std::move(body)));
 }
 

@@ -12,37 +12,42 @@ namespace {
 /// leading dims) of tq queries and tk keys of width d, values of width dv; with layout "bthd"
 /// the operands are [..., T, H, D] (the H heads of a position side by side) instead of
 /// [..., H, T, D]; with "bt3hd" q, k and v are one tensor [..., T, 3, H, D] (operand 0, 1, 2
-/// of a position side by side, each of H heads), the result [..., T, H, D].
+/// of a position side by side, each of H heads), the result [..., T, H, D]. The result (and the
+/// row statistics) are laid out as the operands, or with result_layout "bthd" [..., T, H, D]
+/// from "bhtd" operands.
 struct Geometry {
   int64_t heads, tq, tk, d, dv, h = 1, group = 1; ///< group: query heads per key/value head (grouped-query attention)
   double scale;
-  bool causal, bthd, packed;
+  bool causal, bthd, packed, resultBthd;
 
   Geometry(const EvalCtx& c) {
     const auto &q = c.in[0]->shape, &v = c.in[2]->shape;
     std::string layout = c.node.getString("layout", "bhtd");
     packed = layout == "bt3hd";
     bthd = packed || layout == "bthd";
+    resultBthd = bthd || c.node.getString("result_layout", "") == "bthd";
     size_t t = q.size() - (packed ? 4 : bthd ? 3 : 2);
     tq = q[t], d = q.back(), tk = v[t], dv = v.back();
     if (bthd) h = q[q.size() - 2];
+    else if (resultBthd) h = q[q.size() - 3];
     heads = tq > 0 && d > 0 ? c.in[0]->numel() / (tq * d * (packed ? 3 : 1)) : 0;
     int64_t kvHeads = tk > 0 && d > 0 ? c.in[1]->numel() / (tk * d) : 0;
     if (!bthd && kvHeads > 0) group = heads / kvHeads;
     scale = c.node.getFloat("scale", 1.0);
     causal = c.node.getInt("causal", 0) != 0;
   }
-  /// The flat row (of the result seen as [rows, width]) of position i of problem p, in an
-  /// operand of t positions.
-  int64_t row(int64_t p, int64_t i, int64_t t) const { return bthd ? ((p / h) * t + i) * h + p % h : p * t + i; }
+  /// The flat row of position i of problem p in a tensor of t positions, heads after positions or before.
+  int64_t rowIn(bool headsAfter, int64_t p, int64_t i, int64_t t) const { return headsAfter ? ((p / h) * t + i) * h + p % h : p * t + i; }
+  /// The flat row (of the result seen as [rows, width]) of position i of problem p.
+  int64_t row(int64_t p, int64_t i, int64_t t) const { return rowIn(resultBthd, p, i, t); }
   /// The row of operand `which` (0 q, 1 k, 2 v) of position i of problem p (keys and values
   /// grouped: the group's).
   int64_t operand(int which, int64_t p, int64_t i, int64_t t) const {
     if (which > 0 && group > 1) return (p / group) * t + i;
-    return packed ? (((p / h) * t + i) * 3 + which) * h + p % h : row(p, i, t);
+    return packed ? (((p / h) * t + i) * 3 + which) * h + p % h : rowIn(bthd, p, i, t);
   }
   /// The row of the gradient of operand `which` (dk and dv are per query head when grouped).
-  int64_t gradient(int which, int64_t p, int64_t i, int64_t t) const { return group > 1 ? row(p, i, t) : operand(which, p, i, t); }
+  int64_t gradient(int which, int64_t p, int64_t i, int64_t t) const { return group > 1 ? rowIn(bthd, p, i, t) : operand(which, p, i, t); }
   /// Keys [0, keys(i)) are visible to query i.
   int64_t keys(int64_t i) const { return causal ? std::min(i + 1, tk) : tk; }
 };

@@ -10,7 +10,13 @@
 // (each Transpose swapping the two dims before the last). Its kernels take a
 // problem's rows H rows apart instead of side by side, so the four transposes
 // (and the four of the backward pass, which autodiff derives afterwards from
-// the rewritten node) are gone.
+// the rewritten node) are gone. Where the operands come some other way (a
+// rotary embedding's kernels write q and k [..., H, T, D]; grouped keys and
+// values), the result alone is written transposed:
+//
+//   Transpose(FusedAttention(q, k, v))  ->  FusedAttention(q, k, v) {result_layout = "bthd"}
+//
+// (its gradient's dy read so too: two transposes of [..., T, H, Dv] gone).
 //
 // Requires: fused attention (fuse-attention), inferred shapes, no gradient
 // yet (the log-sum-exp must have no reader). Ensures: results unchanged (the

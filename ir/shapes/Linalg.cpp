@@ -200,6 +200,13 @@ Error inferAttention(InferCtx& c) {
   if (!compatible(q.dims[r - 1], k.dims[r - 1])) return c.fail("queries and keys differ in their last dim");
   if (!compatible(k.dims[r - t], v.dims[r - t])) return c.fail("keys and values differ in length");
   std::vector<Dim> y(q.dims.begin(), q.dims.end() - 1);
+  // result_layout "bthd": from [..., H, T, D] operands, the result [..., T, H, Dv] (and the row
+  // statistics [..., T, H]), as the head transpose that follows attention in most models.
+  if (c.node.has("result_layout")) {
+    if (c.node.getString("result_layout", "") != "bthd" || layout != "bhtd" || r < 3)
+      return c.fail("result_layout \"bthd\" goes with layout \"bhtd\" operands [..., H, T, D]");
+    std::swap(y[r - 3], y[r - 2]);
+  }
   c.out[1] = Type::ranked_(stat, y);
   y.push_back(v.dims.back());
   c.out[0] = Type::ranked_(q.dtype, y);

@@ -182,6 +182,11 @@ std::vector<Case> cases() {
   // Grouped-query attention: 4 query heads over 2 key/value heads (dk and dv summed over each group).
   cs.push_back({"FusedAttentionGrouped", Op::FusedAttention, {p({1, 4, 3, 2}), p({1, 2, 3, 2}), p({1, 2, 3, 3})},
                 {{"scale", 0.7}, {"causal", int64_t(1)}}, 2, 1});
+  // The result written [B, T, H, D] (result_layout), grouped and not.
+  cs.push_back({"FusedAttentionResultBthd", Op::FusedAttention, {p({2, 3, 4, 2}), p({2, 3, 4, 2}), p({2, 3, 4, 3})},
+                {{"scale", 0.6}, {"causal", int64_t(1)}, {"result_layout", std::string("bthd")}}, 2, 1});
+  cs.push_back({"FusedAttentionGroupedResultBthd", Op::FusedAttention, {p({1, 4, 3, 2}), p({1, 2, 3, 2}), p({1, 2, 3, 3})},
+                {{"scale", 0.7}, {"causal", int64_t(1)}, {"result_layout", std::string("bthd")}}, 2, 1});
   return cs;
 }
 

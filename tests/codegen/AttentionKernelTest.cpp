@@ -81,20 +81,26 @@ TEST(Kernel, AttentionMatchesInterpreter) {
   }
 }
 
-// Grouped-query attention: 4 query heads over 2 key/value heads; dk and dv per query head.
+// Grouped-query attention: 4 query heads over 2 key/value heads; dk and dv per query head. Also
+// with the result (and dy) laid out [B, T, H, D] (result_layout), grouped or not.
 TEST(Kernel, GroupedAttentionMatchesInterpreter) {
-  for (bool causal : {true, false}) {
-    std::string c = causal ? "1" : "0";
-    auto g = ir::parse("graph @g { input %q : f32[2, 4, 6, 8]\n input %k : f32[2, 2, 6, 8]\n input %v : f32[2, 2, 6, 5]\n"
-                       " input %dy : f32[2, 4, 6, 5]\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = " + c + ", scale = 0.4}\n"
-                       " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = " + c +
-                           ", scale = 0.4}\n output %y, %lse, %dq, %dk, %dv, %delta }",
-                       "grouped");
-    ASSERT_TRUE(!!g) << errorText(g.takeError());
-    ASSERT_FALSE(ir::inferShapes(**g, false));
-    EXPECT_EQ((*g)->outputs[3]->type.shape(), (std::vector<int64_t>{2, 4, 6, 8})); // dk per query head
-    kernelsMatchInterpreter(**g, 6, 1e-5);
-  }
+  for (bool causal : {true, false})
+    for (int kvHeads : {2, 4})
+      for (bool resultBthd : {false, true}) {
+        if (kvHeads == 4 && !resultBthd) continue; // Kernel.AttentionMatchesInterpreter's
+        std::string c = causal ? "1" : "0", kv = std::to_string(kvHeads), dy = resultBthd ? "f32[2, 6, 4, 5]" : "f32[2, 4, 6, 5]";
+        std::string attrs = "{causal = " + c + ", scale = 0.4" + (resultBthd ? ", result_layout = \"bthd\"}" : "}");
+        auto g = ir::parse("graph @g { input %q : f32[2, 4, 6, 8]\n input %k : f32[2, " + kv + ", 6, 8]\n input %v : f32[2, " + kv +
+                               ", 6, 5]\n input %dy : " + dy + "\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) " + attrs + "\n"
+                               " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) " + attrs +
+                               "\n output %y, %lse, %dq, %dk, %dv, %delta }",
+                           "grouped");
+        ASSERT_TRUE(!!g) << errorText(g.takeError());
+        ASSERT_FALSE(ir::inferShapes(**g, false));
+        EXPECT_EQ((*g)->outputs[3]->type.shape(), (std::vector<int64_t>{2, 4, 6, 8})); // dk per query head
+        if (resultBthd) EXPECT_EQ((*g)->outputs[0]->type.shape(), (std::vector<int64_t>{2, 6, 4, 5}));
+        kernelsMatchInterpreter(**g, 6, 1e-5);
+      }
 }
 
 TEST(Kernel, PagedCacheMatchesInterpreter) {

@@ -95,12 +95,14 @@ std::string layerNorm(bool rms) {
                 " output %y, %m, %r, %dx, %ds, %db }";
 }
 
-/// Causal attention and its gradient over q (and dy) of type `qs`, k and v of type `kvs` (fewer
-/// heads: grouped-query attention), bf16, scale 1/8.
-std::string attention(const std::string& qs, const std::string& kvs) {
-  return "graph @g { input %q : " + qs + "\n input %k : " + kvs + "\n input %v : " + kvs + "\n input %dy : " + qs +
-         "\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.125}\n"
-         " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.125}\n"
+/// Causal attention and its gradient over q of type `qs`, k and v of type `kvs` (fewer heads:
+/// grouped-query attention), bf16, scale 1/8; with `resultBthd` the result (and dy, of type `dys`)
+/// laid out [B, T, H, D].
+std::string attention(const std::string& qs, const std::string& kvs, bool resultBthd = false, const std::string& dys = "") {
+  std::string attrs = std::string("{causal = 1, scale = 0.125") + (resultBthd ? ", result_layout = \"bthd\"}" : "}");
+  return "graph @g { input %q : " + qs + "\n input %k : " + kvs + "\n input %v : " + kvs + "\n input %dy : " + (dys.empty() ? qs : dys) +
+         "\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) " + attrs + "\n"
+         " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) " + attrs + "\n"
          " output %y, %lse, %dq, %dk, %dv, %delta }";
 }
 
@@ -137,6 +139,8 @@ TEST(GpuSim, FormsMatchInterpreter) {
       {"attention_bf16", attention("bf16[1, 2, 64, 64]", "bf16[1, 2, 64, 64]"), 3e-2},
       // Grouped-query attention: 4 query heads over 2 key/value heads.
       {"attention_bf16_grouped", attention("bf16[1, 4, 64, 64]", "bf16[1, 2, 64, 64]"), 3e-2},
+      // The result written [B, T, H, D] (a model's head transpose after attention; Llama's grouped one).
+      {"attention_bf16_grouped_result_bthd", attention("bf16[2, 4, 64, 64]", "bf16[2, 2, 64, 64]", true, "bf16[2, 64, 4, 64]"), 3e-2},
   };
   for (const Case& c : cases) checkForms(c);
   // Hopper's forms: attention's products as warpgroup ones (wgmma), at GPT-2's head size and at 128
@@ -147,6 +151,9 @@ TEST(GpuSim, FormsMatchInterpreter) {
       checkForms({name.c_str(), attention("bf16[1, 4, 128, " + dd + "]", "bf16[1, " + std::to_string(kvHeads) + ", 128, " + dd + "]"), 3e-2},
                  kir::GpuArch{true});
     }
+  // Llama's: grouped, the result [B, T, H, D], two batches.
+  checkForms({"attention_sm90_grouped_result_bthd_d128", attention("bf16[2, 4, 128, 128]", "bf16[2, 2, 128, 128]", true, "bf16[2, 128, 4, 128]"), 3e-2},
+             kir::GpuArch{true});
 }
 
 namespace {

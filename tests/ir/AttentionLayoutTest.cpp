@@ -1,7 +1,9 @@
 // The attention-layout pass: fused attention between head transposes reads
-// and writes the [B, T, H, D] tensors itself (layout "bthd"), with the same
-// results on the interpreter; and the bthd forms of FusedAttention and its
-// gradient agree with the default layout on transposed operands.
+// and writes the [B, T, H, D] tensors itself (layout "bthd"), or writes its
+// result so alone (result_layout "bthd", where the operands come otherwise),
+// with the same results on the interpreter; and the bthd forms of
+// FusedAttention and its gradient agree with the default layout on
+// transposed operands.
 #include "ir/Text.h"
 #include "ir/interp/Interpreter.h"
 #include "ir/passes/AttentionLayout.h"
@@ -83,6 +85,60 @@ TEST(AttentionLayout, BthdGradientMatchesTheDefaultLayout) {
   auto out = run(*g, in);
   ASSERT_TRUE(!!out) << errorText(out.takeError());
   for (auto [a, b] : {std::pair<const char*, const char*>{"y1", "y2t"}, {"dq1", "dq2t"}, {"dk1", "dk2t"}, {"dv1", "dv2t"}, {"l1", "l2t"}}) {
+    const Tensor &x = out->at(a), &y = out->at(b);
+    ASSERT_EQ(x.shape, y.shape) << a;
+    for (int64_t i = 0; i < x.numel(); ++i) EXPECT_NEAR(x.getF(i), y.getF(i), 1e-12) << a << "[" << i << "]";
+  }
+}
+
+// Operands made some other way (a rotary embedding's; grouped keys and values): the result alone
+// is written [B, T, H, D], and its head transpose is gone.
+TEST(AttentionLayout, TheResultAloneWhereOperandsAreNotHeadTransposes) {
+  for (const char* kv : {"3", "1"}) { // as many key/value heads as query heads, and one for all three
+    std::string k = std::string("f64[2, ") + kv + ", 5, 4]";
+    auto g = parsed("graph @g { input %q : f64[2, 3, 5, 4]\n input %k : " + k + "\n input %v : " + k + "\n"
+                    " %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.5}\n"
+                    " %yt : ?[*] = Transpose(%y) " + kHeads + "\n output %yt }");
+    auto in = randomInputs(*g, 4);
+    auto before = run(*g, in);
+    ASSERT_TRUE(!!before) << errorText(before.takeError());
+    int count = -1;
+    ASSERT_FALSE(attentionLayout(*g, &count));
+    EXPECT_EQ(count, 1);
+    for (const auto& n : g->nodes()) EXPECT_NE(n->op, Op::Transpose);
+    const Node* a = g->outputs[0]->producer;
+    ASSERT_TRUE(a && a->op == Op::FusedAttention);
+    EXPECT_EQ(a->getString("layout", "bhtd"), "bhtd");
+    EXPECT_EQ(a->getString("result_layout", ""), "bthd");
+    EXPECT_EQ(a->outputs[1]->type, Type::of(DType::F64, {2, 5, 3})); // lse [B, T, H]
+    auto after = run(*g, in);
+    ASSERT_TRUE(!!after) << errorText(after.takeError());
+    const Tensor &want = before->at("yt"), &got = after->at(g->outputs[0]->name);
+    ASSERT_EQ(got.shape, want.shape);
+    for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << kv << ": " << i;
+  }
+}
+
+TEST(AttentionLayout, ResultLayoutGradientMatchesTheDefaultLayout) {
+  // Grouped attention and its gradient twice: with result_layout "bthd" (dy [B, T, H, D]), and in
+  // the default layout on dy's head transpose; the result, lse and delta transposed back, dq, dk
+  // and dv as they are, must agree.
+  std::string p = std::string(") ") + kHeads + "\n";
+  auto g = parsed(std::string("graph @g { input %q : f64[2, 4, 6, 3]\n input %k : f64[2, 2, 6, 3]\n input %v : f64[2, 2, 6, 5]\n"
+                              " input %dyt : f64[2, 6, 4, 5]\n") +
+                  " %y1 : ?[*], %l1 : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.7, result_layout = \"bthd\"}\n"
+                  " %dq1 : ?[*], %dk1 : ?[*], %dv1 : ?[*], %d1 : ?[*] = FusedAttentionGrad(%q, %k, %v, %y1, %l1, %dyt)"
+                  " {causal = 1, scale = 0.7, result_layout = \"bthd\"}\n"
+                  " %dy : ?[*] = Transpose(%dyt" + p +
+                  " %y2 : ?[*], %l2 : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.7}\n"
+                  " %dq2 : ?[*], %dk2 : ?[*], %dv2 : ?[*], %d2 : ?[*] = FusedAttentionGrad(%q, %k, %v, %y2, %l2, %dy) {causal = 1, scale = 0.7}\n"
+                  " %y2t : ?[*] = Transpose(%y2" + p + " %l2t : ?[*] = Transpose(%l2) {perm = [0, 2, 1]}\n"
+                  " %d2t : ?[*] = Transpose(%d2) {perm = [0, 2, 1]}\n"
+                  " output %y1, %l1, %d1, %dq1, %dk1, %dv1, %y2t, %l2t, %d2t, %dq2, %dk2, %dv2 }");
+  auto in = randomInputs(*g, 11);
+  auto out = run(*g, in);
+  ASSERT_TRUE(!!out) << errorText(out.takeError());
+  for (auto [a, b] : {std::pair<const char*, const char*>{"y1", "y2t"}, {"l1", "l2t"}, {"d1", "d2t"}, {"dq1", "dq2"}, {"dk1", "dk2"}, {"dv1", "dv2"}}) {
     const Tensor &x = out->at(a), &y = out->at(b);
     ASSERT_EQ(x.shape, y.shape) << a;
     for (int64_t i = 0; i < x.numel(); ++i) EXPECT_NEAR(x.getF(i), y.getF(i), 1e-12) << a << "[" << i << "]";
