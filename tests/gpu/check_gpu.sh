@@ -85,7 +85,7 @@ print(f"gptw on the host's stream: 12 steps, max relative loss difference agains
 sys.exit(0 if worst <= 1e-4 else 1)
 PY
 # The Python package as a PyTorch host uses it: torch's stream, CUDA inputs, DLPack views, a trace.
-python3 -u package_gpu.py gptw.so gptw_data.safetensors gptw.gpu.out || status=1
+python3 -u package_gpu.py gptw.so gptw_data.safetensors gptw.gpu.out $([ -e gptw_bf16.so ] && echo gptw_bf16.so) || status=1
 fi
 # The first step of fresh sessions against PyTorch's gradient, each in a process of its own.
 ! has attn128_sgd.so || python3 -u first_step.py attn128_sgd.so 6 || status=1

@@ -2,7 +2,10 @@
 # current stream, inputs passed as CUDA tensors, parameters shared with torch through DLPack,
 # the step's trace, and the ABI's messages in exceptions. Runs in the GPU bundle beside the
 # package (check_gpu.sh), after train_ctypes.py trained the same library with host inputs.
-# Usage: python3 package_gpu.py LIB.so DATA.safetensors REFERENCE.out (train_ctypes.py's JSON lines)
+# With a bf16 library of the same model (BF16.so), the weights' bf16 copies its optimizer keeps
+# (ir/passes/ShadowWeights.h): steps with views out match those without, and a write through a
+# view or sgc_set_tensor reaches the next step.
+# Usage: python3 package_gpu.py LIB.so DATA.safetensors REFERENCE.out (train_ctypes.py's JSON lines) [BF16.so]
 import json, os, sys
 
 import torch
@@ -69,5 +72,31 @@ except sgc.SgcError as e:
     if "expects dtype" not in str(e):
         failures.append("the message")
 s.close()
+
+if len(sys.argv) > 4:
+    lib16 = sgc.load(sys.argv[4])
+    batches = [{k: v[i % v.shape[0]].contiguous() for k, v in data.items()} for i in range(4)]
+    a, b = (lib16.session("cuda:0", stream=torch.cuda.current_stream()) for _ in range(2))
+    views = b.parameters()  # from here on every step of b casts the weights again
+    plain, viewed = [a.step(**x) for x in batches], [b.step(**x) for x in batches]
+    worst = max(abs(x - y) / abs(y) for x, y in zip(plain, viewed))
+    name = next(n for n in views if n.endswith("weight") and views[n].dim() == 2)
+    before = b.eval_step(**batches[0])
+    with torch.no_grad():
+        views[name].mul_(0.5)
+    halved = b.eval_step(**batches[0])
+    with torch.no_grad():
+        views[name].mul_(2)
+    again = b.eval_step(**batches[0])
+    w, a_before = a.state_dict()[name], a.eval_step(**batches[0])
+    a.load_state_dict({name: w * 0.5}, strict=False)
+    halved_set = a.eval_step(**batches[0])
+    print(f"bf16 copies kept by the optimizer: 4 steps with views out against none, {worst:.1e} at most (relative); "
+          f"{name} halved through a view: {before:.6f} -> {halved:.6f} -> {again:.6f} restored; through sgc_set_tensor {a_before:.6f} -> {halved_set:.6f}")
+    if worst > 1e-4:
+        failures.append("the bf16 copies with views out")
+    if abs(halved - before) <= 1e-3 * abs(before) or abs(again - before) > 1e-5 * abs(before) or abs(halved_set - a_before) <= 1e-3 * abs(a_before):
+        failures.append("a write through a view of a bf16 library")
+    a.close(), b.close()
 print("package on the GPU:", "FAILED: " + ", ".join(failures) if failures else "ok")
 sys.exit(1 if failures else 0)
