@@ -69,7 +69,8 @@ Error verify(const Graph& g, bool requireTypes) {
   for (const auto& n : g.nodes()) // a cast whose result lives in state that keeps it (pass shadow-weights)
     if (n->has("shadow")) {
       const Value* copy = g.findValue(n->getString("shadow", ""));
-      if (n->op != Op::Cast || !copy || copy->kind != ValueKind::State || (n->outputs[0]->type.dtype != DType::Undefined && !(copy->type == n->outputs[0]->type)))
+      bool typed = n->outputs[0]->type.dtype != DType::Undefined; // not before infer-shapes
+      if (n->op != Op::Cast || !copy || copy->kind != ValueKind::State || (typed && !(copy->type == n->outputs[0]->type)))
         return makeError(describe(*n) + ": attribute shadow names no state of its result's type");
     }
   std::set<const Value*> updated;

@@ -229,6 +229,7 @@ void GpuStep::writeProfile() const {
   double steps = std::max(1, profileSteps_);
   for (size_t i = 0; i + 1 < profileMs_.size(); ++i) {
     const Launch& l = prog_.launches[i];
+    if (l.refresh) continue; // not a step's
     const char* kind = l.collective ? "collective" : gemmPlans_[i] >= 0 ? "cublaslt" : l.gpu ? "gpu-form" : "kernel";
     const char* stream = l.collective && onCommStream(*l.collective) ? "communication" : "compute";
     std::fprintf(f, "%zu\t%s\t%s\t%.6f\t%.6f\t%s\n", i, l.label.c_str(), kind, profileMs_[i] / steps, profileStartMs_[i], stream);
