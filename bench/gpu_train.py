@@ -6,7 +6,8 @@
 # beside it (gpt_rc.so: compiled with --recompute cheap; gpt_whole.so: the
 # classifier whole) are timed too. Prints
 # ms/step (median of 20 after 3 warm-up steps), peak memory, the first losses
-# of each side and the ratios; writes the results as JSON to $OUT/gpu_train.json.
+# of each side and the ratios; writes the results as JSON to $OUT/gpu_train.json
+# (after each model: a run cut short keeps the models it finished).
 # Exits 1 where sgc's first losses do not follow eager's (losses_differ).
 # Usage: python3 bench/gpu_train.py bench/out [mlp,gpt]
 import glob, json, os, subprocess, sys, time
@@ -245,9 +246,11 @@ def main():
             p = r["sgc_profile"]
             print(f"sgc profile (events around each of {p['launches']} launches, no CUDA graph): step {p['step_ms']:.2f} ms")
             for f, ms in sorted(p["families_ms"].items(), key=lambda kv: -kv[1]):
-                print(f"  {f:34} {ms:9.2f} ms")
-    out = os.environ.get("OUT", ".")
-    json.dump(res, open(os.path.join(out, "gpu_train.json"), "w"), indent=1)
+                print(f"  {f:34} {ms:9.2f} ms", flush=True)
+        # After each model, so that a run cut short by a time limit keeps the models it finished.
+        out = os.environ.get("OUT", ".")
+        json.dump(res, open(os.path.join(out, "gpu_train.json.tmp"), "w"), indent=1)
+        os.replace(os.path.join(out, "gpu_train.json.tmp"), os.path.join(out, "gpu_train.json"))
     sys.exit(1 if failed else 0)
 
 
