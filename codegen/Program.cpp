@@ -61,6 +61,31 @@ bool allFusible(const Group& g) {
 bool isRefresh(const ir::Node& n) { return n.has("shadow"); }
 bool hasRefresh(const Group& g) { return std::any_of(g.begin(), g.end(), [](const ir::Node* n) { return isRefresh(*n); }); }
 
+/// The most groups back that a row op's prologue looks for the elementwise groups feeding it.
+constexpr size_t kMaxFeederDistance = 16;
+
+/// Elementwise groups before out[k] (k: where the prologue `merged` was) whose values only the
+/// prologue (or the row op) reads join it in front, latest first: a sum of three gradients (a
+/// Llama's q, k and v projections' dx) that an add computes in two steps, the first as soon as its
+/// operands are ready, is then read and added where the row op reads it, not stored between.
+/// Moving such a group later is safe: nothing reads its values before the prologue, whose place
+/// follows its operands'.
+void takeFeeders(std::vector<Group>& out, size_t k, Group& merged, const ir::Node* row, Readers& readers) {
+  for (size_t j = k; j-- > 0 && k - j <= kMaxFeederDistance;) {
+    const Group& pre = out[j];
+    if (!allElementwise(pre) || hasRefresh(pre) || pre.back()->outputs[0]->type.shape() != row->input(0)->type.shape()) continue;
+    Group inside(pre);
+    inside.insert(inside.end(), merged.begin(), merged.end());
+    inside.push_back(row);
+    bool feeds = std::any_of(merged.begin(), merged.end(), [&](const ir::Node* n) {
+      return std::count(n->inputs.begin(), n->inputs.end(), pre.back()->outputs[0]) > 0;
+    });
+    if (!feeds || std::any_of(pre.begin(), pre.end(), [&](const ir::Node* n) { return readers.outside(n->outputs[0], inside); })) continue;
+    merged.insert(merged.begin(), pre.begin(), pre.end());
+    out.erase(out.begin() + (std::ptrdiff_t)j);
+  }
+}
+
 /// A row-wise op (kir::isRowOp) takes in an earlier elementwise group that computes one of its
 /// operands when nothing else reads the group's values (the group moves to the row op), or, for
 /// a normalization (kir::storesPrologue), nothing else but its result, which the row op's GPU form then stores as
@@ -101,6 +126,8 @@ std::vector<Group> mergeRowGroups(std::vector<Group> groups, Readers& readers) {
           merged = std::move(out[k]);
           out.erase(out.begin() + (std::ptrdiff_t)k);
           if (up) at = k;
+          else
+            takeFeeders(out, k, merged, row, readers);
         }
       }
       break;

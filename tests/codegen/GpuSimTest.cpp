@@ -288,7 +288,9 @@ TEST(GpuSim, RowGroupsMatchInterpreter) {
   // Row ops with the elementwise work around them, as GPT-2's step runs them on a GPU: attention's
   // scale, mask and softmax with the cast after it; a residual sum stored by the layer norm that
   // reads it, with the cast of its result; the layer norm's gradient taking its widened dy and
-  // adding the residual gradient (codegen/Program.cpp's row groups, kir::lowerRowGroupGpu).
+  // adding the residual gradient; an RMS norm's gradient adding the three gradients of its
+  // output (a Llama's q, k and v projections') itself (codegen/Program.cpp's row groups,
+  // kir::lowerRowGroupGpu).
   struct Group {
     const char* name;
     std::string text;
@@ -313,6 +315,12 @@ TEST(GpuSim, RowGroupsMatchInterpreter) {
                           " %dx : ?[*], %dw : f32[256], %db : f32[256] = LayerNormGrad(%x, %w, %dy, %mean, %inv) {axis = -1}\n"
                           " %t : ?[*] = Add(%dx, %r)\n output %t, %dw, %db, %mean, %inv }",
        1, 1, 1, false, 1e-4},
+      {"rms_norm_grad_of_three", "graph @g { input %x : f32[64, 256]\n input %w : f32[256]\n input %a : bf16[64, 256]\n input %b : bf16[64, 256]\n"
+                                 " input %c : bf16[64, 256]\n input %r : f32[64, 256]\n %y : ?[*], %inv : ?[*] = RmsNorm(%x, %w) {axis = -1}\n"
+                                 " %ab : ?[*] = Add(%a, %b)\n %abc : ?[*] = Add(%ab, %c)\n %dy : ?[*] = Cast(%abc) {to = \"f32\"}\n"
+                                 " %dx : ?[*], %dw : f32[256] = RmsNormGrad(%x, %w, %dy, %inv) {axis = -1}\n"
+                                 " %t : ?[*] = Add(%dx, %r)\n output %t, %dw, %inv }",
+       1, 3, 1, false, 1e-2},
   };
   for (const Group& c : groups) {
     SCOPED_TRACE(c.name);

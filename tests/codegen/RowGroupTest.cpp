@@ -139,6 +139,61 @@ TEST(RowGroups, LayerNormGradTakesAnEarlierCastAndTwoEpilogueGroups) {
   // tests/training/torch_equivalence.py trains GPT in bf16 through them.)
 }
 
+TEST(RowGroups, ARowOpTakesTheGroupsFeedingItsPrologue) {
+  // A Llama's RMS norm output feeds the q, k and v projections: the backward pass adds their
+  // three dx, the first two as soon as both are ready, the third after q's product. The first sum
+  // joins the norm gradient's prologue too, so that the GPU reads the three gradients where it
+  // adds them, and stores no sum between; the CPU runs the same kernels as before.
+  auto g = parsed(R"(graph @g {
+    input %x : f32[64, 64]
+    input %w : f32[64]
+    input %inv : f32[64, 1]
+    input %a : bf16[64, 64]
+    input %b : bf16[64, 64]
+    input %h : bf16[64, 32]
+    input %wq : bf16[32, 64]
+    %ab : ?[*] = Add(%a, %b)
+    %c : ?[*] = MatMul(%h, %wq)
+    %other : ?[*] = Neg(%x)
+    %abc : ?[*] = Add(%ab, %c)
+    %dy : ?[*] = Cast(%abc) {to = "f32"}
+    %dx : ?[*], %ds : ?[*] = RmsNormGrad(%x, %w, %dy, %inv) {axis = -1}
+    output %dx, %ds, %other
+  })");
+  auto schedule = codegen::kernelSchedule(*g);
+  EXPECT_EQ(labels(schedule), (std::vector<std::string>{"MatMul", "Neg", "Add+Add+Cast+RmsNormGrad"}));
+  const auto& group = schedule[2];
+  ASSERT_EQ(group.size(), 4u);
+  auto gpu = kir::lowerRowGroupGpu("k", kir::RowGroup{{group[0], group[1], group[2]}, group[3], {}, true, {}});
+  ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
+  ASSERT_TRUE(gpu->has_value());
+  bool readsThree = false, readsSum = false;
+  for (const kir::Kernel& k : **gpu) {
+    auto [written, read] = writtenAndRead(k);
+    readsThree = readsThree || (std::count(read.begin(), read.end(), "a") && std::count(read.begin(), read.end(), "b") && std::count(read.begin(), read.end(), "c"));
+    readsSum = readsSum || std::count(read.begin(), read.end(), "ab") || std::count(read.begin(), read.end(), "abc");
+  }
+  EXPECT_TRUE(readsThree && !readsSum);
+  // Not when the first sum has another reader: it stays where it is, stored.
+  auto h = parsed(R"(graph @g {
+    input %x : f32[64, 64]
+    input %w : f32[64]
+    input %inv : f32[64, 1]
+    input %a : bf16[64, 64]
+    input %b : bf16[64, 64]
+    input %h : bf16[64, 32]
+    input %wq : bf16[32, 64]
+    %ab : ?[*] = Add(%a, %b)
+    %c : ?[*] = MatMul(%h, %wq)
+    %other : ?[*] = Neg(%x)
+    %abc : ?[*] = Add(%ab, %c)
+    %dy : ?[*] = Cast(%abc) {to = "f32"}
+    %dx : ?[*], %ds : ?[*] = RmsNormGrad(%x, %w, %dy, %inv) {axis = -1}
+    output %dx, %ds, %other, %ab
+  })");
+  EXPECT_EQ(labels(codegen::kernelSchedule(*h)), (std::vector<std::string>{"Add", "MatMul", "Neg", "Add+Cast+RmsNormGrad"}));
+}
+
 TEST(RowGroups, LayerNormStoresTheResidualSumItReads) {
   // A transformer's residual stream: the sublayer's bf16 output widened and added to the stream,
   // the sum normalized. The sum is read again (the next residual add, the backward pass), so the
