@@ -139,12 +139,12 @@ TEST(RowGroups, LayerNormGradTakesAnEarlierCastAndTwoEpilogueGroups) {
   // tests/training/torch_equivalence.py trains GPT in bf16 through them.)
 }
 
-TEST(RowGroups, ARowOpTakesTheGroupsFeedingItsPrologue) {
-  // A Llama's RMS norm output feeds the q, k and v projections: the backward pass adds their
-  // three dx, the first two as soon as both are ready, the third after q's product. The first sum
-  // joins the norm gradient's prologue too, so that the GPU reads the three gradients where it
-  // adds them, and stores no sum between; the CPU runs the same kernels as before.
-  auto g = parsed(R"(graph @g {
+namespace {
+
+/// Three gradients of an RMS norm's output summed in two adds, a product (and a Neg) between
+/// them, and the norm's gradient; `outputs` names what the graph gives out besides dx and ds.
+std::string threeGradients(const std::string& outputs) {
+  return R"(graph @g {
     input %x : f32[64, 64]
     input %w : f32[64]
     input %inv : f32[64, 1]
@@ -158,8 +158,17 @@ TEST(RowGroups, ARowOpTakesTheGroupsFeedingItsPrologue) {
     %abc : ?[*] = Add(%ab, %c)
     %dy : ?[*] = Cast(%abc) {to = "f32"}
     %dx : ?[*], %ds : ?[*] = RmsNormGrad(%x, %w, %dy, %inv) {axis = -1}
-    output %dx, %ds, %other
-  })");
+    output %dx, %ds, )" + outputs + "\n  }";
+}
+
+} // namespace
+
+TEST(RowGroups, ARowOpTakesTheGroupsFeedingItsPrologue) {
+  // A Llama's RMS norm output feeds the q, k and v projections: the backward pass adds their
+  // three dx, the first two as soon as both are ready, the third after q's product. The first sum
+  // joins the norm gradient's prologue too, so that the GPU reads the three gradients where it
+  // adds them, and stores no sum between; the CPU runs the same kernels as before.
+  auto g = parsed(threeGradients("%other"));
   auto schedule = codegen::kernelSchedule(*g);
   EXPECT_EQ(labels(schedule), (std::vector<std::string>{"MatMul", "Neg", "Add+Add+Cast+RmsNormGrad"}));
   const auto& group = schedule[2];
@@ -175,23 +184,8 @@ TEST(RowGroups, ARowOpTakesTheGroupsFeedingItsPrologue) {
   }
   EXPECT_TRUE(readsThree && !readsSum);
   // Not when the first sum has another reader: it stays where it is, stored.
-  auto h = parsed(R"(graph @g {
-    input %x : f32[64, 64]
-    input %w : f32[64]
-    input %inv : f32[64, 1]
-    input %a : bf16[64, 64]
-    input %b : bf16[64, 64]
-    input %h : bf16[64, 32]
-    input %wq : bf16[32, 64]
-    %ab : ?[*] = Add(%a, %b)
-    %c : ?[*] = MatMul(%h, %wq)
-    %other : ?[*] = Neg(%x)
-    %abc : ?[*] = Add(%ab, %c)
-    %dy : ?[*] = Cast(%abc) {to = "f32"}
-    %dx : ?[*], %ds : ?[*] = RmsNormGrad(%x, %w, %dy, %inv) {axis = -1}
-    output %dx, %ds, %other, %ab
-  })");
-  EXPECT_EQ(labels(codegen::kernelSchedule(*h)), (std::vector<std::string>{"Add", "MatMul", "Neg", "Add+Cast+RmsNormGrad"}));
+  EXPECT_EQ(labels(codegen::kernelSchedule(*parsed(threeGradients("%other, %ab")))),
+            (std::vector<std::string>{"Add", "MatMul", "Neg", "Add+Cast+RmsNormGrad"}));
 }
 
 TEST(RowGroups, LayerNormStoresTheResidualSumItReads) {
