@@ -289,7 +289,7 @@ TEST(GpuSim, RowGroupsMatchInterpreter) {
   // scale, mask and softmax with the cast after it; a residual sum stored by the layer norm that
   // reads it, with the cast of its result; the layer norm's gradient taking its widened dy and
   // adding the residual gradient; an RMS norm's gradient adding the three gradients of its
-  // output (a Llama's q, k and v projections') itself (codegen/Program.cpp's row groups,
+  // output (a Llama's q, k and v projections') itself (codegen/Schedule.cpp's row groups,
   // kir::lowerRowGroupGpu).
   struct Group {
     const char* name;
