@@ -96,8 +96,9 @@ struct WarpRows {
   int e;
   int64_t d;
   int v = 1;
-  int base = -1; ///< the local holding the lane's first element (begin), if any
-  ExprRef row() const { return binary(KOp::IDiv, loopVar(e), B::i(32)); }
+  int base = -1;             ///< the local holding the lane's first element (begin), if any
+  ExprRef rowExpr = nullptr; ///< the warp's row, where it is not iteration e / 32 (a warp walking rows)
+  ExprRef row() const { return rowExpr ? rowExpr : binary(KOp::IDiv, loopVar(e), B::i(32)); }
   ExprRef lane() const { return binary(KOp::IMod, loopVar(e), B::i(32)); }
   /// Element u of this lane's step j (j a loop variable), as its column in the row.
   ExprRef col(int j, int u = 0) const {
@@ -501,21 +502,26 @@ ExprRef normGradValue(const ir::Node& n, int64_t M, const ExprRef& inv, const Ex
   return B::mul(B::div(inv, B::c((double)M, t)), B::sub(centeredG, B::mul(xhat, s2)));
 }
 
-/// LayerNormGrad's (or RmsNormGrad's) dx, a warp per row held in registers: the row's two sums
-/// (RmsNormGrad: one), then dx.
-Kernel layerNormGradDx(const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
+/// A row's dy (after the prologue) and xhat, as locals of normGradRow.
+struct NormGradRow {
+  std::vector<int> dy, xhat;
+};
+
+/// LayerNormGrad's (or RmsNormGrad's) dx for the warp's row held in registers (after w.begin()):
+/// the row's two sums (RmsNormGrad: one), then dx, into `body`; `withTerms` adds statements that
+/// read the row's dy and xhat as soon as they are known (while fewer values are live).
+void normGradRow(const ir::Node& n, int64_t M, WarpRows& w, const HeldRow& row, RowIo& io, std::vector<StmtRef>& body,
+                 const std::function<void(const NormGradRow&)>& withTerms = nullptr) {
   const ir::Value *x = n.input(0), *scale = n.input(1), *dy = n.input(2), *dx = n.outputs[0];
   Scalar t = Scalar::F32;
   auto f = [&](double v) { return B::c(v, t); };
   B& b = io.b;
-  int e = b.newLoopVar(), mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
-  WarpRows w{b, e, M, laneWidth(M)};
-  std::vector<StmtRef> body{w.begin()};
-  HeldRow row(w);
+  int mean = b.newLocal(), inv = b.newLocal(), s1 = b.newLocal(), s2 = b.newLocal();
   auto xs = row.load(body, [&](int64_t i) { return b.ld(x, row.at(i)); });
   auto dys = row.load(body, [&](int64_t i) { return io.ld(dy, row.at(i)); });
   for (StmtRef& st : rowStatistics(b, n, w.row(), mean, inv)) body.push_back(std::move(st));
   auto xh = row.load(body, [&](int64_t i) { return B::mul(B::sub(local(xs[i], t), local(mean, t)), local(inv, t)); });
+  if (withTerms) withTerms({dys, xh});
   auto gs = row.load(body, [&](int64_t i) { return B::mul(local(dys[i], t), b.ld(scale, row.col(i))); });
   std::vector<ExprRef> sum1, sum2;
   for (int64_t i = 0; i < row.size(); ++i) {
@@ -526,7 +532,74 @@ Kernel layerNormGradDx(const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
   body.push_back(let(s2, warpReduce(KOp::Add, sumTree(sum2))));
   auto value = [&](int64_t i) { return normGradValue(n, M, local(inv, t), local(gs[i], t), local(xh[i], t), local(s1, t), local(s2, t)); };
   row.store(body, value, [&](int64_t i, ExprRef v) { return io.outputs(dx, row.at(i), std::move(v)); });
-  return warpKernel(b, e, rows, std::move(body));
+}
+
+/// LayerNormGrad's (or RmsNormGrad's) dx, a warp per row held in registers.
+Kernel layerNormGradDx(const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
+  int e = io.b.newLoopVar();
+  WarpRows w{io.b, e, M, laneWidth(M)};
+  std::vector<StmtRef> body{w.begin()};
+  HeldRow row(w);
+  normGradRow(n, M, w, row, io, body);
+  return warpKernel(io.b, e, rows, std::move(body));
+}
+
+constexpr int kNormWarps = 8;     ///< warps of a block of the fused LayerNormGrad form
+constexpr int64_t kNormWalk = 4;  ///< rows each of them takes one after another
+
+/// LayerNormGrad's dx with its dscale and dbias in one kernel, rows held in registers. A block of
+/// kNormWarps warps; each walks `walk` rows (block * 8 walk + 8 r + warp, r < walk) as
+/// layerNormGradDx's warp takes one, and adds each row's dscale terms (dy xhat) and dbias terms
+/// (dy) into its own row of shared memory. Then each thread of the block sums columns over the
+/// warps and adds them atomically into the zeroed results: x and dy are read once (not again by
+/// a column sums kernel), and rows / (8 walk) atomic adds meet at a column. A lane's v elements
+/// start at (v + 1) lane in its shared row (one pad element each v): no bank conflicts.
+std::optional<Kernel> layerNormGradFused(const ir::Node& n, int64_t M, int64_t rows, RowIo& io, const std::vector<const ir::Value*>& results,
+                                         const ir::Value* db) {
+  B& b = io.b;
+  Scalar t = Scalar::F32;
+  int64_t walk = kNormWalk, K = (int64_t)results.size();
+  while (walk > 1 && rows % (kNormWarps * walk)) walk /= 2;
+  int e = b.newLoopVar(), r = b.newLoopVar();
+  WarpRows w{b, e, M, laneWidth(M)};
+  const int64_t threads = 32 * kNormWarps, stride = M + M / w.v; // a warp's padded shared row
+  if (rows % (kNormWarps * walk) || rows / (kNormWarps * walk) > kMostGridBlocks || K * kNormWarps * stride * 4 > kMostShared) return std::nullopt;
+  ExprRef tid = binary(KOp::IMod, loopVar(e), B::i(threads)), warp = binary(KOp::IDiv, tid, B::i(32));
+  ExprRef block = binary(KOp::IDiv, loopVar(e), B::i(threads));
+  int terms = (int)b.k.shared.size(); // [k][warp][padded column]
+  b.k.shared.push_back({ir::DType::F32, K * kNormWarps * stride});
+  auto at = [&](int64_t k, const ExprRef& wp, const ExprRef& padded) { return B::add(B::mul(B::add(B::i(k * kNormWarps), wp), B::i(stride)), padded); };
+  HeldRow row(w);
+  // Element i of the lane's row at the lane's first (padded) column plus a constant: col + col / v
+  // with col = v lane + 32 v (i / v) + i % v.
+  int first = b.newLocal();
+  std::vector<StmtRef> body{let(first, at(0, warp, B::mul(w.lane(), B::i(w.v + 1))))};
+  auto mine = [&](int64_t k, int64_t i) { return B::add(local(first, Scalar::I64), B::i(k * kNormWarps * stride + (i / w.v) * 32 * (w.v + 1) + i % w.v)); };
+  for (int64_t k = 0; k < K; ++k) // the warp's own shared row: only its lanes touch it before the barrier
+    for (int64_t i = 0; i < row.size(); ++i) body.push_back(sharedStore(terms, mine(k, i), B::c(0, t)));
+  w.rowExpr = B::add(B::add(B::mul(block, B::i(kNormWarps * walk)), B::mul(loopVar(r), B::i(kNormWarps))), warp);
+  std::vector<StmtRef> step{w.begin()};
+  normGradRow(n, M, w, row, io, step, [&](const NormGradRow& got) {
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t i = 0; i < row.size(); ++i) {
+        ExprRef term = results[k] == db ? local(got.dy[i], t) : B::mul(local(got.dy[i], t), local(got.xhat[i], t));
+        step.push_back(sharedStore(terms, mine(k, i), B::add(sharedLoad(terms, mine(k, i), t), term)));
+      }
+  });
+  body.push_back(loop(r, walk, false, std::move(step)));
+  body.push_back(barrier());
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t c0 = 0; c0 < M; c0 += threads) { // a thread a column: a warp's atomic adds on neighbours
+      ExprRef c = B::add(B::i(c0), tid);
+      std::vector<ExprRef> parts;
+      for (int64_t wp = 0; wp < kNormWarps; ++wp) parts.push_back(sharedLoad(terms, at(k, B::i(wp), B::add(c, binary(KOp::IDiv, c, B::i(w.v)))), t));
+      StmtRef add = b.atomic(results[k], c, sumTree(parts));
+      body.push_back(M - c0 >= threads ? add : when(b, binary(KOp::Lt, c, B::i(M)), {add}));
+    }
+  body.push_back(barrier()); // a grid-stride loop's next rows reuse the shared rows
+  Kernel kernel = warpKernel(b, e, rows / walk, std::move(body));
+  kernel.threads = (int)threads;
+  return kernel;
 }
 
 /// LayerNormGrad's dscale and dbias: column sums a block per tile (ColumnSumsGpu.h) where the
@@ -617,8 +690,9 @@ Kernel layerNormGradDxStreamed(const std::string& name, const ir::Node& n, int64
 }
 
 /// LayerNormGrad: dx a warp per row held in registers (in a row group, dy may come from a
-/// prologue and dx go on through an epilogue), or over rows too long to hold, read twice (alone,
-/// not in a group); dscale and dbias by chunks of rows.
+/// prologue and dx go on through an epilogue), with dscale and dbias summed in the same kernel
+/// (layerNormGradFused); or over rows too long to hold, read twice (alone, not in a group), and
+/// dscale and dbias by chunks of rows, as they are without dx.
 std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, const ir::Node& n, const RowGroup* g, std::string& error) {
   const ir::Value *x = n.input(0), *scale = n.input(1);
   int64_t M = normalizedSize(n, x), rows = x->type.staticNumel().value() / std::max<int64_t>(M, 1);
@@ -630,6 +704,20 @@ std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, con
   std::vector<Kernel> ks;
   B dxb(name + "_dx"), pb(name + "_dparams");
   RowIo dxio{dxb, g, {}}, pio{pb, g, {}};
+  const ir::Value *ds = n.outputs.size() > 1 ? n.outputs[1] : nullptr, *db = centered(n) && n.outputs.size() > 2 ? n.outputs[2] : nullptr;
+  if (held && n.outputs[0] && (ds || db)) {
+    B fb(name + "_fused");
+    RowIo fio{fb, g, {}};
+    std::vector<const ir::Value*> results;
+    for (const ir::Value* r : {ds, db})
+      if (r) results.push_back(r);
+    if (std::optional<Kernel> fused = layerNormGradFused(n, M, rows, fio, results, db)) {
+      for (const ir::Value* r : results) ks.push_back(zeroKernel(name + (r == ds ? "_zero_dscale" : "_zero_dbias"), r));
+      ks.push_back(std::move(*fused));
+      error = fio.error;
+      return ks;
+    }
+  }
   if (n.outputs[0]) ks.push_back(held ? layerNormGradDx(n, M, rows, dxio) : layerNormGradDxStreamed(name + "_dx", n, M, rows));
   for (Kernel& k : layerNormGradParams(name, n, M, rows, pio)) ks.push_back(std::move(k));
   error = !dxio.error.empty() ? dxio.error : pio.error;

@@ -29,18 +29,28 @@ namespace {
 
 /// Two linear layers and a layer norm over 2048 rows of 64: on a GPU the bias gradients are split
 /// reductions and the layer norm's dscale and dbias sums of atomic adds, each after a zeroing.
-/// The second layer's bias gradient may run with the layer norm's; the first's reads the product
-/// after them.
-codegen::CompiledProgram compiled() {
+/// With `twoHeads` a third linear layer reads the first's result too, no layer norm, and the loss
+/// is the sum of the two heads' product: their bias gradients are ready together (the layer
+/// norm's dscale and dbias are summed in its dx kernel, not by reductions of their own).
+codegen::CompiledProgram compiled(bool twoHeads = false) {
   std::mt19937 rng(3);
   std::string text = "graph @g {\n input %x : f32[2048, 64]\n";
-  for (const char* w : {"w", "w2"}) text += std::string(" param %") + w + " : f32[64, 64] = " + ir::denseNormal(64 * 64, rng) + "\n";
-  for (const char* p : {"b", "b2", "s", "c"}) text += std::string(" param %") + p + " : f32[64] = " + ir::denseNormal(64, rng) + "\n";
+  for (const char* w : {"w", "w2", "w3"})
+    if (twoHeads || w[1] != '3') text += std::string(" param %") + w + " : f32[64, 64] = " + ir::denseNormal(64 * 64, rng) + "\n";
+  for (const char* p : {"b", "b2", "b3", "s", "c"})
+    if (twoHeads ? p[0] == 'b' : p[1] != '3') text += std::string(" param %") + p + " : f32[64] = " + ir::denseNormal(64, rng) + "\n";
   text += R"( %h : ?[*] = MatMul(%x, %w)
  %hb : ?[*] = Add(%h, %b)
  %h2 : ?[*] = MatMul(%hb, %w2)
  %hb2 : ?[*] = Add(%h2, %b2)
- %n : ?[*] = LayerNormalization(%hb2, %s, %c) {axis = -1}
+)";
+  text += twoHeads ? R"( %h3 : ?[*] = MatMul(%hb, %w3)
+ %hb3 : ?[*] = Add(%h3, %b3)
+ %m : ?[*] = Mul(%hb2, %hb3)
+ %loss : ?[*] = ReduceSum(%m) {keepdims = 0}
+ output %loss
+})"
+                   : R"( %n : ?[*] = LayerNormalization(%hb2, %s, %c) {axis = -1}
  %loss : ?[*] = ReduceSum(%n) {keepdims = 0}
  output %loss
 })";
@@ -271,8 +281,8 @@ TEST(GpuLaunchTable, ReductionsAsOneKernelComputeWhatTheyDoApart) {
 }
 
 TEST(GpuLaunchTable, ReductionsRunTogetherOnlyOverWhatIsReady) {
-  codegen::CompiledProgram p = compiled();
-  EXPECT_EQ(p.joinedCalls, 2); // the layer norm's dscale and dbias with the second layer's bias gradient
+  codegen::CompiledProgram p = compiled(true);
+  EXPECT_EQ(p.joinedCalls, 2); // the two heads' bias gradients
   EXPECT_EQ(p.callRuns, 1);
   nlohmann::json j = nlohmann::json::parse(p.programJson);
   const nlohmann::json &launches = j["launches"], &tensors = j["tensors"];

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 using namespace sgc;
 
 namespace {
@@ -108,8 +110,9 @@ TEST(RowGroups, TheMemoryPlanSeesOneStep) {
 TEST(RowGroups, LayerNormGradTakesAnEarlierCastAndTwoEpilogueGroups) {
   // As autocast's backward pass makes it: dy comes in bf16 and is widened (then something else
   // runs), the residual gradient is added to dx and narrowed for the next product. The widening
-  // moves to the layer norm; the add and the cast follow it; the GPU's dx kernel reads dy as bf16
-  // and writes the residual gradient (read by another node) and its bf16 copy, never dx alone.
+  // moves to the layer norm; the add and the cast follow it; the GPU's kernel (dx with dscale and
+  // dbias, after their zeroing) reads dy as bf16 and writes the residual gradient (read by another
+  // node) and its bf16 copy, never dx alone.
   auto g = parsed(R"(graph @g {
     input %x : f32[64, 64]
     input %w : f32[64]
@@ -131,9 +134,11 @@ TEST(RowGroups, LayerNormGradTakesAnEarlierCastAndTwoEpilogueGroups) {
   auto gpu = kir::lowerRowGroupGpu("k", rows);
   ASSERT_TRUE(!!gpu) << errorText(gpu.takeError());
   ASSERT_TRUE(gpu->has_value());
-  const kir::Kernel& dx = (**gpu)[0];
-  auto [written, read] = writtenAndRead(dx);
-  EXPECT_EQ(written, (std::vector<std::string>{"sum", "sumb"}));
+  ASSERT_EQ((*gpu)->size(), 3u);
+  EXPECT_TRUE(kir::isZeroing((**gpu)[0]) && kir::isZeroing((**gpu)[1]));
+  auto [written, read] = writtenAndRead((**gpu)[2]);
+  std::sort(written.begin(), written.end());
+  EXPECT_EQ(written, (std::vector<std::string>{"db", "ds", "sum", "sumb"}));
   EXPECT_TRUE(std::count(read.begin(), read.end(), "dyb") && !std::count(read.begin(), read.end(), "dy"));
   // (The CPU runs the cast, the layer norm's kernels and one kernel per stored epilogue result:
   // tests/training/torch_equivalence.py trains GPT in bf16 through them.)
