@@ -172,6 +172,10 @@ Expected<std::vector<Kernel>> lowerGatherGrad(const std::string& name, const ir:
   return std::vector<Kernel>{b.finish(loop(o, numel(dx), true, {let(acc, B::c(0, t)), loop(k, count, false, {set(acc, add)}), b.st(dx, flat, local(acc, t))}))};
 }
 
+/// A SumTo of at most this many terms per result is an elementwise kernel, its sum unrolled (a
+/// grouped-query attention's key and value gradients: 4 heads' each).
+constexpr int64_t kMostUnrolledTerms = 8;
+
 Expected<std::vector<Kernel>> lowerSumTo(const std::string& name, const ir::Node& n) {
   // Output dims that are 1 (or missing) where the input's are not are summed away.
   const ir::Value *x = n.input(0), *y = n.outputs[0];
@@ -184,6 +188,20 @@ Expected<std::vector<Kernel>> lowerSumTo(const std::string& name, const ir::Node
   }
   int64_t extent = 1;
   for (int64_t d : redDims) extent *= xs[d];
+  if (extent <= kMostUnrolledTerms) { // the terms in the loop's order: the same sum
+    return std::vector<Kernel>{pointwise(name, y, [&](B& b, const std::vector<ExprRef>& c) {
+      Scalar t = computeType(x->type.dtype);
+      std::vector<int64_t> redShape;
+      for (int64_t d : redDims) redShape.push_back(xs[d]);
+      ExprRef sum = B::c(0, t);
+      for (int64_t r = 0; r < extent; ++r) {
+        std::vector<ExprRef> xc(xs.size()), rc = B::coords(B::i(r), redShape);
+        for (size_t q = 0, k = 0; q < xs.size(); ++q) xc[q] = k < redDims.size() && redDims[k] == (int64_t)q ? rc[k++] : c[q - lead];
+        sum = B::add(sum, b.ld(x, B::offset(xc, xs)));
+      }
+      return sum;
+    })};
+  }
   B b(name);
   int o = b.newLoopVar(), r = b.newLoopVar(), acc = b.newLocal();
   Scalar t = computeType(x->type.dtype);

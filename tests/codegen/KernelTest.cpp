@@ -56,6 +56,10 @@ std::vector<Case> cases() {
                 " %y : ?[*] = Neg(%d)\n output %y }"});
   cs.push_back({"Bf16Output", "graph @g { input %a : f32[6]\n %y : ?[*] = Cast(%a) {to = \"bf16\"}\n output %y }", 0});
   cs.push_back({"CastRoundTrip", "graph @g { input %a : f32[5]\n %i : ?[*] = Cast(%a) {to = \"i64\"}\n %y : ?[*] = Cast(%i) {to = \"f32\"}\n output %y }"});
+  // A grouped-query attention's key gradient: each of 2 x 3 results sums 4 heads' (unrolled).
+  cs.push_back({"SumToMiddleAxis", "graph @g { input %x : f32[2, 4, 3, 5]\n"
+                " const %s : i64[4] = dense<\"0x0200000000000000010000000000000003000000000000000500000000000000\">\n"
+                " %y : ?[*] = SumTo(%x, %s)\n output %y }", 1e-6});
   cs.push_back({"ClipScalars", "graph @g { input %a : f32[8]\n const %lo : f32[] = dense<\"0x000000bf\">\n const %hi : f32[] = dense<\"0x0000003f\">\n %y : ?[*] = Clip(%a, %lo, %hi)\n output %y }"});
   // The GELU pattern PyTorch exports: five nodes, one kernel.
   cs.push_back({"FusedGeluPattern", "graph @g { input %x : f32[2, 8]\n const %r2 : f32[] = dense<\"0xf304b53f\">\n const %one : f32[] = dense<\"0x0000803f\">\n const %half : f32[] = dense<\"0x0000003f\">\n"
@@ -98,7 +102,12 @@ std::vector<Case> cases() {
 kir::Kernel lower(const ir::Graph& g) {
   std::vector<const ir::Node*> nodes;
   for (auto& n : g.nodes()) nodes.push_back(n.get());
-  auto k = nodes.size() == 1 && !kir::isFusibleElementwise(*nodes[0]) ? kir::lowerReduce("k", *nodes[0]) : kir::lowerElementwise("k", nodes);
+  if (nodes.size() == 1 && !kir::isFusibleElementwise(*nodes[0])) {
+    auto ks = kir::lowerNode("k", *nodes[0]);
+    EXPECT_TRUE(ks && ks->size() == 1) << (ks ? "not one kernel" : errorText(ks.takeError()));
+    return ks && ks->size() == 1 ? std::move(ks->front()) : kir::Kernel{};
+  }
+  auto k = kir::lowerElementwise("k", nodes);
   EXPECT_TRUE(!!k) << errorText(k.takeError());
   return k ? std::move(*k) : kir::Kernel{};
 }
@@ -498,7 +507,7 @@ TEST(Kernel, OptimizerKernelsMove16BytesPerGpuAccess) {
 TEST(Kernel, ElementwiseKernelsMove16BytesPerGpuAccess) {
   // An elementwise kernel runs 16 bytes of its narrowest elements per GPU thread (8 bf16, 4 f32;
   // fewer when the extent is not a multiple), whose loads and stores LLVM merges into 16-byte
-  // accesses; kernels with inner loops keep one iteration per thread.
+  // accesses; kernels with inner loops (a long sum) keep one iteration per thread.
   struct Want {
     const char* ir;
     int width;
@@ -506,6 +515,10 @@ TEST(Kernel, ElementwiseKernelsMove16BytesPerGpuAccess) {
   for (const Want& w : {Want{"graph @g { input %a : bf16[64, 32]\n %y : ?[*] = Cast(%a) {to = \"f32\"}\n output %y }", 8},
                         Want{"graph @g { input %a : f32[64, 32]\n input %b : f32[32]\n %y : ?[*] = Add(%a, %b)\n output %y }", 4},
                         Want{"graph @g { input %a : f32[3, 2]\n %y : ?[*] = Neg(%a)\n output %y }", 2},
+                        // A sum of 4 heads (a grouped-query attention's key gradients): elementwise.
+                        Want{"graph @g { input %a : bf16[2, 4, 16, 64]\n"
+                             " const %s : i64[4] = dense<\"0x0200000000000000010000000000000010000000000000004000000000000000\">\n"
+                             " %y : ?[*] = SumTo(%a, %s)\n output %y }", 8},
                         Want{"graph @g { input %a : f32[8, 32]\n const %ax : i64[1] = dense<\"0x0100000000000000\">\n"
                              " %y : ?[*] = ReduceSum(%a, %ax)\n output %y }", 1}}) {
     auto g = ir::parse(w.ir, "v");
