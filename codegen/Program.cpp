@@ -215,6 +215,25 @@ void insertZeroRun(ZeroRun run, nlohmann::json& launches, CompiledProgram& p, co
   p.zeroLaunches = (int64_t)run.kernels.size();
 }
 
+/// Notes on launch `at` the labels of the later launches whose work a GPU runs there ("with": each
+/// label once, in order, with its count: "AdamUpdate x6, SumTo"), for profiles, whose time for
+/// `at` is theirs too.
+void noteJoined(nlohmann::json& launches, size_t at, const std::vector<size_t>& later) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (size_t i : later) {
+    if (i == at) continue;
+    std::string label = launches[i].value("label", "");
+    auto c = std::find_if(counts.begin(), counts.end(), [&](const auto& e) { return e.first == label; });
+    if (c == counts.end())
+      counts.push_back({label, 1});
+    else
+      ++c->second;
+  }
+  std::string with = launches[at].value("with", "");
+  for (auto& [label, n] : counts) with += (with.empty() ? "" : ", ") + label + (n > 1 ? " x" + std::to_string(n) : "");
+  if (!with.empty()) launches[at]["with"] = with;
+}
+
 /// Puts each run's horizontal kernel in place of its first call and drops its other calls from
 /// their GPU forms (a form left empty: nothing for a GPU to run there).
 void joinCallRuns(std::vector<CallRun> runs, nlohmann::json& launches, CompiledProgram& p, const std::map<std::string, int>& tensorId,
@@ -223,7 +242,12 @@ void joinCallRuns(std::vector<CallRun> runs, nlohmann::json& launches, CompiledP
     auto [index, fresh] = indexOf(run.kernel);
     int64_t unused = 0;
     launches[run.calls[0].first]["gpu"][run.calls[0].second] = launchJson(run.kernel, index, tensorId, unused);
-    for (size_t c = 1; c < run.calls.size(); ++c) launches[run.calls[c].first]["gpu"][run.calls[c].second] = nullptr; // dropped below
+    std::vector<size_t> later;
+    for (size_t c = 1; c < run.calls.size(); ++c) {
+      launches[run.calls[c].first]["gpu"][run.calls[c].second] = nullptr; // dropped below
+      later.push_back(run.calls[c].first);
+    }
+    noteJoined(launches, run.calls[0].first, later);
     if (fresh) p.kernels.push_back(std::move(run.kernel));
     p.joinedCalls += (int64_t)run.calls.size();
     ++p.callRuns;
@@ -465,6 +489,7 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
     int64_t unused = 0;
     nlohmann::json call = launchJson(run.kernel, index, tensorId, unused);
     for (size_t i : run.launches) launches[i]["gpu"] = i == run.launches[0] ? nlohmann::json::array({call}) : nlohmann::json::array();
+    noteJoined(launches, run.launches[0], run.launches);
     if (fresh) p.kernels.push_back(std::move(run.kernel));
     p.fusedLaunches += (int64_t)run.launches.size();
     ++p.horizontalLaunches;

@@ -232,7 +232,8 @@ void GpuStep::writeProfile() const {
     if (l.refresh) continue; // not a step's
     const char* kind = l.collective ? "collective" : gemmPlans_[i] >= 0 ? "cublaslt" : l.gpu ? "gpu-form" : "kernel";
     const char* stream = l.collective && onCommStream(*l.collective) ? "communication" : "compute";
-    std::fprintf(f, "%zu\t%s\t%s\t%.6f\t%.6f\t%s\n", i, l.label.c_str(), kind, profileMs_[i] / steps, profileStartMs_[i], stream);
+    std::string ops = l.with.empty() ? l.label : l.label + " (with " + l.with + ")"; // its time is theirs too
+    std::fprintf(f, "%zu\t%s\t%s\t%.6f\t%.6f\t%s\n", i, ops.c_str(), kind, profileMs_[i] / steps, profileStartMs_[i], stream);
   }
   if (!profileMs_.empty()) std::fprintf(f, "step\t-\tstep\t%.6f\t0\tcompute\n", profileMs_.back() / steps);
   std::fclose(f);

@@ -116,6 +116,7 @@ bool parseLaunch(const nlohmann::json& l, const Program& p, Launch& L, std::stri
   L = Launch{l.at("kernel"), l.at("serial"), l.at("forward"), l.at("extent"), l.value("vector", int64_t(1)), l.at("args").get<std::vector<int>>(),
              l.value("label", ""), std::nullopt, {}, std::nullopt, std::nullopt};
   L.refresh = l.value("refresh", false);
+  L.with = l.value("with", "");
   if (l.contains("collective") && !parseCollective(l.at("collective"), p, L.collective.emplace(), error)) return false;
   // No kernel: a collective, or GPU-only work (its GPU form; a CPU has nothing to run).
   if ((L.kernel < 0 && !L.collective && !l.contains("gpu")) || L.kernel >= p.numKernels || L.extent < 0) return fail(error, "a launch names no kernel");

@@ -98,6 +98,8 @@ struct Launch {
   /// A cast of a parameter into its bf16 copy (TensorDesc::shadowOf): not run in a step, but
   /// before one, when the copies may be stale (after sgc_set_tensor or sgc_load, under views).
   bool refresh = false;
+  /// On a GPU, the later launches whose work its GPU form runs too ("AdamUpdate x6"), for profiles.
+  std::string with{};
 };
 
 /// A decode step over a paged key/value cache (compiled with --mode decode): its sizes, and the

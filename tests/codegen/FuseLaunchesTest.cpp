@@ -12,6 +12,7 @@
 #include "tests/codegen/KernelJit.h"
 
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -229,6 +230,12 @@ TEST(FuseLaunches, JoinsOnlyIndependentLaunches) {
       }
       for (int a : launches[i]["args"].get<std::vector<int>>()) args.insert(a);
     }
+    // The first names the others' labels for profiles, each once with its count.
+    std::map<std::string, int> others;
+    for (size_t k = 1; k < r.launches.size(); ++k) ++others[launches[r.launches[k]]["label"].get<std::string>()];
+    std::string with = launches[r.launches[0]].value("with", "");
+    for (auto& [label, n] : others)
+      EXPECT_NE(with.find(label + (n > 1 ? " x" + std::to_string(n) : "")), std::string::npos) << with << " lacks " << label;
     std::vector<int> call = launches[r.launches[0]]["gpu"][0]["args"].get<std::vector<int>>();
     EXPECT_EQ(std::set<int>(call.begin(), call.end()), args); // the parts' tensors, each once
     EXPECT_EQ(call.size(), args.size());
