@@ -69,7 +69,9 @@ Kernel forwardWgmma(const std::string& name, const Geometry& a) {
   };
   w.stagedWalk(a.tk / kb, keyWalk(a, wb.row0, 64, kb), copies, block, true);
   forwardResults(w, ln, qrows, o, m, l, [&](int64_t n, int i) { return colOf(ln, B::i(0), n, i); });
-  return w.finish(iv, a.heads * (a.tq / 16), wb.threads);
+  Kernel k = w.finish(iv, a.heads * (a.tq / 16), wb.threads);
+  k.minBlocks = 3; // three blocks an SM: heads of 128 in 168 registers (214 when free), no spills
+  return k;
 }
 
 /// Whether the Hopper forms of the gradient apply: head dims of 64 or 128, rows in whole warpgroups.
