@@ -25,6 +25,13 @@ void products(std::vector<StmtRef>& step, std::vector<StmtRef> run, const std::v
   step.push_back(wgmmaWait(0, results));
 }
 
+/// acc += R T as warpgroup products appended to `run`: a block's result fragments `r` (two a
+/// k-step: P, dS, their transposes) times the rows of `tile`'s stage `stage`, 16 rows a product.
+void resultsTimesRows(std::vector<StmtRef>& run, const std::vector<Frag>& acc, const std::vector<Frag>& r, const WgTile& tile,
+                      const ExprRef& stage) {
+  for (size_t e = 0; 2 * e < r.size(); ++e) run.push_back(wgmmaBf16(Writer::accOf(acc), Writer::fromResults(r[2 * e], r[2 * e + 1]), tile.rowsOf(stage, (int64_t)e)));
+}
+
 } // namespace
 
 /// Forward on Hopper: a warpgroup (a GPU block of 4 warps) per 64 queries, each warp's 16 as the
@@ -62,8 +69,7 @@ Kernel forwardWgmma(const std::string& name, const Geometry& a) {
     products(step, std::move(scores), Writer::accOf(s));
     onlineSoftmax(b, step, ln, s, m, l, o, c2, masked, key0, q0);
     std::vector<StmtRef> outputs;
-    for (int64_t e = 0; e < kb / 16; ++e)
-      outputs.push_back(wgmmaBf16(Writer::accOf(o), Writer::fromResults(s[2 * e], s[2 * e + 1]), vs.rowsOf(stage, e)));
+    resultsTimesRows(outputs, o, s, vs, stage);
     products(step, std::move(outputs), Writer::accOf(o));
     return step;
   };
@@ -114,8 +120,7 @@ Kernel gradQueriesWgmma(const std::string& name, const Geometry& a) {
         step.push_back(set(s[n][i], B::mul(p, B::sub(lf(dp[n][i]), lf(rd[i / 2]))))); // dS
       }
     std::vector<StmtRef> dqs;
-    for (int64_t e = 0; e < kb / 16; ++e)
-      dqs.push_back(wgmmaBf16(Writer::accOf(acc), Writer::fromResults(s[2 * e], s[2 * e + 1]), ks.rowsOf(stage, e)));
+    resultsTimesRows(dqs, acc, s, ks, stage);
     products(step, std::move(dqs), Writer::accOf(acc));
     return step;
   };
@@ -178,9 +183,8 @@ Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
     std::vector<int> grads = Writer::accOf(dvAcc), dks = Writer::accOf(dkAcc);
     grads.insert(grads.end(), dks.begin(), dks.end());
     std::vector<StmtRef> updates;
-    for (int64_t e = 0; e < qb / 16; ++e)
-      updates.push_back(wgmmaBf16(Writer::accOf(dvAcc), Writer::fromResults(s[2 * e], s[2 * e + 1]), dys.rowsOf(stage, e)));
-    for (int64_t e = 0; e < qb / 16; ++e) updates.push_back(wgmmaBf16(dks, Writer::fromResults(dp[2 * e], dp[2 * e + 1]), qs.rowsOf(stage, e)));
+    resultsTimesRows(updates, dvAcc, s, dys, stage); // dV += P^T dO
+    resultsTimesRows(updates, dkAcc, dp, qs, stage); // dK += dS^T Q
     products(step, std::move(updates), grads);
     return step;
   };
