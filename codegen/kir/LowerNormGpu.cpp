@@ -74,6 +74,22 @@ Kernel layerNormStreamed(const std::string& name, const ir::Node& n, int64_t M, 
   return warpKernel(b, e, rows, std::move(body));
 }
 
+/// LayerNormGrad's dscale and dbias results (RmsNormGrad: no dbias), each absent where unused,
+/// and those present in that order.
+struct NormParams {
+  const ir::Value *ds, *db;
+  std::vector<const ir::Value*> results;
+  explicit NormParams(const ir::Node& n)
+      : ds(n.outputs.size() > 1 ? n.outputs[1] : nullptr), db(centered(n) && n.outputs.size() > 2 ? n.outputs[2] : nullptr) {
+    for (const ir::Value* r : {ds, db})
+      if (r) results.push_back(r);
+  }
+  /// The kernels zeroing them: their sums are atomic adds.
+  void zeroings(const std::string& name, std::vector<Kernel>& ks) const {
+    for (const ir::Value* r : results) ks.push_back(zeroKernel(name + (r == ds ? "_zero_dscale" : "_zero_dbias"), r));
+  }
+};
+
 constexpr int64_t kParamRows = 64; ///< rows one thread of LayerNormGrad's dscale/dbias kernel sums
 constexpr int64_t kParamUnroll = 8; ///< of which it loads this many at once
 
@@ -144,8 +160,8 @@ constexpr int64_t kNormWalk = 4;  ///< rows each of them takes one after another
 /// warps and adds them atomically into the zeroed results: x and dy are read once (not again by
 /// a column sums kernel), and rows / (8 walk) atomic adds meet at a column. A lane's v elements
 /// start at (v + 1) lane in its shared row (one pad element each v): no bank conflicts.
-std::optional<Kernel> layerNormGradFused(const ir::Node& n, int64_t M, int64_t rows, RowIo& io, const std::vector<const ir::Value*>& results,
-                                         const ir::Value* db) {
+std::optional<Kernel> layerNormGradFused(const ir::Node& n, int64_t M, int64_t rows, RowIo& io, const NormParams& params) {
+  const std::vector<const ir::Value*>& results = params.results;
   B& b = io.b;
   Scalar t = Scalar::F32;
   int64_t walk = kNormWalk, K = (int64_t)results.size();
@@ -172,7 +188,7 @@ std::optional<Kernel> layerNormGradFused(const ir::Node& n, int64_t M, int64_t r
   normGradRow(n, M, w, row, io, step, [&](const NormGradRow& got) {
     for (int64_t k = 0; k < K; ++k)
       for (int64_t i = 0; i < row.size(); ++i) {
-        ExprRef term = results[k] == db ? local(got.dy[i], t) : B::mul(local(got.dy[i], t), local(got.xhat[i], t));
+        ExprRef term = results[k] == params.db ? local(got.dy[i], t) : B::mul(local(got.dy[i], t), local(got.xhat[i], t));
         step.push_back(sharedStore(terms, mine(k, i), B::add(sharedLoad(terms, mine(k, i), t), term)));
       }
   });
@@ -198,16 +214,14 @@ std::optional<Kernel> layerNormGradFused(const ir::Node& n, int64_t M, int64_t r
 /// adds (after zeroing kernels).
 std::vector<Kernel> layerNormGradParams(const std::string& name, const ir::Node& n, int64_t M, int64_t rows, RowIo& io) {
   const ir::Value *x = n.input(0), *dy = n.input(2);
-  const ir::Value *ds = n.outputs.size() > 1 ? n.outputs[1] : nullptr, *db = centered(n) && n.outputs.size() > 2 ? n.outputs[2] : nullptr;
+  NormParams params(n);
+  const ir::Value *ds = params.ds, *db = params.db;
+  const std::vector<const ir::Value*>& results = params.results;
   std::vector<Kernel> ks;
-  if (!ds && !db) return ks;
+  if (results.empty()) return ks;
   Scalar t = Scalar::F32;
   B& b = io.b;
-  if (ds) ks.push_back(zeroKernel(name + "_zero_dscale", ds));
-  if (db) ks.push_back(zeroKernel(name + "_zero_dbias", db));
-  std::vector<const ir::Value*> results;
-  for (const ir::Value* r : {ds, db})
-    if (r) results.push_back(r);
+  params.zeroings(name, ks);
   int lanes = columnLaneWidth(std::max(ir::dtypeSize(x->type.dtype), ir::dtypeSize(dy->type.dtype)));
   auto blocks = blockColumnSums(b, rows, M, lanes, results, [&](const ExprRef& row, const ExprRef& col0) {
     ColumnTerms ct;
@@ -334,15 +348,12 @@ std::optional<std::vector<Kernel>> layerNormGradGpu(const std::string& name, con
   std::vector<Kernel> ks;
   B dxb(name + "_dx"), pb(name + "_dparams");
   RowIo dxio{dxb, g, {}}, pio{pb, g, {}};
-  const ir::Value *ds = n.outputs.size() > 1 ? n.outputs[1] : nullptr, *db = centered(n) && n.outputs.size() > 2 ? n.outputs[2] : nullptr;
-  if (held && n.outputs[0] && (ds || db)) {
+  NormParams params(n);
+  if (held && n.outputs[0] && !params.results.empty()) {
     B fb(name + "_fused");
     RowIo fio{fb, g, {}};
-    std::vector<const ir::Value*> results;
-    for (const ir::Value* r : {ds, db})
-      if (r) results.push_back(r);
-    if (std::optional<Kernel> fused = layerNormGradFused(n, M, rows, fio, results, db)) {
-      for (const ir::Value* r : results) ks.push_back(zeroKernel(name + (r == ds ? "_zero_dscale" : "_zero_dbias"), r));
+    if (std::optional<Kernel> fused = layerNormGradFused(n, M, rows, fio, params)) {
+      params.zeroings(name, ks);
       ks.push_back(std::move(*fused));
       error = fio.error;
       return ks;
