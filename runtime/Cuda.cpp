@@ -239,8 +239,25 @@ bool CudaDevice::launch(int index, std::vector<uint64_t>& args, bool serial, int
                "cuLaunchKernel", error);
 }
 
-int CudaDevice::prepareGemm(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, bool gelu, uint64_t aux, std::string& error) {
-  return lt_ ? lt_->prepare(g, a, b, y, bias, gelu, aux, workspaceBytes_, error) : -1;
+int CudaDevice::prepareGemm(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, bool gelu, uint64_t aux, bool tune, std::string& error) {
+  if (!lt_) return -1;
+  // A candidate's time: one run to warm it up, then the mean of five between two events.
+  CublasLt::Tuner tuner{stream_, workspace_, [this](const std::function<bool()>& enqueue) -> float {
+                          constexpr int kRuns = 5;
+                          std::string ignored;
+                          if (!enqueue() || !synchronize(ignored) || !recordEvent(0, ignored)) return -1;
+                          for (int r = 0; r < kRuns; ++r)
+                            if (!enqueue()) return -1;
+                          if (!recordEvent(1, ignored) || !synchronize(ignored)) return -1;
+                          return elapsedMs(0, 1) / kRuns;
+                        }};
+  return lt_->prepare(g, a, b, y, bias, gelu, aux, workspaceBytes_, tune ? &tuner : nullptr, error);
+}
+
+std::string CudaDevice::tuningNote() const {
+  if (!lt_ || !lt_->tunedProducts()) return "";
+  return "GEMM algorithms timed: " + std::to_string(lt_->tunedProducts()) + " distinct products, " + std::to_string(lt_->fasterThanFirst()) +
+         " faster than cuBLASLt's first";
 }
 
 bool CudaDevice::gemm(int plan, uint64_t a, uint64_t b, uint64_t y, std::string& error) {

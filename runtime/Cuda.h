@@ -47,10 +47,13 @@ public:
   /// Whether cuBLASLt is loaded; when not, `gemmNote` says why.
   bool hasGemms() const { return lt_ != nullptr; }
   const std::string& gemmNote() const { return gemmNote_; }
+  /// "GEMM algorithms timed: N distinct products, M faster than cuBLASLt's first", or "" untimed.
+  std::string tuningNote() const;
   /// Prepares a GEMM over operands at these addresses; the plan's index.
   /// `bias`: the device address of a bias cuBLASLt adds to each row of y (0: none); with `gelu`,
-  /// y gets g.gelu's result and `aux` the product (see CublasLt::prepare).
-  int prepareGemm(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, bool gelu, uint64_t aux, std::string& error);
+  /// y gets g.gelu's result and `aux` the product (see CublasLt::prepare). With `tune`, the
+  /// fastest of cuBLASLt's candidates on this device (timed here, on the stream; y is written).
+  int prepareGemm(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_t bias, bool gelu, uint64_t aux, bool tune, std::string& error);
   bool gemm(int plan, uint64_t a, uint64_t b, uint64_t y, std::string& error);
   /// Records what is enqueued between the two calls as CUDA graph `slot` (one per step program: a
   /// decode library's token buckets have their own); replay(slot) launches it.

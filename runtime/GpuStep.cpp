@@ -38,6 +38,8 @@ bool GpuStep::prepare(std::string& error) {
     profile_ = std::string(profile) + (slot_ ? ".tokens" + std::to_string(prog_.decode->tokens) : "");
   if (const char* from = std::getenv("SGC_PROFILE_FROM")) profileFrom_ = std::max(0, std::atoi(from));
   useGraphs_ = !(graphs && std::string(graphs) == "0") && profile_.empty();
+  const char* tuning = std::getenv("SGC_GEMM_TUNING");
+  tuneGemms_ = !(tuning && std::string(tuning) == "0");
   gemmPlans_.assign(prog_.launches.size(), -1);
   epilogueInGemm_.assign(prog_.launches.size(), false);
   geluInGemm_.assign(prog_.launches.size(), false);
@@ -75,15 +77,15 @@ bool GpuStep::prepareGemms(std::string& error) {
       std::string unused;
       if (const auto& f = g->gelu) {
         uint64_t bias = f->bias >= 0 ? address_[f->bias] : 0, aux = f->aux >= 0 ? address_[f->aux] : 0;
-        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[f->result], bias, true, aux, unused);
+        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[f->result], bias, true, aux, tuneGemms_, unused);
         geluInGemm_[i] = epilogueInGemm_[i] = gemmPlans_[i] >= 0; // with the bias the epilogue kernel adds, if any
         if (geluInGemm_[i] && f->skip >= 0) skipped_[f->skip] = true;
       }
       if (gemmPlans_[i] < 0 && g->bias >= 0) {
-        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], address_[g->bias], false, 0, unused);
+        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], address_[g->bias], false, 0, tuneGemms_, unused);
         epilogueInGemm_[i] = gemmPlans_[i] >= 0;
       }
-      if (gemmPlans_[i] < 0) gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], 0, false, 0, error);
+      if (gemmPlans_[i] < 0) gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], 0, false, 0, tuneGemms_, error);
       if (gemmPlans_[i] < 0) return false;
     }
   return true;
@@ -218,8 +220,9 @@ bool GpuStep::run(bool train, std::string& error) {
 
 std::string GpuStep::description() const {
   int gemms = (int)std::count_if(gemmPlans_.begin(), gemmPlans_.end(), [](int p) { return p >= 0; });
-  return gpu_.description() + "; " + std::to_string(gemms) + " GEMMs through cuBLASLt; CUDA graph: " +
-         (!useGraphs_ ? "off" : gpu_.captured(slot_) ? "replayed" : "from the second training step");
+  std::string tuning = gpu_.tuningNote();
+  return gpu_.description() + "; " + std::to_string(gemms) + " GEMMs through cuBLASLt" + (tuning.empty() ? "" : " (" + tuning + ")") +
+         "; CUDA graph: " + (!useGraphs_ ? "off" : gpu_.captured(slot_) ? "replayed" : "from the second training step");
 }
 
 void GpuStep::writeProfile() const {

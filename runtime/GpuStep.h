@@ -5,7 +5,8 @@
 // stream reaches it to the first launch that touches its tensors. The first training step runs as
 // it is enqueued (it warms up the kernels and cuBLASLt); the second is
 // captured as a CUDA graph, which every later one replays.
-// Environment: SGC_CUDA_GRAPHS=0 (never capture), SGC_PROFILE=FILE (no graph;
+// Environment: SGC_CUDA_GRAPHS=0 (never capture), SGC_GEMM_TUNING=0 (each GEMM takes cuBLASLt's
+// first candidate instead of the fastest of its first eight, timed here), SGC_PROFILE=FILE (no graph;
 // each launch's GPU time, and where in the last step it started and on which
 // stream, tab-separated, written when the stepper is destroyed).
 #pragma once
@@ -71,6 +72,7 @@ private:
   std::vector<bool> geluInGemm_; ///< per launch, whether its plan computes its GELU (into Gemm::Gelu::result)
   std::vector<bool> skipped_;    ///< per launch, whether an earlier GEMM's epilogue computes what it does
   bool useGraphs_ = true;
+  bool tuneGemms_ = true; ///< time cuBLASLt's candidates for each distinct GEMM (SGC_GEMM_TUNING=0: its first)
   int trainSteps_ = 0;         ///< training steps run before the capture
   std::string profile_;        ///< SGC_PROFILE
   std::vector<double> profileMs_; ///< per launch, then the whole step
