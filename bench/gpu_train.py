@@ -98,9 +98,13 @@ def time_steps(step):
     return ts[len(ts) // 2]
 
 
-def torch_side(name, mode, init):
+def torch_training_step(name, mode, init=None):
+    """PyTorch's training step of model `name` (eager or compile) on the benchmark's batch: AdamW
+    (fused), bf16 autocast; from `init` (a state_dict) or the seed-0 initialization. Returns
+    (step, model, optimizer); step() returns the loss."""
     model = gm.make(name).cuda()
-    model.load_state_dict(init)
+    if init is not None:
+        model.load_state_dict(init)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     x, y = gm.batch(name, "cuda")
     fwd = torch.compile(model) if mode == "compile" else model
@@ -110,13 +114,17 @@ def torch_side(name, mode, init):
             loss = fwd(x, y)
         loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
         return loss
+    return step, model, opt
 
+
+def torch_side(name, mode, init):
+    step, model, opt = torch_training_step(name, mode, init)
     t0 = time.time()
     losses = [step().item() for _ in range(LOSSES)]
     first_s = time.time() - t0
     torch.cuda.reset_peak_memory_stats()
     r = {"ms": time_steps(step), "peak_GiB": torch.cuda.max_memory_allocated() / 2**30, "losses": losses, "first_steps_s": first_s}
-    del model, opt, fwd
+    del model, opt, step
     torch.cuda.empty_cache()
     return r
 

@@ -13,6 +13,7 @@ from torch.profiler import ProfilerActivity, profile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import gpu_models as gm
+import gpu_train  # PyTorch's step as the benchmark runs it; loading a library as it does
 
 # Kernel name patterns per family, first match wins (cuBLAS/cuDNN/flash/inductor's Triton names).
 FAMILIES = [("GEMM", ("gemm", "nvjet", "sm90_xmma", "cutlass", "cublas")),
@@ -30,21 +31,11 @@ def family(name):
 
 
 def torch_step(name, mode):
-    model = gm.make(name).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    x, y = gm.batch(name, "cuda")
-    fwd = torch.compile(model) if mode == "compile" else model
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(x, y)
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-    return step
+    return gpu_train.torch_training_step(name, mode)[0]
 
 
 def sgc_step(name, so):
     """The library's step on the benchmark's batch (weights as gpu_train.py's: PyTorch's seed-0 init)."""
-    import gpu_train  # its library loading: sgc's Python package, cuBLASLt from PyTorch's wheels
     os.environ.update(gpu_train.library_env())
     s = gpu_train.sgc.load(gpu_train.unpacked(so.removesuffix(".xz"))).session(device="cuda:0")
     init = gm.make(name).state_dict()
@@ -61,6 +52,39 @@ def sgc_step(name, so):
     return step
 
 
+def host_wall_ms(step, runs=10):
+    """The median host wall time of a step, synchronized (as gpu_train.py times the sgc side)."""
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter() - t0) * 1e3)
+    return sorted(walls)[runs // 2]
+
+
+def gpu_work(prof):
+    """The GPU's kernels, memsets and copies of a profile in start order: (start us, end us, name) and
+    the idle time before each (none of the earlier ones running)."""
+    work = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    rows, end = [], work[0][0] if work else 0
+    for a, b, n in work:
+        rows.append((a, b, n, max(0.0, a - end)))
+        end = max(end, b)
+    return rows
+
+
+def print_host_calls(prof):
+    """The host's calls of more than 5 us beside the GPU's first and last work, from the profile's start."""
+    evs = sorted(prof.events(), key=lambda e: e.time_range.start)
+    if not evs:
+        return
+    on_gpu = [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA]
+    for e in [e for e in evs if e.device_type != torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 5] + on_gpu[:3] + on_gpu[-3:]:
+        where = "GPU" if e.device_type == torch.autograd.DeviceType.CUDA else "host"
+        print(f"  {where:4} {(e.time_range.start - evs[0].time_range.start) / 1e3:9.3f} ms +{e.time_range.elapsed_us() / 1e3:8.3f} ms  {e.name[:80]}")
+
+
 def main():
     name = sys.argv[1] if len(sys.argv) > 1 else "llama"
     mode = sys.argv[2] if len(sys.argv) > 2 else "compile"
@@ -68,56 +92,37 @@ def main():
     for _ in range(5):
         step()
     torch.cuda.synchronize()
-    walls = []
-    for _ in range(10):  # host wall time a step, as gpu_train.py times the sgc side
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        walls.append((time.perf_counter() - t0) * 1e3)
-    wall_ms = sorted(walls)[5]
+    wall_ms = host_wall_ms(step)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    kernels, spans = {}, []
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            k = kernels.setdefault(ev.name, [0, 0.0])
-            k[0] += 1
-            k[1] += ev.device_time_total / 1e3
-            spans.append((ev.time_range.start, ev.time_range.end))
-    spans.sort()
-    timeline = sorted(((ev.time_range.start, ev.time_range.end, ev.name) for ev in prof.events()
-                       if ev.device_type == torch.autograd.DeviceType.CUDA))
-    with open(os.path.join(os.environ.get("OUT", "."), f"timeline_{name}_{mode}.tsv"), "w") as f:
-        f.write("start_us\tus\tidle_before_us\tname\n")  # the GPU's work in order, and the idle time before each
-        for i, (a, b, n) in enumerate(timeline):
-            f.write(f"{a - timeline[0][0]:.1f}\t{b - a:.1f}\t{max(0.0, a - max(e for _, e, _ in timeline[:i])) if i else 0.0:.1f}\t{n}\n")
-    if mode == "sgc":  # where the host's time goes around the GPU's: its API calls, the GPU's first and last work
-        evs = sorted(prof.events(), key=lambda e: e.time_range.start)
-        t0 = evs[0].time_range.start if evs else 0
-        gpu = [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA]
-        for e in [e for e in evs if e.device_type != torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 5] + gpu[:3] + gpu[-3:]:
-            where = "GPU" if e.device_type == torch.autograd.DeviceType.CUDA else "host"
-            print(f"  {where:4} {(e.time_range.start - t0) / 1e3:9.3f} ms +{e.time_range.elapsed_us() / 1e3:8.3f} ms  {e.name[:80]}")
-    idle, end = 0.0, spans[0][0] if spans else 0
-    for a, b in spans:  # time between the first kernel's start and the last one's end with none running
-        idle += max(0, a - end)
-        end = max(end, b)
+    work = gpu_work(prof)
+    out = os.environ.get("OUT", ".")
+    with open(os.path.join(out, f"timeline_{name}_{mode}.tsv"), "w") as f:
+        f.write("start_us\tus\tidle_before_us\tname\n")
+        for a, b, n, idle in work:
+            f.write(f"{a - work[0][0]:.1f}\t{b - a:.1f}\t{idle:.1f}\t{n}\n")
+    if mode == "sgc":
+        print_host_calls(prof)
+    kernels = {}
+    for a, b, n, _ in work:
+        k = kernels.setdefault(n, [0, 0.0])
+        k[0] += 1
+        k[1] += (b - a) / 1e3
     fams = {}
     for k, (n, ms) in kernels.items():
         fams[family(k)] = fams.get(family(k), 0.0) + ms
-    total = sum(fams.values())
-    wall = (end - spans[0][0]) / 1e3 if spans else 0.0
-    print(f"{name} {mode} on {torch.cuda.get_device_name()}: kernels {total:.2f} ms in {sum(n for n, _ in kernels.values())} launches; "
-          f"first start to last end {wall:.2f} ms, of which idle {idle / 1e3:.2f} ms; host wall time a step {wall_ms:.2f} ms")
+    total, idle = sum(fams.values()), sum(w[3] for w in work) / 1e3
+    span = (max(w[1] for w in work) - work[0][0]) / 1e3 if work else 0.0
+    print(f"{name} {mode} on {torch.cuda.get_device_name()}: kernels {total:.2f} ms in {len(work)} launches; "
+          f"first start to last end {span:.2f} ms, of which idle {idle:.2f} ms; host wall time a step {wall_ms:.2f} ms")
     for f, ms in sorted(fams.items(), key=lambda kv: -kv[1]):
         print(f"  {f:32} {ms:8.2f} ms")
-    top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:40]
-    for k, (n, ms) in top:
+    for k, (n, ms) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:40]:
         print(f"  {ms:8.3f} ms {n:4d}x {family(k):10.10} {k[:110]}")
-    out = os.path.join(os.environ.get("OUT", "."), f"torch_profile_{name}_{mode}.json")
-    json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "kernels_ms": total, "span_ms": wall, "idle_ms": idle / 1e3, "host_wall_ms": wall_ms, "families_ms": fams,
-               "kernels": {k: {"launches": n, "ms": ms} for k, (n, ms) in kernels.items()}}, open(out, "w"), indent=1)
+    json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "kernels_ms": total, "span_ms": span, "idle_ms": idle,
+               "host_wall_ms": wall_ms, "families_ms": fams, "kernels": {k: {"launches": n, "ms": ms} for k, (n, ms) in kernels.items()}},
+              open(os.path.join(out, f"torch_profile_{name}_{mode}.json"), "w"), indent=1)
 
 
 if __name__ == "__main__":

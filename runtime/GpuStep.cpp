@@ -75,17 +75,21 @@ bool GpuStep::prepareGemms(std::string& error) {
       // product alone (each when cuBLASLt has an algorithm for it); what it does not compute,
       // the launch's epilogue kernel and the GELU's own launch do.
       std::string unused;
+      // Timing candidates writes what they compute: only into a step's own results, never into
+      // what lives across steps (a parameter, the optimizer's state or bf16 copies, an input).
+      auto transient = [&](int id) { return id < 0 || (prog_.tensors[id].kind == TensorKind::Result && prog_.tensors[id].shadowOf < 0); };
+      bool tune = tuneGemms_ && transient(g->y) && (!g->gelu || (transient(g->gelu->result) && transient(g->gelu->aux)));
       if (const auto& f = g->gelu) {
         uint64_t bias = f->bias >= 0 ? address_[f->bias] : 0, aux = f->aux >= 0 ? address_[f->aux] : 0;
-        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[f->result], bias, true, aux, tuneGemms_, unused);
+        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[f->result], bias, true, aux, tune, unused);
         geluInGemm_[i] = epilogueInGemm_[i] = gemmPlans_[i] >= 0; // with the bias the epilogue kernel adds, if any
         if (geluInGemm_[i] && f->skip >= 0) skipped_[f->skip] = true;
       }
       if (gemmPlans_[i] < 0 && g->bias >= 0) {
-        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], address_[g->bias], false, 0, tuneGemms_, unused);
+        gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], address_[g->bias], false, 0, tune, unused);
         epilogueInGemm_[i] = gemmPlans_[i] >= 0;
       }
-      if (gemmPlans_[i] < 0) gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], 0, false, 0, tuneGemms_, error);
+      if (gemmPlans_[i] < 0) gemmPlans_[i] = gpu_.prepareGemm(*g, address_[g->a], address_[g->b], address_[g->y], 0, false, 0, tune, error);
       if (gemmPlans_[i] < 0) return false;
     }
   return true;
