@@ -160,7 +160,7 @@ int CublasLt::prepare(const Gemm& g, uint64_t a, uint64_t b, uint64_t y, uint64_
   std::string key = std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k) + " " + g.dtype + " t" + std::to_string(opA) +
                     std::to_string(opB) + " b" + std::to_string(g.batch) + " s" + std::to_string(g.strideA) + "," + std::to_string(g.strideB) +
                     " e" + std::to_string(epilogue) + " a" + std::to_string(alignA) + "," + std::to_string(alignB) + "," + std::to_string(alignD);
-  auto seen = tuner ? tuned_.find(key) : tuned_.end();
+  auto seen = tuned_.find(key); // untimed products take a timed one's choice too
   if (seen != tuned_.end()) {
     f.prefDestroy(pref);
     p->algo = plans_[seen->second]->algo;
