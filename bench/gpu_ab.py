@@ -4,9 +4,10 @@
 # once (SGC_PROFILE, no graph) into $OUT/VARIANT_profile.tsv. Prints each run's ms/step and first
 # losses, each variant's median and its ratio to the first variant by name, and writes the runs
 # to $OUT/ab.json. For changes the full benchmark (gpu_train.py, PyTorch in the same run) cannot
-# resolve within its noise.
-# Usage: python3 bench/gpu_ab.py DIR gpt,llama [runs of each]
-import glob, json, os, subprocess, sys
+# resolve within its noise. Each --env "NAME=VALUE ..." (repeatable) runs every library again with
+# those variables set, as a variant of its own (the runtime's switches: SGC_GRAPH_SPLIT=0, ...).
+# Usage: python3 bench/gpu_ab.py DIR gpt,llama [runs of each] [--env "NAME=VALUE ..."]...
+import argparse, glob, json, os, subprocess, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests", "pyutil")]
@@ -16,22 +17,31 @@ import st
 
 
 def main():
-    lib_dir, models = sys.argv[1], sys.argv[2].split(",")
-    runs = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-    out, env = os.environ.get("OUT", "."), gt.library_env()
+    ap = argparse.ArgumentParser(description="A/B of sgc builds (and runtime switches) on the device")
+    ap.add_argument("dir"), ap.add_argument("models"), ap.add_argument("runs", nargs="?", type=int, default=2)
+    ap.add_argument("--env", action="append", default=[], help='"NAME=VALUE ..." set for a variant of each library')
+    ap.add_argument("--no-profile", action="store_true", help="leave out the profile of each library")
+    a = ap.parse_args()
+    lib_dir, models, runs = a.dir, a.models.split(","), a.runs
+    out, base = os.environ.get("OUT", "."), gt.library_env()
+    settings = [{}] + [dict(kv.split("=", 1) for kv in e.split()) for e in a.env]
     res = {}
     for name in models:
         weights = os.path.join(out, f"{name}_init.safetensors")
         st.write(weights, {k: v.clone() for k, v in gm.make(name).state_dict().items()})
         libs = sorted({p[:-3] if p.endswith(".xz") else p for p in glob.glob(os.path.join(lib_dir, f"{name}_*.so*"))})
-        variant = lambda lib: os.path.basename(lib)[:-3]
+        # (name, library, environment) for each library with each setting: NAME_VARIANT[+A=0,B=1]
+        cases = [(os.path.basename(lib)[:-3] + ("+" + ",".join(f"{k}={v}" for k, v in e.items()) if e else ""), lib, dict(base, **e))
+                 for e in settings for lib in libs]
         for run in range(runs):
-            for lib in libs:
+            for v, lib, env in cases:
                 p = subprocess.run([sys.executable, gt.__file__, "--sgc", gt.unpacked(lib), weights, name], capture_output=True, text=True, env=env)
                 r = json.loads(p.stdout.splitlines()[0]) if p.stdout.strip() else {"error": p.stderr[-800:]}
-                res.setdefault(variant(lib), []).append(r)
-                print(variant(lib), run, round(r.get("ms", -1), 3), r.get("losses", r.get("error")), flush=True)
-        medians = {variant(lib): sorted(r["ms"] for r in res[variant(lib)] if "ms" in r) for lib in libs}
+                res.setdefault(v, []).append(r)
+                print(v, run, round(r.get("ms", -1), 3), r.get("losses", r.get("error")), flush=True)
+                if run == 0 and "device" in r:
+                    print("   ", r["device"], flush=True)
+        medians = {v: sorted(r["ms"] for r in res[v] if "ms" in r) for v, _, _ in cases}
         first = None
         for v, ms in medians.items():
             if not ms:
@@ -39,13 +49,14 @@ def main():
             m = ms[len(ms) // 2]
             first = first or m
             print(f"{v}: median {m:.3f} ms, {m / first:.4f}x the first", flush=True)
-        for lib in libs:
-            prof = os.path.join(out, f"{variant(lib)}_profile.tsv")
+        for lib in [] if a.no_profile else libs:
+            variant = os.path.basename(lib)[:-3]
+            prof = os.path.join(out, f"{variant}_profile.tsv")
             subprocess.run([sys.executable, gt.__file__, "--sgc", gt.unpacked(lib), weights, name], capture_output=True, text=True,
-                           env=dict(env, SGC_PROFILE=prof, SGC_PROFILE_FROM="1"))
+                           env=dict(base, SGC_PROFILE=prof, SGC_PROFILE_FROM="1"))
             if os.path.exists(prof):
                 s = gt.profile_summary(prof)
-                print(variant(lib), "profile", round(s["step_ms"], 3), {k: round(x, 3) for k, x in s["families_ms"].items()}, flush=True)
+                print(variant, "profile", round(s["step_ms"], 3), {k: round(x, 3) for k, x in s["families_ms"].items()}, flush=True)
         os.remove(weights)
     json.dump(res, open(os.path.join(out, "ab.json"), "w"), indent=1)
 

@@ -275,6 +275,16 @@ bool CudaDevice::endCapture(size_t slot, std::string& error) {
   return check(api_->cuGraphInstantiate(&g.exec, g.graph, 0), "cuGraphInstantiate", error);
 }
 
+void CudaDevice::abandonCapture(size_t slot) {
+  void* graph = nullptr;
+  if (api_->cuStreamEndCapture(stream_, &graph) == 0 && graph) api_->cuGraphDestroy(graph);
+  if (slot < graphs_.size()) {
+    if (graphs_[slot].exec) api_->cuGraphExecDestroy(graphs_[slot].exec);
+    if (graphs_[slot].graph) api_->cuGraphDestroy(graphs_[slot].graph);
+    graphs_[slot] = Graph{};
+  }
+}
+
 bool CudaDevice::recordEvent(size_t slot, std::string& error, bool onCommStream) {
   if (slot >= events_.size()) events_.resize(slot + 1, nullptr);
   if (!events_[slot] && !check(api_->cuEventCreate(&events_[slot], 0), "cuEventCreate", error)) return false;

@@ -59,6 +59,9 @@ public:
   /// decode library's token buckets have their own); replay(slot) launches it.
   bool beginCapture(std::string& error);
   bool endCapture(size_t slot, std::string& error);
+  /// Ends a capture that failed part way and keeps none of it (instantiated, the part captured
+  /// would be replayed as if it were the whole step).
+  void abandonCapture(size_t slot);
   bool captured(size_t slot) const { return slot < graphs_.size() && graphs_[slot].exec; }
   bool replay(size_t slot, std::string& error);
   /// Waits for the device and destroys the captured graphs (before what they reference goes: NCCL

@@ -207,9 +207,8 @@ bool GpuStep::run(bool train, std::string& error) {
   bool capture = useGraphs_ && !gpu_.captured(slot_) && trainSteps_++ >= 1;
   if (capture) {
     if (!gpu_.beginCapture(error)) return false;
-    std::string ignored;
-    if (!enqueue(true, error)) {
-      gpu_.endCapture(slot_, ignored);
+    if (!enqueue(true, error)) { // nothing of it is kept: a later step captures again, whole
+      gpu_.abandonCapture(slot_);
       return false;
     }
     if (!gpu_.endCapture(slot_, error)) return false;

@@ -70,6 +70,27 @@ print(f"{m}: 12 steps, max relative loss difference of the warpgroup products fr
 sys.exit(0 if worst <= 1e-3 else 1)
 PY
 done
+# The step as a CUDA graph (replayed from the third step on) and without one (launch by launch)
+# trains alike: the same kernels on the same data (each GEMM takes cuBLASLt's first algorithm, not
+# the fastest timed, which may differ between sessions), apart from the order of the atomic adds in
+# reductions: within 1e-4.
+for m in gptw llamaw; do
+  has $m.so || continue
+  SGC_GEMM_TUNING=0 python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cuda:0 > $m.graph.out 2> $m.graph.err
+  SGC_GEMM_TUNING=0 SGC_CUDA_GRAPHS=0 python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cuda:0 > $m.nograph.out 2> $m.nograph.err
+  python3 - $m <<'PY' || status=1
+import json, sys
+m = sys.argv[1]
+graph = [json.loads(l)["loss"] for l in open(m + ".graph.out")]
+none = [json.loads(l)["loss"] for l in open(m + ".nograph.out")]
+if len(graph) != 12 or len(none) != 12:
+    print(m, "with and without a CUDA graph FAILED:", open(m + ".graph.err").read()[-300:], open(m + ".nograph.err").read()[-300:])
+    sys.exit(1)
+worst = max(abs(a - b) / abs(b) for a, b in zip(graph, none))
+print(f"{m}: 12 steps as a CUDA graph against launch by launch: max relative loss difference {worst:.2e}")
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
+done
 # The host's own stream (sgc_session_options.cuda_stream): the same training as on the session's.
 if has gptw.so gptw.gpu.out; then
 SGC_SAMPLE_HOST_STREAM=1 python3 -u train_ctypes.py gptw.so gptw_data.safetensors 12 cuda:0 > gptw.stream.out 2> gptw.stream.err
