@@ -38,7 +38,8 @@ def main():
                 p = subprocess.run([sys.executable, gt.__file__, "--sgc", gt.unpacked(lib), weights, name], capture_output=True, text=True, env=env)
                 r = json.loads(p.stdout.splitlines()[0]) if p.stdout.strip() else {"error": p.stderr[-800:]}
                 res.setdefault(v, []).append(r)
-                print(v, run, round(r.get("ms", -1), 3), r.get("losses", r.get("error")), flush=True)
+                c = r.get("clocks") or {}
+                print(v, run, round(r.get("ms", -1), 3), r.get("losses", r.get("error")), f"SM {c['sm_MHz']:.0f} MHz, {c['power_W']:.0f} W" if c else "", flush=True)
                 if run == 0 and "device" in r:
                     print("   ", r["device"], flush=True)
         medians = {v: sorted(r["ms"] for r in res[v] if "ms" in r) for v, _, _ in cases}

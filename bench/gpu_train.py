@@ -6,7 +6,8 @@
 # beside it (gpt_rc.so: compiled with --recompute cheap; gpt_whole.so: the
 # classifier whole) are timed too. Prints
 # ms/step (median of 20 after 3 warm-up steps), peak memory, the first losses
-# of each side and the ratios; writes the results as JSON to $OUT/gpu_train.json
+# of each side, the card's SM clock and power draw while its steps ran
+# (GpuMonitor), and the ratios; writes the results as JSON to $OUT/gpu_train.json
 # (after each model: a run cut short keeps the models it finished).
 # Exits 1 where sgc's first losses do not follow eager's (losses_differ).
 # Usage: python3 bench/gpu_train.py bench/out [mlp,gpt]
@@ -44,6 +45,40 @@ def shared_nccl_id(lib, rank, id_file, wait_s=120):
     return open(id_file, "rb").read(128)
 
 
+class GpuMonitor:
+    """nvidia-smi's samples, every 100 ms while a side's steps run, of the SM clock, the power draw,
+    the temperature and the active clock-event reasons (a bit mask: 0x4 the power cap, 0x20/0x40
+    thermal slowdown): a card at its power limit runs back-to-back steps at a lower clock than one
+    step after a pause. summary() is {} where nvidia-smi is missing or answers otherwise."""
+    QUERY = "clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
+
+    def __enter__(self):
+        try:
+            self.proc = subprocess.Popen(["nvidia-smi", "-i", "0", f"--query-gpu={self.QUERY}", "--format=csv,noheader,nounits", "-lms", "100"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+        return self
+
+    def __exit__(self, *exc):
+        self.samples = []
+        if self.proc:
+            self.proc.terminate()
+            for line in self.proc.communicate()[0].splitlines():
+                f = [x.strip() for x in line.split(",")]
+                try:
+                    self.samples.append((float(f[0]), float(f[1]), float(f[2]), f[3]))
+                except (ValueError, IndexError):
+                    pass
+
+    def summary(self):
+        if not self.samples:
+            return {}
+        median = lambda i: sorted(x[i] for x in self.samples)[len(self.samples) // 2]
+        return {"sm_MHz": median(0), "power_W": median(1), "max_temp_C": max(x[2] for x in self.samples),
+                "clock_reasons": sorted({x[3] for x in self.samples}), "samples": len(self.samples)}
+
+
 def sgc_side(so, weights, name, comm="none", rank=0, world=1, id_file=None, kept=LOSSES):
     """comm: none, or nccl: the library's collectives through NCCL, as rank `rank` of `world` on cuda:`rank`
     (rank 0 writes the NCCL id to `id_file`, the others wait for it), on its 1/world of a batch world times the
@@ -75,12 +110,13 @@ def sgc_side(so, weights, name, comm="none", rank=0, world=1, id_file=None, kept
     inputs = dict(zip(s.inputs(), (t.contiguous() for t in gm.rank_batch(name, rank, world))))
     losses, times = [], []
     steps = 4 if os.environ.get("SGC_PROFILE") else WARM + STEPS
-    for i in range(steps):
-        t0 = time.perf_counter()
-        losses.append(s.step(**(inputs if i == 0 else {})))
-        times.append((time.perf_counter() - t0) * 1e3)
+    with GpuMonitor() as gpu:
+        for i in range(steps):
+            t0 = time.perf_counter()
+            losses.append(s.step(**(inputs if i == 0 else {})))
+            times.append((time.perf_counter() - t0) * 1e3)
     t = sorted(times[min(WARM, steps - 1):])
-    print(json.dumps({"ms": t[len(t) // 2], "first_step_ms": times[0], "losses": losses[:kept], "peak_GiB": (free0 - free1) / 2**30,
+    print(json.dumps({"ms": t[len(t) // 2], "first_step_ms": times[0], "losses": losses[:kept], "peak_GiB": (free0 - free1) / 2**30, "clocks": gpu.summary(),
                       "plan_GiB": s.memory_plan_bytes() / 2**30, "device": s.description()}), flush=True)
     s.close()  # writes the profile
 
@@ -123,7 +159,9 @@ def torch_side(name, mode, init):
     losses = [step().item() for _ in range(LOSSES)]
     first_s = time.time() - t0
     torch.cuda.reset_peak_memory_stats()
-    r = {"ms": time_steps(step), "peak_GiB": torch.cuda.max_memory_allocated() / 2**30, "losses": losses, "first_steps_s": first_s}
+    with GpuMonitor() as gpu:
+        ms = time_steps(step)
+    r = {"ms": ms, "peak_GiB": torch.cuda.max_memory_allocated() / 2**30, "losses": losses, "first_steps_s": first_s, "clocks": gpu.summary()}
     del model, opt, step
     torch.cuda.empty_cache()
     return r
@@ -240,7 +278,9 @@ def main():
         for side in sgcs + ["eager", "compile"]:
             v = r[side]
             if "ms" in v:
-                print(f"{side:26} {v['ms']:9.2f} {v['peak_GiB']:9.2f}  {' '.join(f'{l:.5f}' for l in v['losses'])}")
+                c = v.get("clocks") or {}
+                clocks = f"  SM {c['sm_MHz']:.0f} MHz, {c['power_W']:.0f} W, reasons {','.join(c['clock_reasons'])}" if c else ""
+                print(f"{side:26} {v['ms']:9.2f} {v['peak_GiB']:9.2f}  {' '.join(f'{l:.5f}' for l in v['losses'])}{clocks}")
             else:
                 print(f"{side:26} failed: {v.get('error', '')[-300:]}")
         for side in sgcs:
