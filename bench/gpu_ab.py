@@ -5,7 +5,7 @@
 # losses, each variant's median and its ratio to the first variant by name, and writes the runs
 # to $OUT/ab.json. For changes the full benchmark (gpu_train.py, PyTorch in the same run) cannot
 # resolve within its noise. Each --env "NAME=VALUE ..." (repeatable) runs every library again with
-# those variables set, as a variant of its own (the runtime's switches: SGC_GRAPH_SPLIT=0, ...).
+# those variables set, as a variant of its own (the runtime's switches: SGC_GEMM_TUNING=0, ...).
 # Usage: python3 bench/gpu_ab.py DIR gpt,llama [runs of each] [--env "NAME=VALUE ..."]...
 import argparse, glob, json, os, subprocess, sys
 

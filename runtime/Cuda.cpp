@@ -278,11 +278,7 @@ bool CudaDevice::endCapture(size_t slot, std::string& error) {
 void CudaDevice::abandonCapture(size_t slot) {
   void* graph = nullptr;
   if (api_->cuStreamEndCapture(stream_, &graph) == 0 && graph) api_->cuGraphDestroy(graph);
-  if (slot < graphs_.size()) {
-    if (graphs_[slot].exec) api_->cuGraphExecDestroy(graphs_[slot].exec);
-    if (graphs_[slot].graph) api_->cuGraphDestroy(graphs_[slot].graph);
-    graphs_[slot] = Graph{};
-  }
+  if (slot < graphs_.size()) release(graphs_[slot]);
 }
 
 bool CudaDevice::recordEvent(size_t slot, std::string& error, bool onCommStream) {
@@ -349,13 +345,16 @@ uint64_t CudaDevice::scratch(uint64_t bytes, std::string& error) {
   return scratch_ = p;
 }
 
+void CudaDevice::release(Graph& g) {
+  if (g.exec) api_->cuGraphExecDestroy(g.exec);
+  if (g.graph) api_->cuGraphDestroy(g.graph);
+  g = Graph{};
+}
+
 void CudaDevice::dropGraph() {
   if (stream_) api_->cuStreamSynchronize(stream_);
   if (commStream_) api_->cuStreamSynchronize(commStream_);
-  for (Graph& g : graphs_) {
-    if (g.exec) api_->cuGraphExecDestroy(g.exec);
-    if (g.graph) api_->cuGraphDestroy(g.graph);
-  }
+  for (Graph& g : graphs_) release(g);
   graphs_.clear();
 }
 

@@ -102,6 +102,7 @@ private:
   struct Graph {
     void *graph = nullptr, *exec = nullptr;
   };
+  void release(Graph& g); ///< destroys its graph and executable
   std::vector<Graph> graphs_; ///< by slot
   int device_ = 0;
   uint64_t arena_ = 0, workspace_ = 0, workspaceBytes_ = 0;
