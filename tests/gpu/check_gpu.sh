@@ -70,7 +70,7 @@ print(f"{m}: 12 steps, max relative loss difference of the warpgroup products fr
 sys.exit(0 if worst <= 1e-3 else 1)
 PY
 done
-# The step as a CUDA graph (replayed from the third step on) and without one (launch by launch)
+# The step as a CUDA graph (replayed from the second step on) and without one (launch by launch)
 # trains alike: the same kernels on the same data (each GEMM takes cuBLASLt's first algorithm, not
 # the fastest timed, which may differ between sessions), apart from the order of the atomic adds in
 # reductions: within 1e-4.
