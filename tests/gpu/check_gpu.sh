@@ -34,41 +34,37 @@ has() {
     [ -e "$f" ] || { echo "SKIP: $f is not in this part of the bundle"; skipped=$((skipped + 1)); return 1; }
   done
 }
+# same_losses LABEL LIMIT WHAT RUN.out REFERENCE.out: both runs of train_ctypes.py printed 12
+# losses and RUN's are within LIMIT of REFERENCE's (relative); prints the largest difference, or the
+# tail of each run's .err where one fell short.
+same_losses() {
+  python3 - "$@" <<'PY'
+import json, os, sys
+label, limit, what, run, ref = sys.argv[1:6]
+losses = [[json.loads(l)["loss"] for l in open(f)] if os.path.exists(f) else [] for f in (run, ref)]
+if any(len(l) != 12 for l in losses):
+    tails = [open(f[:-4] + ".err").read()[-300:] for f in (run, ref) if os.path.exists(f[:-4] + ".err")]
+    print(label, "FAILED:", *tails)
+    sys.exit(1)
+worst = max(abs(a - b) / abs(b) for a, b in zip(*losses))
+print(f"{label}: 12 steps, max relative loss difference {what} {worst:.2e}")
+sys.exit(0 if worst <= float(limit) else 1)
+PY
+}
 for m in sample mlp cnn gpt gptw wide vocab llamaw wide_rms rms_2k gptw_fused gptw_sgd gptw_dp gptw_z1 mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_sgd_bf16 gptw_dp_bf16 vocab_bf16 llamaw_bf16 gpth_bf16 gpth128_bf16 vocabh_chunks vocabh_chunks_bf16 gptw_chunks_bf16 llamaw_chunks_bf16; do
   has $m.so || continue
   comm=; case $m in *_dp*|*_z1*) comm=nccl ;; esac # data-parallel builds: NCCL (one rank) on the GPU
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cpu > $m.cpu.out 2> $m.cpu.err
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cuda:0 $comm > $m.gpu.out 2> $m.gpu.err
-  python3 - $m <<'PY' || status=1
-import json, sys
-m = sys.argv[1]
-cpu = [json.loads(l)["loss"] for l in open(m + ".cpu.out")]
-gpu = [json.loads(l)["loss"] for l in open(m + ".gpu.out")]
-if len(cpu) != 12 or len(gpu) != 12:
-    print(m, "FAILED:", open(m + ".cpu.err").read()[-300:], open(m + ".gpu.err").read()[-300:])
-    sys.exit(1)
-worst = max(abs(a - b) / abs(b) for a, b in zip(gpu, cpu))
-print(f"{m}: 12 steps, max relative loss difference GPU vs CPU {worst:.2e}")
-sys.exit(0 if worst <= (2e-2 if m.endswith("bf16") else 1e-4) else 1)
-PY
+  limit=1e-4; case $m in *bf16) limit=2e-2 ;; esac
+  same_losses $m $limit "GPU vs CPU" $m.gpu.out $m.cpu.out || status=1
 done
 # Attention as Hopper's warpgroup products against the mma.sync kernels of an sm_80 build, both on
 # this GPU: the same arithmetic in another order, far closer than either is to the CPU's.
 for m in gpth gpth128; do
   has ${m}_mma_bf16.so ${m}_bf16.gpu.out || continue
   python3 -u train_ctypes.py ${m}_mma_bf16.so ${m}_bf16_data.safetensors 12 cuda:0 > ${m}_mma.gpu.out 2> ${m}_mma.gpu.err
-  python3 - $m <<'PY' || status=1
-import json, sys
-m = sys.argv[1]
-hopper = [json.loads(l)["loss"] for l in open(m + "_bf16.gpu.out")]
-mma = [json.loads(l)["loss"] for l in open(m + "_mma.gpu.out")]
-if len(mma) != 12:
-    print(m, "with sm_80's kernels FAILED:", open(m + "_mma.gpu.err").read()[-300:])
-    sys.exit(1)
-worst = max(abs(a - b) / abs(b) for a, b in zip(hopper, mma))
-print(f"{m}: 12 steps, max relative loss difference of the warpgroup products from sm_80's mma.sync {worst:.2e}")
-sys.exit(0 if worst <= 1e-3 else 1)
-PY
+  same_losses $m 1e-3 "of the warpgroup products from sm_80's mma.sync" ${m}_bf16.gpu.out ${m}_mma.gpu.out || status=1
 done
 # The step as a CUDA graph (replayed from the second step on) and without one (launch by launch)
 # trains alike: the same kernels on the same data (each GEMM takes cuBLASLt's first algorithm, not
@@ -78,33 +74,12 @@ for m in gptw llamaw; do
   has $m.so || continue
   SGC_GEMM_TUNING=0 python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cuda:0 > $m.graph.out 2> $m.graph.err
   SGC_GEMM_TUNING=0 SGC_CUDA_GRAPHS=0 python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cuda:0 > $m.nograph.out 2> $m.nograph.err
-  python3 - $m <<'PY' || status=1
-import json, sys
-m = sys.argv[1]
-graph = [json.loads(l)["loss"] for l in open(m + ".graph.out")]
-none = [json.loads(l)["loss"] for l in open(m + ".nograph.out")]
-if len(graph) != 12 or len(none) != 12:
-    print(m, "with and without a CUDA graph FAILED:", open(m + ".graph.err").read()[-300:], open(m + ".nograph.err").read()[-300:])
-    sys.exit(1)
-worst = max(abs(a - b) / abs(b) for a, b in zip(graph, none))
-print(f"{m}: 12 steps as a CUDA graph against launch by launch: max relative loss difference {worst:.2e}")
-sys.exit(0 if worst <= 1e-4 else 1)
-PY
+  same_losses $m 1e-4 "as a CUDA graph against launch by launch" $m.graph.out $m.nograph.out || status=1
 done
 # The host's own stream (sgc_session_options.cuda_stream): the same training as on the session's.
 if has gptw.so gptw.gpu.out; then
 SGC_SAMPLE_HOST_STREAM=1 python3 -u train_ctypes.py gptw.so gptw_data.safetensors 12 cuda:0 > gptw.stream.out 2> gptw.stream.err
-python3 - <<'PY' || status=1
-import json, sys
-own = [json.loads(l)["loss"] for l in open("gptw.gpu.out")]
-host = [json.loads(l)["loss"] for l in open("gptw.stream.out")]
-if len(host) != 12:
-    print("gptw on the host's stream FAILED:", open("gptw.stream.err").read()[-300:])
-    sys.exit(1)
-worst = max(abs(a - b) / abs(b) for a, b in zip(host, own))
-print(f"gptw on the host's stream: 12 steps, max relative loss difference against the session's stream {worst:.2e}")
-sys.exit(0 if worst <= 1e-4 else 1)
-PY
+same_losses "gptw on the host's stream" 1e-4 "against the session's stream" gptw.stream.out gptw.gpu.out || status=1
 # The Python package as a PyTorch host uses it: torch's stream, CUDA inputs, DLPack views, a trace.
 python3 -u package_gpu.py gptw.so gptw_data.safetensors gptw.gpu.out $([ -e gptw_bf16.so ] && echo gptw_bf16.so) || status=1
 fi
