@@ -192,6 +192,12 @@ StmtRef sharedStore(int array, ExprRef index, ExprRef value) {
   return stmtOf(StmtKind::SharedStore, array, 0, false, std::move(index), std::move(value), {});
 }
 
+StmtRef sharedStorePair(int array, ExprRef index, ExprRef lo, ExprRef hi) {
+  StmtRef s = sharedStore(array, std::move(index), std::move(lo));
+  s->operands.push_back(std::move(hi));
+  return s;
+}
+
 StmtRef mmaBf16(std::vector<int> acc, std::vector<ExprRef> a, std::vector<ExprRef> b) {
   assert(acc.size() == 4 && a.size() == 8 && b.size() == 4 && "mma.m16n8k16 takes 4 accumulators, 8 + 4 operands");
   auto s = std::make_shared<Stmt>();
@@ -226,13 +232,26 @@ StmtRef wgmmaBf16(std::vector<int> acc, std::vector<ExprRef> a, WgmmaTile b, boo
 }
 
 StmtRef wgmmaBf16(std::vector<int> acc, WgmmaTile a, WgmmaTile b, bool accumulate) {
-  assert(!a.mnMajor && "an A tile is K-major");
   return wgmmaOf(std::move(acc), {}, {std::move(b), std::move(a)}, accumulate);
 }
 
 StmtRef wgmmaFence() { return stmtOf(StmtKind::WgmmaFence, 0, 0, false, nullptr, nullptr, {}); }
 StmtRef wgmmaCommit() { return stmtOf(StmtKind::WgmmaCommit, 0, 0, false, nullptr, nullptr, {}); }
 StmtRef fenceProxyAsync() { return stmtOf(StmtKind::FenceProxyAsync, 0, 0, false, nullptr, nullptr, {}); }
+
+StmtRef bulkStore(int array, ExprRef sharedIndex, int buffer, ExprRef index, int64_t bytes) {
+  assert(sharedIndex->type == Scalar::I64 && index->type == Scalar::I64 && "bulk copies take i64 indices");
+  assert(bytes > 0 && bytes % 16 == 0 && "cp.async.bulk copies a multiple of 16 bytes");
+  StmtRef s = stmtOf(StmtKind::BulkStore, array, bytes, false, std::move(sharedIndex), std::move(index), {});
+  s->buffer = buffer;
+  return s;
+}
+
+StmtRef bulkCommit() { return stmtOf(StmtKind::BulkCommit, 0, 0, false, nullptr, nullptr, {}); }
+
+StmtRef bulkWait(int inFlight) { return stmtOf(StmtKind::BulkWait, 0, inFlight, false, nullptr, nullptr, {}); }
+
+StmtRef bulkReadWait(int inFlight) { return stmtOf(StmtKind::BulkReadWait, 0, inFlight, false, nullptr, nullptr, {}); }
 
 StmtRef wgmmaWait(int inFlight, std::vector<int> acc) {
   StmtRef s = stmtOf(StmtKind::WgmmaWait, 0, inFlight, false, nullptr, nullptr, {});
@@ -286,7 +305,17 @@ void stmtText(const Stmt& s, int depth, std::string& out) {
   case StmtKind::AsyncCommit: out += pad + "async_commit\n"; return;
   case StmtKind::AsyncWait: out += pad + "async_wait(" + std::to_string(s.extent) + ")\n"; return;
   case StmtKind::Barrier: out += pad + "barrier\n"; return;
-  case StmtKind::SharedStore: out += pad + "s" + std::to_string(s.id) + "[" + exprText(*s.index) + "] = " + exprText(*s.value) + "\n"; return;
+  case StmtKind::SharedStore:
+    out += pad + "s" + std::to_string(s.id) + "[" + exprText(*s.index) + (s.operands.empty() ? "] = " : "..+1] = ") + exprText(*s.value) +
+           (s.operands.empty() ? "" : ", " + exprText(*s.operands[0])) + "\n";
+    return;
+  case StmtKind::BulkStore:
+    out += pad + "b" + std::to_string(s.buffer) + "[" + exprText(*s.value) + "...] = s" + std::to_string(s.id) + "[" + exprText(*s.index) +
+           "...] (" + std::to_string(s.extent) + " bytes, bulk)\n";
+    return;
+  case StmtKind::BulkCommit: out += pad + "bulk_commit\n"; return;
+  case StmtKind::BulkWait: out += pad + "bulk_wait(" + std::to_string(s.extent) + ")\n"; return;
+  case StmtKind::BulkReadWait: out += pad + "bulk_read_wait(" + std::to_string(s.extent) + ")\n"; return;
   case StmtKind::Wgmma: {
     auto tile = [](const WgmmaTile& t) {
       return "s" + std::to_string(t.array) + "@" + exprText(*t.offset) + (t.mnMajor ? " mn-major" : " k-major") + " rows " + std::to_string(t.rows);
@@ -377,7 +406,8 @@ bool hasBlockOps(const Stmt& s) {
       s,
       [](const Stmt& st) {
         return st.kind == StmtKind::CopyAsync || st.kind == StmtKind::AsyncCommit || st.kind == StmtKind::AsyncWait ||
-               st.kind == StmtKind::Barrier || st.kind == StmtKind::SharedStore;
+               st.kind == StmtKind::Barrier || st.kind == StmtKind::SharedStore || st.kind == StmtKind::BulkStore ||
+               st.kind == StmtKind::BulkCommit || st.kind == StmtKind::BulkWait || st.kind == StmtKind::BulkReadWait;
       },
       [](const Expr& e) { return e.kind == ExprKind::SharedLoad; });
 }

@@ -123,14 +123,15 @@ using StmtRef = std::shared_ptr<Stmt>;
 
 enum class StmtKind : uint8_t {
   Loop, Store, AtomicAdd, Let, Set, Block, Mma, CopyAsync, AsyncCommit, AsyncWait, Barrier, SharedStore,
-  Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait, FenceProxyAsync
+  Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait, FenceProxyAsync, BulkStore, BulkCommit, BulkWait, BulkReadWait
 };
 
 /// A warpgroup product's operand in shared memory (Hopper's wgmma reads it there itself): a tile
 /// of `rows` rows of bf16 elements in the 128-byte swizzled layout that wgmma and its descriptors
 /// name (see wgmmaTileOffset), from byte `offset` (an i64 expression) of shared array `array`.
 /// K-major: the tile's rows are the product's rows (A) or columns (B), its width the contracted
-/// dim. MN-major (`mnMajor`, B only): its rows are the contracted dim, its width B's columns.
+/// dim. MN-major (`mnMajor`): its rows are the contracted dim, its width A's rows or B's columns
+/// (wgmma's transposed operand, bf16 only).
 struct WgmmaTile {
   int array = 0;
   ExprRef offset;       ///< bytes, at the product's first contracted element
@@ -146,18 +147,19 @@ ExprRef wgmmaTileOffset(const ExprRef& row, const ExprRef& col, int64_t rows);
 
 struct Stmt {
   StmtKind kind;
-  int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer; CopyAsync, SharedStore: the shared array
-  int buffer = 0;              ///< CopyAsync: the buffer copied from
-  int64_t extent = 0;          ///< Loop: iterations [0, extent); AsyncWait, WgmmaWait: the groups left in flight; CopyAsync: its
-                               ///< bytes; Wgmma: 1 when it adds to the accumulators, 0 when it replaces them
+  int id = 0;                  ///< Loop: its variable; Let/Set: the local; Store: the buffer; CopyAsync, SharedStore, BulkStore: the shared array
+  int buffer = 0;              ///< CopyAsync: the buffer copied from; BulkStore: the buffer copied into
+  int64_t extent = 0;          ///< Loop: iterations [0, extent); AsyncWait, WgmmaWait, BulkWait, BulkReadWait: the groups left in flight; CopyAsync,
+                               ///< BulkStore: its bytes; Wgmma: 1 when it adds to the accumulators, 0 when it replaces them
   bool parallel = false;       ///< Loop: iterations are independent; when its body is stores only, an
                                ///< iteration computes all their values before it stores any
   bool bf16 = false;           ///< Let: the local (f32) holds its values rounded to bf16 (letBf16)
   ExprRef index, value;        ///< Store: buffer[index] = value (SharedStore: shared[index]); AtomicAdd: += value; Let/Set: local = value;
-                               ///< CopyAsync: shared[index...] = buffer[value...];
+                               ///< CopyAsync: shared[index...] = buffer[value...]; BulkStore: buffer[value...] = shared[index...];
                                ///< Loop (serial): when set, an i64 bound: iterations [0, min(extent, value))
   std::vector<StmtRef> body;   ///< Loop, Block
-  std::vector<ExprRef> operands; ///< Mma: a0..a7, b0..b3; Wgmma: its warp's A fragment a0..a7 (none when A is a tile)
+  std::vector<ExprRef> operands; ///< Mma: a0..a7, b0..b3; Wgmma: its warp's A fragment a0..a7 (none when A is a tile);
+                                 ///< SharedStore of a pair (sharedStorePair): the second value
   std::vector<int> acc;          ///< Mma: the four f32 locals c0..c3, updated in place; Wgmma: its n / 2 f32 accumulators, likewise;
                                  ///< WgmmaWait: the accumulators of the products it waits for
   std::vector<WgmmaTile> tiles;  ///< Wgmma: B, then A when A is a tile
@@ -206,8 +208,11 @@ StmtRef asyncCommit();
 StmtRef asyncWait(int inFlight);
 StmtRef barrier();
 /// shared[index] = value, seen by the block's other threads after a barrier (a block-wide
-/// reduction's partial results, one a warp).
+/// reduction's partial results, one a warp). An array of bf16 holds the value rounded to bf16.
 StmtRef sharedStore(int array, ExprRef index, ExprRef value);
+/// shared[index] = lo and shared[index + 1] = hi, both rounded to bf16, as one 4-byte store into
+/// a bf16 array (index even): a tensor core result fragment's neighbouring pair.
+StmtRef sharedStorePair(int array, ExprRef index, ExprRef lo, ExprRef hi);
 
 /// Hopper's warpgroup products (PTX wgmma, sm_90a), for gpuOnly kernels whose blocks are whole
 /// warpgroups (4 warps, `threads` a multiple of 128) that all run each product together.
@@ -230,6 +235,21 @@ StmtRef wgmmaFence();
 StmtRef wgmmaCommit();
 StmtRef wgmmaWait(int inFlight, std::vector<int> acc);
 StmtRef fenceProxyAsync();
+
+/// Hopper's bulk copies out of shared memory (PTX cp.async.bulk, sm_90), for gpuOnly kernels:
+/// bulkStore starts a copy of `bytes` bytes (a multiple of 16) from shared array `array` at
+/// element `sharedIndex` into `buffer` at element `index` (both 16-byte aligned) that the copy
+/// engine runs behind the statements after it. Its shared bytes were written by threads that
+/// each ran fenceProxyAsync() and then a barrier before it, and are not written again before the
+/// copy's group is waited for: bulkCommit() closes the bulk copies this thread started since its
+/// last one into a group; bulkWait(n) waits until at most n of the thread's groups are in flight
+/// (their shared bytes read, their global ones written); bulkReadWait(n) only until their shared
+/// bytes are read (which may then be written again). A thread waits (bulkWait) for all of its
+/// groups before its block ends.
+StmtRef bulkStore(int array, ExprRef sharedIndex, int buffer, ExprRef index, int64_t bytes);
+StmtRef bulkCommit();
+StmtRef bulkWait(int inFlight);
+StmtRef bulkReadWait(int inFlight);
 
 struct SharedArray {
   ir::DType dtype;

@@ -165,6 +165,8 @@ private:
         vars_[loop.id][t] = first + t;
       }
       for (const StmtRef& s : loop.body) exec(*s, m);
+      for (int t = 0; t < threads && error_.empty(); ++t)
+        if (!bulkOpen_[t].empty() || !bulkGroups_[t].empty()) fail("thread " + std::to_string(t) + "'s bulk copies are in flight at its block's end");
     }
   }
 
@@ -182,6 +184,8 @@ private:
     }
     open_.assign(threads, {});
     groups_.assign(threads, {});
+    bulkOpen_.assign(threads, {});
+    bulkGroups_.assign(threads, {});
   }
 
   void fail(const std::string& what) {
@@ -309,6 +313,11 @@ private:
            " with no barrier between");
       return nullptr;
     }
+    if (write && bulkReads(a, index)) {
+      fail("thread " + std::to_string(t) + " writes element " + std::to_string(index) + " of shared array " + std::to_string(a) +
+           ", which a bulk copy not yet waited for reads");
+      return nullptr;
+    }
     if (write) w = t;
     else rd = rd == -1 || rd == t ? t : -2;
     return shared_[a].data() + index * (int64_t)ir::dtypeSize(k_.shared[a].dtype);
@@ -364,14 +373,19 @@ private:
       return;
     }
     case StmtKind::Store: case StmtKind::AtomicAdd: return storeBuffer(s, m);
-    case StmtKind::SharedStore: {
-      Lanes idx = eval(*s.index, m), v = eval(*s.value, m);
-      if (k_.shared.at(s.id).dtype != ir::DType::F32) return fail("a shared store into an array not of f32");
-      for (int t = 0; t < T_ && error_.empty(); ++t)
-        if (m[t])
-          if (unsigned char* p = sharedElement(s.id, idx[t].i, t, true)) storeAs(p, ir::DType::F32, s.value->type, v[t]);
+    case StmtKind::SharedStore: return sharedStore(s, m);
+    case StmtKind::BulkStore: return bulkStore(s, m);
+    case StmtKind::BulkCommit:
+      for (int t = 0; t < T_; ++t)
+        if (m[t]) bulkGroups_[t].push_back(std::move(bulkOpen_[t])), bulkOpen_[t].clear();
       return;
-    }
+    case StmtKind::BulkWait: case StmtKind::BulkReadWait: // the shared bytes are read, and written to the buffer, when waited for
+      for (int t = 0; t < T_ && error_.empty(); ++t)
+        while (m[t] && (int64_t)bulkGroups_[t].size() > s.extent && error_.empty()) {
+          for (const BulkCopy& c : bulkGroups_[t].front()) bulkLand(c, t);
+          bulkGroups_[t].erase(bulkGroups_[t].begin());
+        }
+      return;
     case StmtKind::Barrier: return barrier(m);
     case StmtKind::CopyAsync: return copyAsync(s, m);
     case StmtKind::AsyncCommit:
@@ -432,6 +446,10 @@ private:
     int array, buffer;
     int64_t to, from, bytes;
   };
+  struct BulkCopy { ///< out of shared memory: from shared element `from` of `array` to element `to` of `buffer`
+    int array, buffer;
+    int64_t from, to, bytes;
+  };
 
   void copyAsync(const Stmt& s, const Mask& m) {
     Lanes to = eval(*s.index, m), from = eval(*s.value, m);
@@ -447,6 +465,59 @@ private:
         return;
       open_[t].push_back(Copy{s.id, s.buffer, to[t].i, from[t].i, s.extent});
     }
+  }
+
+  /// shared[index] = value (and shared[index + 1] = the pair's second), rounded to the array's type.
+  void sharedStore(const Stmt& s, const Mask& m) {
+    Lanes idx = eval(*s.index, m), v = eval(*s.value, m), hi;
+    ir::DType dt = k_.shared.at(s.id).dtype;
+    bool pair = !s.operands.empty();
+    if (pair) hi = eval(*s.operands[0], m);
+    if ((dt != ir::DType::F32 && dt != ir::DType::BF16) || (pair && dt != ir::DType::BF16)) return fail("a shared store into an array not of f32 or bf16");
+    for (int t = 0; t < T_ && error_.empty(); ++t) {
+      if (!m[t]) continue;
+      if (pair && idx[t].i % 2) return fail("a shared store of a pair at odd element " + std::to_string(idx[t].i));
+      if (unsigned char* p = sharedElement(s.id, idx[t].i, t, true)) storeAs(p, dt, s.value->type, v[t]);
+      if (pair)
+        if (unsigned char* p = sharedElement(s.id, idx[t].i + 1, t, true)) storeAs(p, dt, s.operands[0]->type, hi[t]);
+    }
+  }
+
+  /// A bulk copy out of shared memory starts (kir::bulkStore): it reads the shared bytes when it is
+  /// waited for (the latest the hardware may), and no thread may write them before that.
+  void bulkStore(const Stmt& s, const Mask& m) {
+    Lanes from = eval(*s.index, m), to = eval(*s.value, m);
+    if ((size_t)s.id >= k_.shared.size() || (size_t)s.buffer >= k_.buffers.size()) return fail("a bulk copy between arrays that do not exist");
+    int64_t sharedSize = (int64_t)ir::dtypeSize(k_.shared[s.id].dtype), bufferSize = (int64_t)ir::dtypeSize(k_.buffers[s.buffer].dtype);
+    for (int t = 0; t < T_ && error_.empty(); ++t) {
+      if (!m[t]) continue;
+      if ((from[t].i * sharedSize) % 16 || (to[t].i * bufferSize) % 16)
+        return fail("a bulk copy from shared element " + std::to_string(from[t].i) + " to element " + std::to_string(to[t].i) + ", not 16-byte aligned");
+      if (!inside(from[t].i, k_.shared[s.id].count - s.extent / sharedSize + 1, "a bulk copy from shared array " + std::to_string(s.id)) ||
+          !inside(to[t].i, k_.buffers[s.buffer].numel - s.extent / bufferSize + 1, "a bulk copy into %" + k_.buffers[s.buffer].name))
+        return;
+      bulkOpen_[t].push_back(BulkCopy{s.id, s.buffer, from[t].i, to[t].i, s.extent});
+    }
+  }
+
+  /// A bulk copy lands in its buffer: its shared bytes count as read by the waiting thread `t`
+  /// (another thread may write them only after a barrier).
+  void bulkLand(const BulkCopy& c, int t) {
+    int64_t sharedSize = (int64_t)ir::dtypeSize(k_.shared[c.array].dtype), bufferSize = (int64_t)ir::dtypeSize(k_.buffers[c.buffer].dtype);
+    auto* to = (unsigned char*)buffers_[c.buffer] + c.to * bufferSize;
+    for (int64_t e = 0; e < c.bytes / sharedSize && error_.empty(); ++e)
+      if (const unsigned char* p = sharedElement(c.array, c.from + e, t, false)) memcpy(to + e * sharedSize, p, (size_t)sharedSize);
+  }
+
+  /// Whether a bulk copy not yet waited for reads element `index` of shared array `a`.
+  bool bulkReads(int a, int64_t index) const {
+    auto reads = [&](const BulkCopy& c) { return c.array == a && index >= c.from && index < c.from + c.bytes / (int64_t)ir::dtypeSize(k_.shared[a].dtype); };
+    for (size_t t = 0; t < bulkOpen_.size(); ++t) {
+      if (std::any_of(bulkOpen_[t].begin(), bulkOpen_[t].end(), reads)) return true;
+      for (const auto& g : bulkGroups_[t])
+        if (std::any_of(g.begin(), g.end(), reads)) return true;
+    }
+    return false;
   }
 
   /// A copy lands in shared memory: the waiting thread writes it.
@@ -563,6 +634,8 @@ private:
   std::vector<std::vector<int32_t>> writer_, reader_; ///< per shared element since the last barrier: -1 none, -2 several readers
   std::vector<std::vector<Copy>> open_;               ///< [thread] copies since its last commit
   std::vector<std::vector<std::vector<Copy>>> groups_; ///< [thread] committed groups in flight, oldest first
+  std::vector<std::vector<BulkCopy>> bulkOpen_;               ///< [thread] bulk copies since its last bulk commit
+  std::vector<std::vector<std::vector<BulkCopy>>> bulkGroups_; ///< [thread] committed, in flight, oldest first
   std::string error_;
 };
 

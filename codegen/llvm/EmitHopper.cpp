@@ -22,9 +22,9 @@ llvm::Value* HopperEmitter::descriptor(llvm::Value* address, const kir::WgmmaTil
 }
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 {d...}, {a0..a3} | a-desc, b-desc,
-// scale-d (1: D += A B; 0: D = A B), imm-scale-a 1, imm-scale-b 1, (imm-trans-a 0,) imm-trans-b.
+// scale-d (1: D += A B; 0: D = A B), imm-scale-a 1, imm-scale-b 1, (imm-trans-a,) imm-trans-b.
 llvm::Value* HopperEmitter::product(size_t n, const std::vector<llvm::Value*>& acc, const std::vector<llvm::Value*>& a, llvm::Value* aTile,
-                                    llvm::Value* b, bool bMnMajor) {
+                                    llvm::Value* b, bool bMnMajor, bool aMnMajor) {
   std::vector<llvm::Value*> args;
   std::string regs, constraints;
   for (size_t i = 0; i < n; ++i) regs += (i ? ", $" : "$") + std::to_string(i), constraints += "=f,";
@@ -38,7 +38,7 @@ llvm::Value* HopperEmitter::product(size_t n, const std::vector<llvm::Value*>& a
     text += "}, ";
   }
   args.push_back(b), constraints += "l", text += "$" + std::to_string(at++) + (acc.empty() ? ", 0" : ", 1") + ", 1, 1";
-  text += std::string(aTile ? ", 0" : "") + (bMnMajor ? ", 1;" : ", 0;");
+  text += std::string(aTile ? (aMnMajor ? ", 1" : ", 0") : "") + (bMnMajor ? ", 1;" : ", 0;");
   for (size_t i = 0; i < acc.size(); ++i) args.push_back(acc[i]), constraints += "," + std::to_string(i); // D tied to its old values
   return call(llvm::StructType::get(b_.getContext(), std::vector<llvm::Type*>(n, b_.getFloatTy())), text, constraints, args);
 }

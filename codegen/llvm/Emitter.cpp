@@ -372,16 +372,9 @@ private:
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
       return Error::success();
     case StmtKind::Wgmma: case StmtKind::WgmmaFence: case StmtKind::WgmmaCommit: case StmtKind::WgmmaWait: case StmtKind::FenceProxyAsync:
+    case StmtKind::BulkStore: case StmtKind::BulkCommit: case StmtKind::BulkWait: case StmtKind::BulkReadWait:
       return hopperStmt(s);
-    case StmtKind::SharedStore: {
-      if (t_.kind != Target::NVPTX || (size_t)s.id >= shared_.size()) return fail("a shared store outside a GPU kernel's shared arrays");
-      if (k_.shared[s.id].dtype != ir::DType::F32 || s.value->type != Scalar::F32) return fail("shared stores are of f32 values into f32 arrays");
-      auto idx = expr(*s.index);
-      auto v = idx ? expr(*s.value) : Expected<llvm::Value*>(idx.takeError());
-      if (!v) return v.takeError();
-      b_.CreateStore(*v, sharedAt(s.id, *idx));
-      return Error::success();
-    }
+    case StmtKind::SharedStore: return sharedStore(s);
     }
     return fail("unknown statement");
   }
@@ -389,9 +382,14 @@ private:
   /// Hopper's warpgroup statements (kir::wgmmaBf16), for sm_90a only (EmitHopper.h).
   bool hopper() const { return t_.kind == Target::NVPTX && t_.cpu == "sm_90a"; }
 
+  static bool isBulk(StmtKind k) { return k == StmtKind::BulkStore || k == StmtKind::BulkCommit || k == StmtKind::BulkWait || k == StmtKind::BulkReadWait; }
+
   Error needsHopper(const Stmt& s) {
     if (hopper()) return Error::success();
-    const char* what = s.kind == StmtKind::Wgmma ? "a warpgroup product (wgmma)" : s.kind == StmtKind::FenceProxyAsync ? "fence.proxy.async" : "a wgmma fence or wait";
+    const char* what = s.kind == StmtKind::Wgmma             ? "a warpgroup product (wgmma)"
+                       : s.kind == StmtKind::FenceProxyAsync ? "fence.proxy.async"
+                       : isBulk(s.kind)                      ? "a bulk copy (cp.async.bulk)"
+                                                             : "a wgmma fence or wait";
     return fail(std::string(what) + " needs sm_90 (Hopper)");
   }
 
@@ -403,12 +401,52 @@ private:
     case StmtKind::WgmmaFence: return h.fence(), Error::success();
     case StmtKind::WgmmaCommit: return h.commit(), Error::success();
     case StmtKind::FenceProxyAsync: return h.proxyFence(), Error::success();
+    case StmtKind::BulkStore: return bulkStore(s);
+    case StmtKind::BulkCommit: return h.bulkCommit(), Error::success();
+    case StmtKind::BulkWait: return h.bulkWait(s.extent, false), Error::success();
+    case StmtKind::BulkReadWait: return h.bulkWait(s.extent, true), Error::success();
     default: break;
     }
     std::vector<llvm::Value*> acc;
     for (int id : s.acc) acc.push_back(b_.CreateLoad(b_.getFloatTy(), locals_.at(id)));
     std::vector<llvm::Value*> after = h.wait(s.extent, acc);
     for (size_t i = 0; i < after.size(); ++i) b_.CreateStore(after[i], locals_.at(s.acc[i]));
+    return Error::success();
+  }
+
+  /// A shared store: of an f32 into an f32 array, or of one f32 or a pair (sharedStorePair) into a
+  /// bf16 array, rounded.
+  Error sharedStore(const Stmt& s) {
+    if (t_.kind != Target::NVPTX || (size_t)s.id >= shared_.size()) return fail("a shared store outside a GPU kernel's shared arrays");
+    ir::DType dt = k_.shared[s.id].dtype;
+    bool pair = !s.operands.empty();
+    if (s.value->type != Scalar::F32 || (dt != ir::DType::F32 && dt != ir::DType::BF16) || (pair && dt != ir::DType::BF16))
+      return fail("shared stores are of f32 values into f32 or bf16 arrays (pairs into bf16 ones)");
+    auto idx = expr(*s.index);
+    if (!idx) return idx.takeError();
+    if (pair) {
+      auto v = packedPair(*s.value, *s.operands[0]);
+      if (!v) return v.takeError();
+      b_.CreateAlignedStore(*v, sharedAt(s.id, *idx), llvm::Align(4));
+      return Error::success();
+    }
+    auto v = expr(*s.value);
+    if (!v) return v.takeError();
+    b_.CreateStore(dt == ir::DType::BF16 ? floatToBf16(*v) : *v, sharedAt(s.id, *idx));
+    return Error::success();
+  }
+
+  /// cp.async.bulk of a shared array's bytes into a buffer (kir::bulkStore).
+  Error bulkStore(const Stmt& s) {
+    if ((size_t)s.id >= shared_.size() || (size_t)s.buffer >= k_.buffers.size()) return fail("a bulk copy between arrays that do not exist");
+    llvm::Type* et = elementType(k_.buffers[s.buffer].dtype);
+    if (!et) return fail("a bulk copy into a buffer of an element type not generated");
+    auto from = expr(*s.index);
+    auto to = from ? expr(*s.value) : Expected<llvm::Value*>(from.takeError());
+    if (!to) return to.takeError();
+    llvm::Value* global = b_.CreatePtrToInt(b_.CreateAddrSpaceCast(b_.CreateGEP(et, buffers_[s.buffer], *to), llvm::PointerType::get(ctx_, 1)), b_.getInt64Ty());
+    llvm::Value* shared = b_.CreateTrunc(b_.CreatePtrToInt(sharedAt(s.id, *from), b_.getInt64Ty()), b_.getInt32Ty());
+    HopperEmitter(b_).bulkStore(global, shared, s.extent);
     return Error::success();
   }
 
@@ -468,7 +506,7 @@ private:
     auto b = descriptor(s.tiles[0]);
     if (!b) return b.takeError();
     for (size_t i = 0; s.extent && i < s.acc.size(); ++i) acc.push_back(b_.CreateLoad(b_.getFloatTy(), locals_.at(s.acc[i])));
-    llvm::Value* d = HopperEmitter(b_).product(s.acc.size(), acc, a, aTile, *b, s.tiles[0].mnMajor);
+    llvm::Value* d = HopperEmitter(b_).product(s.acc.size(), acc, a, aTile, *b, s.tiles[0].mnMajor, aTile && s.tiles[1].mnMajor);
     for (size_t i = 0; i < s.acc.size(); ++i) b_.CreateStore(b_.CreateExtractValue(d, (unsigned)i), locals_.at(s.acc[i]));
     return Error::success();
   }

@@ -476,3 +476,36 @@ TEST(GpuSim, CopiesLandWhenWaitedFor) {
   Kernel misaligned = kernelOf(64, 128, {copyAsync(0, B::i(0), 0, B::i(2), 16), asyncCommit(), asyncWait(0)}, 64, {SharedArray{ir::DType::F32, 64}});
   EXPECT_NE(simulated(misaligned, x, y).find("not aligned to its size"), std::string::npos);
 }
+
+TEST(GpuSim, BulkCopiesStoreWhenWaitedFor) {
+  // Each block of 64 puts its x in shared memory, fences it for the async proxy, and after a
+  // barrier its thread 0 copies the 256 bytes to y with one bulk copy, then waits for it.
+  auto first = [](std::vector<StmtRef> body) { return loopUpTo(2, 1, select(eq(lane(), B::i(0)), B::i(1), B::i(0)), std::move(body)); };
+  auto copy = [] { return bulkStore(0, B::i(0), 1, B::mul(binary(KOp::IDiv, loopVar(0), B::i(64)), B::i(64)), 256); };
+  auto run = [&](std::vector<StmtRef> tail, std::vector<StmtRef> thread0) {
+    std::vector<StmtRef> body{sharedStore(0, lane(), xAt(loopVar(0))), fenceProxyAsync(), barrier()};
+    thread0.insert(thread0.begin(), {copy(), bulkCommit()});
+    body.push_back(first(std::move(thread0)));
+    for (StmtRef& s : tail) body.push_back(std::move(s));
+    Kernel k = kernelOf(128, 128, std::move(body), 64, {SharedArray{ir::DType::F32, 64}});
+    std::vector<float> x(128), y(128, 0);
+    for (int i = 0; i < 128; ++i) x[i] = (float)i;
+    std::string error = simulated(k, x, y);
+    for (int i = 0; error.empty() && i < 128; ++i)
+      if (y[i] != x[i]) error = "y[" + std::to_string(i) + "] = " + std::to_string(y[i]);
+    return error;
+  };
+  EXPECT_EQ(run({}, {bulkWait(0)}), "");
+  // Its tile written again once the copy has read it (bulkReadWait) and a barrier has passed.
+  EXPECT_EQ(run({barrier(), sharedStore(0, lane(), constant(-1, Scalar::F32))}, {bulkReadWait(0)}), "");
+  // The mistakes: no wait before the block ends; the tile written while the copy may still read it;
+  // written by another thread than the one that waited, with no barrier after its wait.
+  EXPECT_NE(run({}, {}).find("in flight at its block's end"), std::string::npos);
+  EXPECT_NE(run({sharedStore(0, lane(), constant(-1, Scalar::F32)), first({bulkWait(0)})}, {}).find("which a bulk copy not yet waited for reads"),
+            std::string::npos);
+  EXPECT_NE(run({sharedStore(0, lane(), constant(-1, Scalar::F32))}, {bulkReadWait(0)}).find("with no barrier between"), std::string::npos);
+  // A bulk copy starts at a multiple of 16 bytes.
+  std::vector<float> x(128, 1), y(128, 0);
+  Kernel misaligned = kernelOf(64, 128, {first({bulkStore(0, B::i(2), 1, B::i(0), 64), bulkCommit(), bulkWait(0)})}, 64, {SharedArray{ir::DType::F32, 64}});
+  EXPECT_NE(simulated(misaligned, x, y).find("not 16-byte aligned"), std::string::npos);
+}
