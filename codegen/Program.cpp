@@ -173,24 +173,6 @@ std::optional<kir::RowGroup> rowGroup(const Group& group, Readers& readers) {
   return g;
 }
 
-/// What the GPU targets named by `options` (sgc compile's canonical flags: --target=LIST, cpu and
-/// sm_90 when absent) have in common.
-kir::GpuArch gpuArchOf(const std::string& options) {
-  std::string targets = "cpu,sm_90";
-  if (size_t at = options.find("--target="); at != std::string::npos) {
-    size_t end = options.find('\n', at);
-    targets = options.substr(at + 9, end == std::string::npos ? std::string::npos : end - at - 9);
-  }
-  bool gpus = false, hopper = true;
-  for (size_t start = 0; start <= targets.size();) {
-    size_t end = std::min(targets.find(',', start), targets.size());
-    std::string t = targets.substr(start, end - start);
-    if (!t.empty() && t != "cpu") gpus = true, hopper = hopper && t == "sm_90";
-    start = end + 1;
-  }
-  return {gpus && hopper};
-}
-
 /// Moves the zeroings of `run` out of their GPU forms into a launch of their own, before the
 /// step's first launch that the forward pass does not need: GPU only (no CPU kernel; a CPU's
 /// forms need no zeroing). The launches GELU epilogues skip are renumbered past it.
@@ -295,6 +277,22 @@ void markCpuOnly(const nlohmann::json& launches, std::vector<kir::Kernel>& kerne
 }
 
 } // namespace
+
+kir::GpuArch gpuArchOf(const std::string& options) {
+  std::string targets = "cpu,sm_90";
+  if (size_t at = options.find("--target="); at != std::string::npos) {
+    size_t end = options.find('\n', at);
+    targets = options.substr(at + 9, end == std::string::npos ? std::string::npos : end - at - 9);
+  }
+  bool gpus = false, hopper = true;
+  for (size_t start = 0; start <= targets.size();) {
+    size_t end = std::min(targets.find(',', start), targets.size());
+    std::string t = targets.substr(start, end - start);
+    if (!t.empty() && t != "cpu") gpus = true, hopper = hopper && t == "sm_90";
+    start = end + 1;
+  }
+  return {gpus && hopper};
+}
 
 Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& options, double defaultLr, Weights mode,
                                        const std::string& weightsFile, const DecodeSpec* decode) {

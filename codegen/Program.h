@@ -7,6 +7,7 @@
 #pragma once
 #include "codegen/MemoryPlan.h"
 #include "codegen/kir/Kernel.h"
+#include "codegen/kir/LowerOps.h"
 #include "ir/Error.h"
 #include "ir/Graph.h"
 
@@ -67,6 +68,10 @@ struct DecodeSpec {
   std::string next;           ///< the output of each row's next token (Sample of its logits, fed sgc.sample.*)
   std::vector<std::string> pools; ///< each layer's cache
 };
+
+/// What the GPU targets named by `options` (sgc compile's canonical flags: --target=LIST, cpu and
+/// sm_90 when absent) have in common.
+kir::GpuArch gpuArchOf(const std::string& options);
 
 /// `defaultLr` is the learning rate a session starts with. With `decode`, `g` is a decode step
 /// (its one output: the logits) instead of a training step.

@@ -5,6 +5,7 @@
 #include "driver/DecodeStep.h"
 #include "driver/TrainingFlags.h"
 
+#include "codegen/AttentionScratch.h"
 #include "codegen/DecodeBuckets.h"
 #include "codegen/MemoryPlan.h"
 #include "codegen/Package.h"
@@ -233,6 +234,8 @@ int compileMain(int argc, char** argv) {
     }
   }
   if (Error e = ir::expandResize(**g)) return reportError(model + ": " + errorText(std::move(e)));
+  if (int scratches = codegen::addAttentionScratch(**g, codegen::gpuArchOf(canonicalFlags(*args))); scratches && args->has("stats"))
+    fprintf(stderr, "attention gradients storing dS for their dq kernel: %d\n", scratches);
   if (emit == "ir") return emitIR(**g, *args);
   if (emit == "plan") {
     auto schedule = codegen::kernelSchedule(**g);

@@ -230,6 +230,25 @@ struct WgTile {
   /// The tile's rows [16e, 16e + 16) as B of a product contracting them: its columns are B's.
   WgmmaTile rowsOf(const ExprRef& stage, int64_t e) const { return {array, B::add(stageBytes(stage), B::i(2048 * e)), rows, true}; }
 
+  /// The element (of the shared array) that holds the tile's (row, col) in stage `stage`.
+  ExprRef element(const ExprRef& stage, const ExprRef& row, const ExprRef& col) const {
+    return binary(KOp::Shr, B::add(stageBytes(stage), wgmmaTileOffset(row, col, rows)), B::i(1));
+  }
+
+  /// The copies of a stage's bytes as they lie in `m` from element `first` on (stored there in
+  /// the tile's own layout: a bulkStore of a stage), 16 bytes a copy, spread over the block's
+  /// `threads` threads.
+  std::vector<StmtRef> stageCopies(B& b, const ExprRef& stage, const ir::Value* m, const ExprRef& first, const ExprRef& tid, int64_t threads) const {
+    std::vector<StmtRef> out;
+    int64_t total = rows * width / 8;
+    for (int64_t c0 = 0; c0 < total; c0 += threads) {
+      ExprRef at = B::mul(B::add(B::i(c0), tid), B::i(8)); // the chunk's first element
+      StmtRef copy = copyAsync(array, B::add(B::mul(stage, B::i(rows * width)), at), b.buf(m), B::add(first, at));
+      out.push_back(c0 + threads <= total ? copy : when(b, binary(KOp::Lt, at, B::i(rows * width)), {copy}));
+    }
+    return out;
+  }
+
   /// The copies of `m`'s rows rowOf(0..rows-1) into stage `stage`, 16 bytes a copy, spread over
   /// the block's `threads` threads (`tid` the thread's index in its block).
   std::vector<StmtRef> copies(B& b, const ExprRef& stage, const ir::Value* m, const RowOf& rowOf, const ExprRef& tid, int64_t threads) const {
@@ -360,8 +379,9 @@ public:
   /// work(stage, jb, masked) computes on it once they have arrived. The last block's look-ahead
   /// copies it again, harmlessly, into the stage not in use.
   /// With `forWgmma` each thread also fences its arrived copies for the warpgroup products, which
-  /// read shared memory through the async proxy.
-  void stagedWalk(int64_t extent, const Walk& walkOver, const Copies& copies, const Work& work, bool forWgmma = false) {
+  /// read shared memory through the async proxy. `after(stage, jb)`, when given, follows each
+  /// block's closing barrier (when every warp is done with it).
+  void stagedWalk(int64_t extent, const Walk& walkOver, const Copies& copies, const Work& work, bool forWgmma = false, const Copies& after = {}) {
     const ExprRef& count = walkOver.count;
     for (StmtRef& c : copies(B::i(0), B::i(0))) body.push_back(std::move(c));
     body.push_back(asyncCommit());
@@ -374,6 +394,8 @@ public:
         step.push_back(barrier());
         for (StmtRef& s : work(bitAnd(jb, 1), jb, seg.masked)) step.push_back(std::move(s));
         step.push_back(barrier()); // every warp is done with this stage before it is copied over
+        if (after)
+          for (StmtRef& s : after(bitAnd(jb, 1), jb)) step.push_back(std::move(s));
         return step;
       }));
     body.push_back(asyncWait(0));
@@ -575,11 +597,40 @@ inline void keyGradients(B& b, std::vector<StmtRef>& step, const Lane& ln, const
     }
 }
 
-/// The Hopper forms (LowerAttentionHopper.cpp): whether they apply, and the kernels.
+/// The scratch of a gradient that stores dS^T (FusedAttentionGrad's fifth result): for each
+/// problem, a block of 64 x 64 bf16 (its keys by its queries, as a WgTile of 64 rows lays them
+/// out) per pair of 64 keys and 64 queries that see each other, key block after key block; with
+/// a causal mask key block j's are those of query blocks j, j + 1, ... (T / 64 (T / 64 + 1) / 2
+/// blocks a problem).
+struct ScoreBlocks {
+  const ir::Value* scratch;
+  int64_t kblocks, qblocks, perProblem;
+  bool triangle;
+
+  explicit ScoreBlocks(const Geometry& a)
+      : scratch(a.n.outputs.size() > 4 ? a.n.outputs[4] : nullptr), kblocks(a.tk / 64), qblocks(a.tq / 64), triangle(a.causal) {
+    perProblem = triangle ? kblocks * (kblocks + 1) / 2 : kblocks * qblocks;
+  }
+
+  /// The block of problem p's key block j and query block i (i >= j with a causal mask).
+  ExprRef block(const ExprRef& p, const ExprRef& j, const ExprRef& i) const {
+    ExprRef within = triangle ? B::add(B::sub(B::mul(j, B::i(qblocks)), binary(KOp::IDiv, B::mul(j, B::sub(j, B::i(1))), B::i(2))), B::sub(i, j))
+                              : B::add(B::mul(j, B::i(qblocks)), i);
+    return B::add(B::mul(p, B::i(perProblem)), within);
+  }
+};
+
+/// The Hopper forms (LowerAttentionHopper.cpp): whether they apply, and the kernels. With the
+/// gradient's scratch (storesScoreGradients) the dK/dV kernel stores dS^T there after delta's
+/// kernel, and the dq kernel reads it: five products a block pair in all rather than seven.
 bool forwardFitsWgmma(const Geometry& a);
 bool gradFitsWgmma(const Geometry& a);
+bool storesScoreGradients(const Geometry& a);
+int64_t scoreScratchElements(const Geometry& a);
 Kernel forwardWgmma(const std::string& name, const Geometry& a);
 Kernel gradQueriesWgmma(const std::string& name, const Geometry& a);
 Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a);
+Kernel gradDelta(const std::string& name, const Geometry& a);
+Kernel gradQueriesStoredWgmma(const std::string& name, const Geometry& a);
 
 } // namespace sgc::kir::attention

@@ -178,6 +178,12 @@ Kernel gradKeysValues(const std::string& name, const Geometry& a) {
 
 } // namespace
 
+int64_t attentionScratchElements(const ir::Node& n, GpuArch arch) {
+  if (n.op != ir::Op::FusedAttentionGrad || !arch.hopper) return 0;
+  Geometry a(n);
+  return a.fits() ? scoreScratchElements(a) : 0;
+}
+
 Expected<std::optional<std::vector<Kernel>>> attentionGpu(const std::string& name, const ir::Node& n, GpuArch arch) {
   Geometry a(n);
   if (!a.fits()) return std::optional<std::vector<Kernel>>();
@@ -185,6 +191,12 @@ Expected<std::optional<std::vector<Kernel>>> attentionGpu(const std::string& nam
     return std::optional<std::vector<Kernel>>(
         std::vector<Kernel>{arch.hopper && forwardFitsWgmma(a) ? forwardWgmma(name + "_fwd", a) : forward(name + "_fwd", a)});
   // delta is written by the first kernel and read by the second.
+  if (arch.hopper && storesScoreGradients(a)) {
+    if (scoreScratchElements(a) == 0 || a.n.outputs[4]->type.staticNumel().value_or(0) != scoreScratchElements(a))
+      return makeError(ir::describe(a.n) + ": its scratch does not fit Hopper's form (codegen/AttentionScratch.h gives it)");
+    return std::optional<std::vector<Kernel>>(
+        std::vector<Kernel>{gradDelta(name + "_delta", a), gradKeysValuesWgmma(name + "_dkv", a), gradQueriesStoredWgmma(name + "_dq", a)});
+  }
   if (arch.hopper && gradFitsWgmma(a))
     return std::optional<std::vector<Kernel>>(std::vector<Kernel>{gradQueriesWgmma(name + "_dq", a), gradKeysValuesWgmma(name + "_dkv", a)});
   return std::optional<std::vector<Kernel>>(std::vector<Kernel>{gradQueries(name + "_dq", a), gradKeysValues(name + "_dkv", a)});

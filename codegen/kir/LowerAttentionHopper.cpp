@@ -8,6 +8,9 @@
 // are the next product's A operand, as there. Each warpgroup product waits for its results before
 // the softmax reads them. The warps of a warpgroup run every product together, so none skips a
 // block that a causal mask hides from its rows: such rows are masked instead.
+// For grouped heads of 128 the gradient stores dS^T (scoreScratchElements): the dK/dV kernel,
+// after delta's kernel, writes each block pair's through shared memory into the scratch with a
+// bulk copy, and a dq kernel of one product a block pair reads it back.
 #include "codegen/kir/AttentionGpu.h"
 
 #include <optional>
@@ -16,12 +19,14 @@ namespace sgc::kir::attention {
 namespace {
 
 /// A run of warpgroup products as a step's statements: a fence before them (the registers they
-/// read were written), one group committed, and a wait for it before `results` (the
+/// read were written), one group committed, `meanwhile` (which must not touch their operands or
+/// accumulators) while the tensor cores work, and a wait for it before `results` (the
 /// accumulators they write) are read.
-void products(std::vector<StmtRef>& step, std::vector<StmtRef> run, const std::vector<int>& results) {
+void products(std::vector<StmtRef>& step, std::vector<StmtRef> run, const std::vector<int>& results, std::vector<StmtRef> meanwhile = {}) {
   step.push_back(wgmmaFence());
   for (StmtRef& p : run) step.push_back(std::move(p));
   step.push_back(wgmmaCommit());
+  for (StmtRef& m : meanwhile) step.push_back(std::move(m));
   step.push_back(wgmmaWait(0, results));
 }
 
@@ -30,6 +35,27 @@ void products(std::vector<StmtRef>& step, std::vector<StmtRef> run, const std::v
 void resultsTimesRows(std::vector<StmtRef>& run, const std::vector<Frag>& acc, const std::vector<Frag>& r, const WgTile& tile,
                       const ExprRef& stage) {
   for (size_t e = 0; 2 * e < r.size(); ++e) run.push_back(wgmmaBf16(Writer::accOf(acc), Writer::fromResults(r[2 * e], r[2 * e + 1]), tile.rowsOf(stage, (int64_t)e)));
+}
+
+/// dS^T of a warpgroup's 64 keys by the block's 64 queries into `staged` (one stage), pair by pair
+/// as the warps hold them (rounded to bf16, as the products read them: each lane's neighbouring
+/// queries at its rows g and g + 8 of its warp's 16 keys), then fenced for the bulk copy that
+/// stores it once every warp has written its part (storeStaged).
+void stageScoreGradients(std::vector<StmtRef>& step, const Lane& ln, const std::vector<Frag>& ds, const WgTile& staged, const WarpBlock& wb) {
+  ExprRef key = B::sub(wb.warpRow0, wb.row0); // the warp's first key within the 64
+  for (size_t n = 0; n < ds.size(); ++n)
+    for (int i = 0; i < 4; i += 2)
+      step.push_back(sharedStorePair(staged.array, staged.element(B::i(0), B::add(key, ln.row(i)), colOf(ln, B::i(0), (int64_t)n, i)), lf(ds[n][i]),
+                                     lf(ds[n][i + 1])));
+  step.push_back(fenceProxyAsync());
+}
+
+/// The bulk copy of `staged` (dS^T of the GPU block's keys by the queries from qpos0) into its
+/// block of the scratch, by the block's first thread.
+std::vector<StmtRef> storeStaged(B& b, const WgTile& staged, const ScoreBlocks& sb, const WarpBlock& wb, const ExprRef& qpos0) {
+  ExprRef kblock = binary(KOp::IDiv, wb.row0, B::i(64)), qblock = binary(KOp::IDiv, qpos0, B::i(64));
+  ExprRef at = B::mul(sb.block(wb.head, kblock, qblock), B::i(64 * 64));
+  return {when(b, binary(KOp::Eq, wb.tid, B::i(0)), {bulkStore(staged.array, B::i(0), b.buf(sb.scratch), at, 64 * 64 * 2), bulkCommit()})};
 }
 
 } // namespace
@@ -137,6 +163,8 @@ Kernel gradQueriesWgmma(const std::string& name, const Geometry& a) {
 /// its width, then over its rows.
 Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
   const ir::Value *k = a.n.input(1), *v = a.n.input(2), *dk = a.gradOf(1), *dvOut = a.gradOf(2);
+  std::optional<ScoreBlocks> stored; // dS^T for the dq kernel
+  if (storesScoreGradients(a)) stored.emplace(a);
   Writer w(name, a);
   B& b = w.b;
   int iv = b.newLoopVar();
@@ -163,6 +191,9 @@ Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
   auto dkAcc = w.zeros(a.d / 8, w.body), dvAcc = w.zeros(a.dv / 8, w.body);
   WgTile qs(b, qb, a.d), dys(b, qb, a.dv);
   SharedRowValues lses(b, qb), deltas(b, qb);
+  // dS^T on its way to the scratch: one stage (two would leave room for one block an SM, not two)
+  std::optional<WgTile> staged;
+  if (stored) staged.emplace(b, 64, qb, 1);
   ExprRef first = a.causal ? wb.row0 : B::i(0); // causal: the queries before the block's keys see none of them
   Writer::Copies copies = queryBlockCopies(w, qs, dys, lses, deltas, wb, first, qb);
   auto s = w.zeros(qb / 8, w.body), dp = w.zeros(qb / 8, w.body); // each block's: its first products replace them
@@ -178,17 +209,26 @@ Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
     for (int64_t e = 0; e < a.dv / 16; ++e)
       scores.push_back(keysShared ? wgmmaBf16(dps, vt->contracted(B::i(0), e), dys.contracted(stage, e), e > 0)
                                   : wgmmaBf16(dps, Writer::held(vf[e]), dys.contracted(stage, e), e > 0));
-    products(step, std::move(scores), both);
+    // With dS^T stored: while the tensor cores work, the first thread waits until the last block's
+    // bulk copy has read `staged`; nobody writes it before the barrier after that.
+    std::vector<StmtRef> readWait;
+    if (stored) readWait.push_back(when(b, binary(KOp::Eq, wb.tid, B::i(0)), {bulkReadWait(0)}));
+    products(step, std::move(scores), both, std::move(readWait));
     keyGradients(b, step, ln, s, dp, lses, deltas, stage, a.scale, masked, qpos0, k0);
+    if (stored) step.push_back(barrier());
     std::vector<int> grads = Writer::accOf(dvAcc), dks = Writer::accOf(dkAcc);
     grads.insert(grads.end(), dks.begin(), dks.end());
-    std::vector<StmtRef> updates;
+    std::vector<StmtRef> updates, stores; // dS^T stored while the tensor cores work
     resultsTimesRows(updates, dvAcc, s, dys, stage); // dV += P^T dO
     resultsTimesRows(updates, dkAcc, dp, qs, stage); // dK += dS^T Q
-    products(step, std::move(updates), grads);
+    if (stored) stageScoreGradients(stores, ln, dp, *staged, wb);
+    products(step, std::move(updates), grads, std::move(stores));
     return step;
   };
-  w.stagedWalk(a.tq / qb, queryWalk(a, first, qb, 64), copies, block, true);
+  Writer::Copies store;
+  if (stored) store = [&](const ExprRef&, const ExprRef& jb) { return storeStaged(b, *staged, *stored, wb, B::add(first, B::mul(jb, B::i(qb)))); };
+  w.stagedWalk(a.tq / qb, queryWalk(a, first, qb, 64), copies, block, true, store);
+  if (stored) w.body.push_back(when(b, binary(KOp::Eq, wb.tid, B::i(0)), {bulkWait(0)}));
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i)
       w.body.push_back(b.st(dk, B::add(B::mul(dkRows(ln.row(i)), B::i(a.d)), colOf(ln, B::i(0), n, i)), B::mul(lf(dkAcc[n][i]), f(a.scale))));
@@ -196,6 +236,72 @@ Kernel gradKeysValuesWgmma(const std::string& name, const Geometry& a) {
     for (int i = 0; i < 4; ++i)
       w.body.push_back(b.st(dvOut, B::add(B::mul(dvRows(ln.row(i)), B::i(a.dv)), colOf(ln, B::i(0), n, i)), lf(dvAcc[n][i])));
   return w.finish(iv, a.heads * (a.tk / 16), wb.threads);
+}
+
+/// Whether the gradient stores dS^T for a dq kernel of one product (the node has its scratch).
+bool storesScoreGradients(const Geometry& a) { return a.n.outputs.size() > 4 && a.n.outputs[4]; }
+
+/// Heads of 128 with grouped keys and values only. The dq kernel of one product reads a block
+/// pair's dS^T (8 KB) and its K (16 KB), and the query heads of a group read the same K, mostly
+/// from L2; dK/dV's stores add 8 KB to the 32 KB of Q and dO it streams through L2 a block pair.
+/// Measured on an H100 (RESULTS, session 29): Llama's grouped layers -35 us each against the
+/// seven products, ungrouped heads (B 4, H 32, T 2048) +66 us a layer.
+int64_t scoreScratchElements(const Geometry& a) {
+  if (!gradFitsWgmma(a) || a.d != 128 || a.dv != 128 || a.group == 1) return 0;
+  return a.heads * ScoreBlocks(a).perProblem * 64 * 64;
+}
+
+/// delta = dy . y of every row, for the dK/dV kernel that runs before the dq kernel reading its
+/// dS^T: a warp per 16 rows, as the dq kernels compute it.
+Kernel gradDelta(const std::string& name, const Geometry& a) {
+  const ir::Value* dy = a.n.input(5);
+  Writer w(name, a);
+  B& b = w.b;
+  int iv = b.newLoopVar();
+  Lane ln(loopVar(iv));
+  WarpBlock wb(ln, loopVar(iv), a.tq / 16, 16, false);
+  RowOf qrows = a.rows(wb.head, wb.warpRow0, a.tq);
+  auto dyf = w.operandRows(ln, dy, qrows, a.dv, ln.natural());
+  rowValues(w, ln, dyf, qrows, ln.natural());
+  return w.finish(iv, a.heads * (a.tq / 16), wb.threads);
+}
+
+/// dq on Hopper from the dS^T that the dK/dV kernel stored: a warpgroup per 64 queries walks the
+/// blocks of 64 keys they see, each block's dS^T and K staged in shared memory, dQ += dS K one
+/// warpgroup product per 16 keys with both operands read from shared memory (dS as A from its
+/// transpose: an MN-major tile). Scores masked by the causal diagonal were stored as zeros.
+Kernel gradQueriesStoredWgmma(const std::string& name, const Geometry& a) {
+  const ir::Value* dq = a.gradOf(0);
+  Writer w(name, a);
+  B& b = w.b;
+  int iv = b.newLoopVar();
+  Lane ln(loopVar(iv));
+  ScoreBlocks sb(a);
+  WarpBlock wb(ln, loopVar(iv), a.tq / 16, 16, true);
+  WgTile ks(b, 64, a.d), dst(b, 64, 64);
+  ExprRef qblock = binary(KOp::IDiv, wb.row0, B::i(64));
+  Writer::Copies copies = [&](const ExprRef& stage, const ExprRef& jb) {
+    std::vector<StmtRef> c = ks.copies(b, stage, a.n.input(1), a.rows(wb.head, B::mul(jb, B::i(64)), a.tk, 1), wb.tid, wb.threads);
+    for (StmtRef& s : dst.stageCopies(b, stage, sb.scratch, B::mul(sb.block(wb.head, jb, qblock), B::i(64 * 64)), wb.tid, wb.threads))
+      c.push_back(std::move(s));
+    return c;
+  };
+  auto acc = w.zeros(a.d / 8, w.body);
+  auto block = [&](const ExprRef& stage, const ExprRef&, bool) {
+    std::vector<StmtRef> step, run;
+    for (int64_t e = 0; e < 4; ++e) run.push_back(wgmmaBf16(Writer::accOf(acc), dst.rowsOf(stage, e), ks.rowsOf(stage, e), true));
+    products(step, std::move(run), Writer::accOf(acc));
+    return step;
+  };
+  ExprRef count = a.causal ? B::add(qblock, B::i(1)) : B::i(a.tk / 64);
+  w.stagedWalk(a.tk / 64, Writer::Walk{count, {{B::i(0), count, false}}}, copies, block, true);
+  RowOf qIn = a.rows(wb.head, wb.warpRow0, a.tq, 0);
+  for (int64_t n = 0; n < a.d / 8; ++n)
+    for (int i = 0; i < 4; ++i)
+      w.body.push_back(b.st(dq, B::add(B::mul(qIn(ln.row(i)), B::i(a.d)), colOf(ln, B::i(0), n, i)), B::mul(lf(acc[n][i]), f(a.scale))));
+  Kernel k = w.finish(iv, a.heads * (a.tq / 16), wb.threads);
+  k.minBlocks = 4; // ~115 registers and 48 KiB of shared memory a block: four an SM, to hide the reads of dS^T
+  return k;
 }
 
 } // namespace sgc::kir::attention

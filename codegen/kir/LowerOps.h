@@ -64,6 +64,10 @@ Expected<std::optional<std::vector<Kernel>>> lowerForGpu(const std::string& name
 /// forward pass's products are warpgroup ones where the head dims are multiples of 64.
 Expected<std::optional<std::vector<Kernel>>> attentionGpu(const std::string& name, const ir::Node& n, GpuArch arch = {});
 
+/// The bf16 elements of the scratch that FusedAttentionGrad `n`'s GPU form on `arch` wants as its
+/// fifth result (dS^T for a dq kernel of one product; codegen/AttentionScratch.h), or 0: none.
+int64_t attentionScratchElements(const ir::Node& n, GpuArch arch);
+
 /// The GPU form of PagedAttention (LowerPaged.cpp): a warp per token and head, reading 16 bytes
 /// a lane; none when it does not apply (a cache other than bf16, a head dim not a multiple of 64,
 /// pages not a multiple of 8 tokens).

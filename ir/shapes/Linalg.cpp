@@ -218,6 +218,13 @@ Error inferAttentionGrad(InferCtx& c) {
   if (c.node.getString("layout", "bhtd") == "bt3hd" && (c.node.outputs[1] || c.node.outputs[2]))
     return c.fail("with layout bt3hd the gradient has one result for the packed queries, keys and values (dk and dv absent)");
   c.out = {c.in[0], c.in[1], c.in[2], c.in[4]};
+  // The optional scratch (a GPU form's workspace) keeps the type its pass gave it: bf16 [n].
+  if (c.node.outputs.size() > 4 && c.node.outputs[4]) {
+    const Type& t = c.node.outputs[4]->type;
+    if (t.dtype != DType::BF16 || !t.ranked || t.rank() != 1 || !t.dims[0].isStatic())
+      return c.fail("the scratch result (the fifth) must be bf16 [n] with n static");
+    c.out.push_back(t);
+  }
   // Grouped keys and values: their gradients per query head, [..., H, T, D] (the training step sums each group).
   const Type& q = c.in[0];
   if (c.node.getString("layout", "bhtd") == "bhtd" && q.ranked && q.rank() >= 3)

@@ -3,6 +3,7 @@
 // every target Hopper, the warpgroup ones (codegen/kir/LowerAttentionGpu.cpp,
 // LowerAttentionHopper.cpp). The GPU forms' numbers are checked on the device
 // (bench/gpu_attention.py against PyTorch, tests/gpu/check_gpu.sh against the CPU).
+#include "codegen/AttentionScratch.h"
 #include "codegen/kir/LowerOps.h"
 #include "codegen/llvm/Emitter.h"
 #include "ir/Text.h"
@@ -255,4 +256,42 @@ TEST(Kernel, AttentionOnHopperIsWarpgroupProducts) {
     for (size_t at = log.find("spill stores"); at != std::string::npos; at = log.find("spill stores", at + 1))
       EXPECT_LE(std::stoi(log.substr(log.rfind(',', at) + 2)), d == 64 ? 0 : 128) << log;
   }
+}
+
+TEST(Kernel, GroupedAttentionOnHopperStoresScoreGradients) {
+  // Grouped heads of 128 (Llama's) on Hopper: the gradient gets its scratch, and runs delta's
+  // kernel, dK/dV storing dS^T (bf16 pairs into one 8 KiB stage in shared memory, one bulk copy a
+  // block pair) and a dq kernel of one product a block pair reading it. dK/dV stays at two
+  // blocks an SM (228 KiB of shared memory, 1 KiB of each block the driver's); ptxas takes the
+  // bulk copies and their waits with no serialized products. The numbers: GpuSim's
+  // AttentionGradientFromStoredScoreGradients, and on the device bench/gpu_train.py's Llama.
+  const char* ptxas = "/usr/local/cuda/bin/ptxas";
+  auto g = ir::parse("graph @g { input %q : bf16[1, 4, 256, 128]\n input %k : bf16[1, 2, 256, 128]\n input %v : bf16[1, 2, 256, 128]\n"
+                     " input %dy : bf16[1, 4, 256, 128]\n %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.088}\n"
+                     " %dq : ?[*], %dk : ?[*], %dv : ?[*], %delta : ?[*] = FusedAttentionGrad(%q, %k, %v, %y, %lse, %dy) {causal = 1, scale = 0.088}\n"
+                     " output %y, %lse, %dq, %dk, %dv, %delta }",
+                     "grouped");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  ASSERT_EQ(codegen::addAttentionScratch(**g, kir::GpuArch{true}), 1);
+  const ir::Node& grad = *(*g)->nodes()[1];
+  ASSERT_EQ(grad.outputs.size(), 5u);
+  EXPECT_EQ(grad.outputs[4]->type.shape(), (std::vector<int64_t>{4 * (4 * 5 / 2) * 64 * 64})); // 4 problems, 10 block pairs each, 64 x 64 a pair
+  auto ks = kir::attentionGpu("k", grad, kir::GpuArch{true});
+  ASSERT_TRUE(!!ks && ks->has_value()) << (ks ? "" : errorText(ks.takeError()));
+  ASSERT_EQ((*ks)->size(), 3u); // delta; dk and dv; dq
+  const kir::Kernel& dkv = (**ks)[1];
+  EXPECT_NE(dkv.name.find("_dkv"), std::string::npos) << dkv.name;
+  EXPECT_LE(2 * (kir::dynamicSharedBytes(dkv) + 1024), 228 << 10) << kir::print(dkv);
+  if (!std::filesystem::exists(ptxas)) GTEST_SKIP() << "SKIP: no ptxas (CUDA toolkit) on this machine";
+  auto ptx = sm90Ptx(**ks);
+  ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
+  EXPECT_NE(ptx->find("cp.async.bulk.global.shared::cta.bulk_group"), std::string::npos);
+  EXPECT_NE(ptx->find("cp.async.bulk.wait_group.read 0"), std::string::npos);
+  EXPECT_NE(ptx->find("cp.async.bulk.wait_group 0"), std::string::npos);
+  auto [rc, log] = assembled(*ptx, ptxas);
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_EQ(log.find("serialized"), std::string::npos) << log;
+  for (size_t at = log.find("spill stores"); at != std::string::npos; at = log.find("spill stores", at + 1))
+    EXPECT_LE(std::stoi(log.substr(log.rfind(',', at) + 2)), 128) << log;
 }

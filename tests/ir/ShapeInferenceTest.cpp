@@ -98,6 +98,10 @@ TEST(InferShapes, ErrorsNameTheNode) {
        "node 'am' (ArgMax): axis 5 is out of range for rank 2"},
       {"graph @g { input %a : f32[2, 3]\n const %s : i64[1] = dense<\"0x0500000000000000\">\n %c : ?[*] = Reshape(%a, %s) loc(\"r\")\n output %c }",
        "node 'r' (Reshape): cannot reshape f32[2, 3] to f32[5]"},
+      // The attention gradient's scratch (codegen/AttentionScratch.h) keeps the type given it, bf16 [n].
+      {"graph @g { input %q : bf16[1, 2, 64, 128]\n input %y : bf16[1, 2, 64, 128]\n input %l : f32[1, 2, 64]\n"
+       " %dq : ?[*], %dk : ?[*], %dv : ?[*], %d : ?[*], %s : f32[4096] = FusedAttentionGrad(%q, %q, %q, %y, %l, %y) loc(\"ag\")\n output %dq }",
+       "node 'ag' (FusedAttentionGrad): the scratch result (the fifth) must be bf16 [n] with n static"},
   };
   for (const auto& c : cases) {
     auto g = parsed(c.text);
@@ -105,6 +109,16 @@ TEST(InferShapes, ErrorsNameTheNode) {
     std::string msg = errorText(inferShapes(*g));
     EXPECT_NE(msg.find(c.expect), std::string::npos) << "message: " << msg << "\nexpected: " << c.expect;
   }
+}
+
+TEST(InferShapes, AttentionScratchKeepsItsType) {
+  auto g = parsed("graph @g { input %q : bf16[1, 2, 64, 128]\n input %y : bf16[1, 2, 64, 128]\n input %l : f32[1, 2, 64]\n"
+                  " %dq : ?[*], %dk : ?[*], %dv : ?[*], %d : ?[*], %s : bf16[8192] = FusedAttentionGrad(%q, %q, %q, %y, %l, %y) {causal = 1}\n"
+                  " output %dq }");
+  ASSERT_TRUE(g);
+  ASSERT_FALSE(inferShapes(*g));
+  EXPECT_EQ(typeOf(*g, "s"), "bf16[8192]");
+  EXPECT_EQ(typeOf(*g, "dq"), "bf16[1, 2, 64, 128]");
 }
 
 TEST(Interpreter, RejectsWrongInputs) {
