@@ -39,9 +39,11 @@ struct Renumber {
     if (s.kind == StmtKind::Let || s.kind == StmtKind::Set) out->id += localBase;
     if (s.kind == StmtKind::Store || s.kind == StmtKind::AtomicAdd) out->id = buffer.at(s.id);
     if (s.kind == StmtKind::SharedStore) out->id += sharedBase;
-    assert(s.kind != StmtKind::CopyAsync && s.kind != StmtKind::Mma && "no copies or warp products in a horizontal part");
+    assert(s.kind != StmtKind::CopyAsync && s.kind != StmtKind::BulkStore && s.kind != StmtKind::Mma && s.kind != StmtKind::Wgmma &&
+           "no copies or warp products in a horizontal part");
     if (s.index) out->index = expr(s.index);
     if (s.value) out->value = expr(s.value);
+    for (ExprRef& o : out->operands) o = expr(o); // a shared store's pair
     for (StmtRef& b : out->body) b = stmt(*b);
     return out;
   }

@@ -56,7 +56,9 @@ void checkForms(const Case& c, kir::GpuArch arch = {}, bool scratch = false) {
   auto g = ir::parse(c.text, c.name);
   ASSERT_TRUE(!!g) << errorText(g.takeError());
   ASSERT_FALSE(ir::inferShapes(**g, false));
-  if (scratch) ASSERT_GT(codegen::addAttentionScratch(**g, arch), 0);
+  if (scratch) {
+    ASSERT_GT(codegen::addAttentionScratch(**g, arch), 0);
+  }
   auto in = randomInputs(**g, 11, -2, 2);
   for (ir::Value* v : (*g)->inputs)
     if (!ir::isFloat(v->type.dtype)) // class labels in [0, classes), one of them ignored (-100) where the loss allows it
