@@ -99,7 +99,9 @@ TEST(Kernel, GroupedAttentionMatchesInterpreter) {
         ASSERT_TRUE(!!g) << errorText(g.takeError());
         ASSERT_FALSE(ir::inferShapes(**g, false));
         EXPECT_EQ((*g)->outputs[3]->type.shape(), (std::vector<int64_t>{2, 4, 6, 8})); // dk per query head
-        if (resultBthd) EXPECT_EQ((*g)->outputs[0]->type.shape(), (std::vector<int64_t>{2, 6, 4, 5}));
+        if (resultBthd) {
+          EXPECT_EQ((*g)->outputs[0]->type.shape(), (std::vector<int64_t>{2, 6, 4, 5}));
+        }
         kernelsMatchInterpreter(**g, 6, 1e-5);
       }
 }
