@@ -14,6 +14,7 @@
 #include "ir/Text.h"
 #include "ir/passes/BindDims.h"
 #include "ir/passes/ExpandResize.h"
+#include "ir/passes/MergeConstants.h"
 #include "ir/passes/Recompute.h"
 #include "ir/passes/Passes.h"
 #include "runtime/OutputFile.h"
@@ -201,6 +202,9 @@ int compileMain(int argc, char** argv) {
     if (!dims) return reportError(dims.takeError());
     if (Error e = ir::bindDims(**g, *dims)) return reportError(model + ": " + errorText(std::move(e)));
   }
+  int mergedConsts = 0; // tables an exporter folded once per use (a Llama's rotary tables, per layer)
+  if (Error e = ir::mergeConstants(**g, &mergedConsts)) return reportError(model + ": " + errorText(std::move(e)));
+  if (mergedConsts && args->has("stats")) fprintf(stderr, "constants merged with an equal one: %d\n", mergedConsts);
   std::string stepMode = args->get("mode", "train");
   if (stepMode != "train" && stepMode != "decode") return reportError("--mode " + stepMode + ": expected train or decode");
   std::optional<codegen::DecodeSpec> decode;

@@ -12,6 +12,7 @@
 #include "ir/passes/FuseGelu.h"
 #include "ir/passes/FuseRmsNorm.h"
 #include "ir/passes/InferShapes.h"
+#include "ir/passes/MergeConstants.h"
 #include "ir/passes/NarrowMoves.h"
 #include "ir/passes/SplitToSlices.h"
 #include "ir/passes/WidenSums.h"
@@ -28,6 +29,7 @@ Error runDeadCodeElimination(Graph& g) {
   return Error::success();
 }
 
+Error runMergeConstants(Graph& g) { return mergeConstants(g); }
 Error runFuseAttention(Graph& g) { return fuseAttention(g); }
 Error runAttentionLayout(Graph& g) { return attentionLayout(g); }
 Error runPackAttention(Graph& g) { return packAttention(g); }
