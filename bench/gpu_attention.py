@@ -1,7 +1,9 @@
 # The half of the attention benchmark that runs on the device
 # (bench/gpu_attention_build.sh made the .so files): causal self-attention,
-# forward and backward, at the two shapes of bench/gpu_models.py's ATTN (or,
-# named, unmasked at ATTN_FULL's).
+# forward and backward, at the shapes of bench/gpu_models.py's ATTN (or,
+# named, unmasked at ATTN_FULL's). attn128g's keys and values have a quarter
+# of the query heads (KV_HEADS); PyTorch's SDPA runs it as after Hugging
+# Face's repeat_kv, the keys and values expanded to every head.
 # sgc's step runs once with SGC_PROFILE (CUDA events around each launch, no
 # graph) and its FusedAttention kernels are summed; PyTorch's SDPA (bf16) is
 # timed in the same run with the cuDNN and the flash backends, forward and
@@ -13,7 +15,7 @@
 # against PyTorch's (bf16 autocast) by relative norm, in CHECKS fresh processes:
 # fails when any is over 2e-2.
 # JSON goes to $OUT/gpu_attention.json.
-# Usage: python3 bench/gpu_attention.py bench/out/attention [attn64,attn128,attn64full,attn128full]
+# Usage: python3 bench/gpu_attention.py bench/out/attention [attn64,attn128,attn128g,attn64full,attn128full]
 import json, os, subprocess, sys
 import torch
 import torch.nn.functional as F

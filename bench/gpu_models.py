@@ -132,7 +132,10 @@ class Llama(nn.Module):
 
 
 # The attention benchmark's shapes (bench/gpu_attention.py): name -> batch, heads, sequence, head width.
-ATTN = {"attn64": (16, 12, 1024, 64), "attn128": (4, 32, 2048, 128)}
+ATTN = {"attn64": (16, 12, 1024, 64), "attn128": (4, 32, 2048, 128), "attn128g": (4, 32, 2048, 128)}
+# Shapes whose keys and values have fewer heads than the queries (Llama's grouped heads, four query
+# heads a key/value head): name -> key/value heads.
+KV_HEADS = {"attn128g": 8}
 # Without the causal mask (an encoder's self-attention): checked, not part of the default timing.
 ATTN_FULL = {"attn64full": (4, 12, 1024, 64), "attn128full": (2, 16, 1024, 128)}
 
@@ -140,14 +143,19 @@ ATTN_FULL = {"attn64full": (4, 12, 1024, 64), "attn128full": (2, 16, 1024, 128)}
 class Attention(nn.Module):
     """Causal self-attention alone (or, `causal` false, unmasked), for timing it: q, k and v are the
     input scaled by a parameter each (so that all three get gradients), loss the mean squared
-    difference from a target."""
-    def __init__(s, d, explicit=False, causal=True):
+    difference from a target. With `kv` heads, k and v are the first `kv` heads of the input, each
+    serving H / kv query heads as Hugging Face's repeat_kv writes it."""
+    def __init__(s, d, explicit=False, causal=True, kv=None):
         super().__init__()
-        s.explicit, s.causal = explicit, causal
+        s.explicit, s.causal, s.kv = explicit, causal, kv
         s.a, s.b, s.c = (nn.Parameter(1 + 0.1 * torch.randn(d)) for _ in range(3))
 
     def forward(s, x, y):
-        q, k, v = x * s.a, x * s.b, x * s.c
+        kv = x[:, :s.kv] if s.kv else x
+        q, k, v = x * s.a, kv * s.b, kv * s.c
+        if s.kv:
+            B, H, T, D = x.shape
+            k, v = (t[:, :, None].expand(B, s.kv, H // s.kv, T, D).reshape(B, H, T, D) for t in (k, v))
         if s.explicit:
             T = x.shape[-2]
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(x.shape[-1]))
@@ -163,7 +171,7 @@ class Attention(nn.Module):
 def make(name, explicit=False):
     torch.manual_seed(0)
     if name in ATTN or name in ATTN_FULL:
-        return Attention({**ATTN, **ATTN_FULL}[name][3], explicit=explicit, causal=name in ATTN)
+        return Attention({**ATTN, **ATTN_FULL}[name][3], explicit=explicit, causal=name in ATTN, kv=KV_HEADS.get(name))
     if name == "llama":
         return Llama(explicit=explicit)
     return MLP(explicit=explicit) if name == "mlp" else GPT(explicit=explicit)

@@ -51,7 +51,7 @@ print(f"{label}: 12 steps, max relative loss difference {what} {worst:.2e}")
 sys.exit(0 if worst <= float(limit) else 1)
 PY
 }
-for m in sample mlp cnn gpt gptw wide vocab llamaw wide_rms rms_2k gptw_fused gptw_sgd gptw_dp gptw_z1 mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_sgd_bf16 gptw_dp_bf16 vocab_bf16 llamaw_bf16 gpth_bf16 gpth128_bf16 vocabh_chunks vocabh_chunks_bf16 gptw_chunks_bf16 llamaw_chunks_bf16; do
+for m in sample mlp cnn gpt gptw wide vocab llamaw wide_rms rms_2k gptw_fused gptw_sgd gptw_dp gptw_z1 mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_sgd_bf16 gptw_dp_bf16 vocab_bf16 llamaw_bf16 gpth_bf16 gpth128_bf16 llamah128_bf16 vocabh_chunks vocabh_chunks_bf16 gptw_chunks_bf16 llamaw_chunks_bf16; do
   has $m.so || continue
   comm=; case $m in *_dp*|*_z1*) comm=nccl ;; esac # data-parallel builds: NCCL (one rank) on the GPU
   python3 -u train_ctypes.py $m.so ${m}_data.safetensors 12 cpu > $m.cpu.out 2> $m.cpu.err
@@ -61,7 +61,7 @@ for m in sample mlp cnn gpt gptw wide vocab llamaw wide_rms rms_2k gptw_fused gp
 done
 # Attention as Hopper's warpgroup products against the mma.sync kernels of an sm_80 build, both on
 # this GPU: the same arithmetic in another order, far closer than either is to the CPU's.
-for m in gpth gpth128; do
+for m in gpth gpth128 llamah128; do
   has ${m}_mma_bf16.so ${m}_bf16.gpu.out || continue
   python3 -u train_ctypes.py ${m}_mma_bf16.so ${m}_bf16_data.safetensors 12 cuda:0 > ${m}_mma.gpu.out 2> ${m}_mma.gpu.err
   same_losses $m 1e-3 "of the warpgroup products from sm_80's mma.sync" ${m}_bf16.gpu.out ${m}_mma.gpu.out || status=1

@@ -13,8 +13,10 @@
 # with the residual sum stored as they read it: llamaw.onnx; and a wide MLP
 # with an RMSNorm of 4096, a row too long for a warp to hold: wide_rms.onnx;
 # and of 2048, the longest it holds: rms_2k.onnx. And GPTs with heads of 64 and 128 over 128
-# positions, whose attention runs warpgroup products on Hopper: gpth.onnx and gpth128.onnx. And a
-# classifier head without a bias, to run in row chunks: vocabh.onnx.
+# positions, whose attention runs warpgroup products on Hopper: gpth.onnx and gpth128.onnx; and a
+# Llama with two query heads of 128 a key/value head, whose attention gradient on Hopper stores
+# dS^T for a dq kernel of one product: llamah128.onnx. And a classifier head without a bias, to run
+# in row chunks: vocabh.onnx.
 # Usage: /usr/bin/python3 export_warp_model.py SOURCE_DIR OUT_DIR
 import os, sys, warnings
 import torch
@@ -41,6 +43,15 @@ for name, h in (("gpth", 2), ("gpth128", 1)):
     torch.onnx.export(wide_heads, (hi[0], ht[0]), os.path.join(out, name + ".onnx"), input_names=["idx", "tgt"], output_names=["loss"],
                       opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
     st.write(os.path.join(out, name + "_data.safetensors"), {"idx": hi, "tgt": ht})
+# Grouped heads of 128 (two query heads a key/value head, 128 positions): on Hopper the attention
+# gradient's dK/dV kernel stores dS^T through shared memory by bulk copies and a dq kernel of one
+# product reads it back (codegen/kir/LowerAttentionHopper.cpp, scoreScratchElements).
+torch.manual_seed(0)
+llamah = gm.Llama(V=128, d=256, L=1, h=2, kv=1, f=128, explicit=True)  # 1.4 MB of weights
+li, lt = torch.randint(0, 128, (12, 2, 128), generator=g), torch.randint(0, 128, (12, 2, 128), generator=g)
+torch.onnx.export(llamah, (li[0], lt[0]), os.path.join(out, "llamah128.onnx"), input_names=["idx", "tgt"], output_names=["loss"],
+                  opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+st.write(os.path.join(out, "llamah128_data.safetensors"), {"idx": li, "tgt": lt})
 # The same model taking half of each batch: one rank's share when two train it data-parallel.
 torch.onnx.export(model, (idx[0][:2], tgt[0][:2]), os.path.join(out, "gptw_half.onnx"), input_names=["idx", "tgt"],
                   output_names=["loss"], opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)

@@ -45,9 +45,10 @@ cp "$out/llamaw_data.safetensors" "$out/llamaw_chunks_bf16_data.safetensors"
 "$sgc" compile "$out/gptw.onnx" -o "$out/gptw_fused_bf16.so" --optimizer adamw --lr 1e-2 --target cpu,sm_90 --precision bf16 --attention fused
 cp "$out/gptw_data.safetensors" "$out/gptw_fused_data.safetensors"
 cp "$out/gptw_data.safetensors" "$out/gptw_fused_bf16_data.safetensors"
-# Attention as Hopper's warpgroup products (heads of 64 and 128, bf16) against the CPU's kernels,
-# and the same for sm_80 (mma.sync; the driver compiles its PTX on the H200) against them.
-for m in gpth gpth128; do
+# Attention as Hopper's warpgroup products (heads of 64 and 128, bf16; grouped heads of 128 with
+# the stored dS^T) against the CPU's kernels, and the same for sm_80 (mma.sync, seven products; the
+# driver compiles its PTX on the H200) against them.
+for m in gpth gpth128 llamah128; do
   "$sgc" compile "$out/$m.onnx" -o "$out/${m}_bf16.so" --optimizer adamw --lr 1e-3 --target cpu,sm_90 --precision bf16
   "$sgc" compile "$out/$m.onnx" -o "$out/${m}_mma_bf16.so" --optimizer adamw --lr 1e-3 --target sm_80 --precision bf16
   mv "$out/${m}_data.safetensors" "$out/${m}_bf16_data.safetensors"
@@ -105,5 +106,5 @@ part part1 sample mlp cnn gpt gptw wide vocab llamaw wide_rms rms_2k gptw_fused 
 mv "$out/decode" "$out/part1/"
 part part2 gptw mlp_bf16 cnn_bf16 gpt_bf16 gptw_bf16 gptw_fused_bf16 gptw_sgd_bf16 gptw_dp_bf16 vocab_bf16 \
   llamaw_bf16 gpth_bf16 gpth128_bf16 vocabh_chunks vocabh_chunks_bf16 gptw_chunks_bf16 llamaw_chunks_bf16 \
-  gpth_mma_bf16 gpth128_mma_bf16
+  gpth_mma_bf16 gpth128_mma_bf16 llamah128_bf16 llamah128_mma_bf16
 find "$out" -maxdepth 1 ! -name part1 ! -name part2 ! -path "$out" -exec rm -rf {} +
