@@ -34,15 +34,25 @@ public:
     call(b_.getVoidTy(), std::string("cp.async.bulk.wait_group") + (read ? ".read " : " ") + std::to_string(inFlight) + ";", "", {});
   }
 
-  /// wgmma's 64-bit descriptor of `tile` at shared address `address` (i64, in the shared window).
-  llvm::Value* descriptor(llvm::Value* address, const kir::WgmmaTile& tile);
+  /// A tile's wgmma descriptor as `base` (i64) plus `bytes` (a constant, a multiple of 16, that
+  /// the product's own assembly adds): a product's tile at a constant distance from its stage's
+  /// start leaves one value live a stage, not one a product (which LLVM would hoist out of a walk
+  /// where the stage does not change: a register pair each).
+  struct Descriptor {
+    llvm::Value* base = nullptr;
+    int64_t bytes = 0;
+  };
+
+  /// wgmma's descriptor of `tile` at shared address `address` (i64, in the shared window) plus
+  /// `bytes` (the tile then lies in the same 256 KiB window).
+  Descriptor descriptor(llvm::Value* address, int64_t bytes, const kir::WgmmaTile& tile);
 
   /// D = A B (+ D when `acc` holds D's values: one f32 each, else A B alone) for a 64 x 16 A from
-  /// the warp's registers (`a`: four packed bf16 pairs) or a descriptor (`aTile`), and B's
-  /// descriptor; `n` accumulators a thread; an MN-major tile is passed transposed. Returns D's
-  /// values as a struct of n floats.
-  llvm::Value* product(size_t n, const std::vector<llvm::Value*>& acc, const std::vector<llvm::Value*>& a, llvm::Value* aTile, llvm::Value* b,
-                       bool bMnMajor, bool aMnMajor = false);
+  /// the warp's registers (`a`: four packed bf16 pairs) or a descriptor (`aTile`, when its base is
+  /// set), and B's descriptor; `n` accumulators a thread; an MN-major tile is passed transposed.
+  /// Returns D's values as a struct of n floats.
+  llvm::Value* product(size_t n, const std::vector<llvm::Value*>& acc, const std::vector<llvm::Value*>& a, const Descriptor& aTile,
+                       const Descriptor& b, bool bMnMajor, bool aMnMajor = false);
 
   /// wgmma.wait_group `inFlight`, `acc` passed through it; returns their values after it.
   std::vector<llvm::Value*> wait(int64_t inFlight, const std::vector<llvm::Value*>& acc);

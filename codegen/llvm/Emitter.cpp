@@ -450,13 +450,28 @@ private:
     return Error::success();
   }
 
-  /// The shared address of a wgmma tile (kir::WgmmaTile) as its descriptor.
-  Expected<llvm::Value*> descriptor(const kir::WgmmaTile& t) {
+  /// The shared address of a wgmma tile (kir::WgmmaTile) as its descriptor: the offset's constant
+  /// term (a product's place in its stage) apart, added by the product's assembly.
+  Expected<HopperEmitter::Descriptor> descriptor(const kir::WgmmaTile& t) {
     if ((size_t)t.array >= shared_.size() || k_.shared[t.array].dtype != ir::DType::BF16 || k_.shared[t.array].align < 1024)
       return fail("a wgmma tile outside the kernel's 1024-byte aligned bf16 shared arrays");
-    auto offset = expr(*t.offset);
-    if (!offset) return offset.takeError();
-    return HopperEmitter(b_).descriptor(b_.CreateAdd(b_.CreatePtrToInt(shared_[t.array], b_.getInt64Ty()), *offset), t);
+    auto isConst = [](const kir::ExprRef& e) { return e->kind == ExprKind::Const && e->type == kir::Scalar::I64; };
+    kir::ExprRef rest = t.offset;
+    int64_t bytes = 0;
+    if (isConst(rest)) {
+      bytes = rest->bits, rest = nullptr;
+    } else if (rest->kind == ExprKind::Binary && rest->op == kir::KOp::Add && (isConst(rest->args[0]) || isConst(rest->args[1]))) {
+      bool first = isConst(rest->args[0]);
+      bytes = rest->args[first ? 0 : 1]->bits, rest = rest->args[first ? 1 : 0];
+    }
+    if (bytes % 16) bytes = 0, rest = t.offset; // not a whole field step: the address whole
+    llvm::Value* address = b_.CreatePtrToInt(shared_[t.array], b_.getInt64Ty());
+    if (rest) {
+      auto offset = expr(*rest);
+      if (!offset) return offset.takeError();
+      address = b_.CreateAdd(address, *offset);
+    }
+    return HopperEmitter(b_).descriptor(address, bytes, t);
   }
 
   /// A product's register A operand as four packed pairs of bf16.
@@ -492,7 +507,7 @@ private:
   Error wgmma(const Stmt& s, const std::vector<llvm::Value*>* packedA = nullptr) {
     if (Error e = needsHopper(s)) return e;
     cache_.clear();
-    llvm::Value* aTile = nullptr;
+    HopperEmitter::Descriptor aTile;
     std::vector<llvm::Value*> a, acc;
     if (s.tiles.size() > 1) {
       auto d = descriptor(s.tiles[1]);
@@ -506,7 +521,7 @@ private:
     auto b = descriptor(s.tiles[0]);
     if (!b) return b.takeError();
     for (size_t i = 0; s.extent && i < s.acc.size(); ++i) acc.push_back(b_.CreateLoad(b_.getFloatTy(), locals_.at(s.acc[i])));
-    llvm::Value* d = HopperEmitter(b_).product(s.acc.size(), acc, a, aTile, *b, s.tiles[0].mnMajor, aTile && s.tiles[1].mnMajor);
+    llvm::Value* d = HopperEmitter(b_).product(s.acc.size(), acc, a, aTile, *b, s.tiles[0].mnMajor, aTile.base && s.tiles[1].mnMajor);
     for (size_t i = 0; i < s.acc.size(); ++i) b_.CreateStore(b_.CreateExtractValue(d, (unsigned)i), locals_.at(s.acc[i]));
     return Error::success();
   }

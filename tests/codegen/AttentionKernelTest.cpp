@@ -265,7 +265,8 @@ TEST(Kernel, GroupedAttentionOnHopperStoresScoreGradients) {
   // kernel, dK/dV storing dS^T (bf16 pairs into one 8 KiB stage in shared memory, one bulk copy a
   // block pair) and a dq kernel of one product a block pair reading it. dK/dV stays at two
   // blocks an SM (228 KiB of shared memory, 1 KiB of each block the driver's); ptxas takes the
-  // bulk copies and their waits with no serialized products. The numbers: GpuSim's
+  // bulk copies and their waits with no serialized products and no spills (each product's
+  // constant offset added in its own assembly, not a descriptor a product kept live). The numbers: GpuSim's
   // AttentionGradientFromStoredScoreGradients, and on the device bench/gpu_train.py's Llama.
   const char* ptxas = "/usr/local/cuda/bin/ptxas";
   auto g = ir::parse("graph @g { input %q : bf16[1, 4, 256, 128]\n input %k : bf16[1, 2, 256, 128]\n input %v : bf16[1, 2, 256, 128]\n"
@@ -295,5 +296,5 @@ TEST(Kernel, GroupedAttentionOnHopperStoresScoreGradients) {
   EXPECT_EQ(rc, 0) << log;
   EXPECT_EQ(log.find("serialized"), std::string::npos) << log;
   for (size_t at = log.find("spill stores"); at != std::string::npos; at = log.find("spill stores", at + 1))
-    EXPECT_LE(std::stoi(log.substr(log.rfind(',', at) + 2)), 128) << log;
+    EXPECT_LE(std::stoi(log.substr(log.rfind(',', at) + 2)), 0) << log;
 }

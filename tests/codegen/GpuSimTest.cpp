@@ -166,6 +166,9 @@ TEST(GpuSim, FormsMatchInterpreter) {
   // Llama's: grouped, the result [B, T, H, D], two batches.
   checkForms({"attention_sm90_grouped_result_bthd_d128", attention("bf16[2, 4, 128, 128]", "bf16[2, 2, 128, 128]", true, "bf16[2, 128, 4, 128]"), 3e-2},
              kir::GpuArch{true});
+  // Four blocks of 64 positions at 128: dK/dV's walks start at their blocks' first keys, the
+  // blocks the diagonal crosses masked.
+  checkForms({"attention_sm90_four_blocks_d128", attention("bf16[1, 2, 256, 128]", "bf16[1, 2, 256, 128]"), 3e-2}, kir::GpuArch{true});
 }
 
 TEST(GpuSim, AttentionGradientFromStoredScoreGradients) {
@@ -177,6 +180,9 @@ TEST(GpuSim, AttentionGradientFromStoredScoreGradients) {
   checkForms({"attention_sm90_stored_grouped_result_bthd_d128", attention("bf16[2, 4, 128, 128]", "bf16[2, 2, 128, 128]", true, "bf16[2, 128, 4, 128]"), 3e-2},
              kir::GpuArch{true}, true);
   checkForms({"attention_sm90_stored_grouped_unmasked_d128", attention("bf16[1, 4, 192, 128]", "bf16[1, 2, 192, 128]", false, "", false), 3e-2},
+             kir::GpuArch{true}, true);
+  // Four blocks of 64 positions: ten block pairs a problem stored and read back.
+  checkForms({"attention_sm90_stored_grouped_four_blocks_d128", attention("bf16[1, 4, 256, 128]", "bf16[1, 2, 256, 128]"), 3e-2},
              kir::GpuArch{true}, true);
   // Ungrouped heads of 128 and heads of 64 keep their seven products (addAttentionScratch's
   // measurements; at 64 the scratch would outweigh them in GPT-2's memory), and so does sm_80.
