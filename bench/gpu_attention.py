@@ -7,7 +7,7 @@
 # sgc's step runs once with SGC_PROFILE (CUDA events around each launch, no
 # graph) and its FusedAttention kernels are summed; PyTorch's SDPA (bf16) is
 # timed in the same run with the cuDNN and the flash backends, forward and
-# backward (median of 20 after 3 warm-up runs). Rates count a causal
+# backward (median of 20 after 2 s of warm-up runs). Rates count a causal
 # problem's matrix products: 2 forward and 5 backward of 2 B H T^2 D / 2 flops.
 # Checks that the kernels compute attention and its gradient: the first loss
 # of each side, and the gradient of the three parameters (which sum dq, dk and

@@ -5,7 +5,7 @@
 # weights (AdamW, bf16 autocast), in the same run. A model's other builds
 # beside it (gpt_rc.so: compiled with --recompute cheap; gpt_whole.so: the
 # classifier whole) are timed too. Prints
-# ms/step (median of 20 after 3 warm-up steps), peak memory, the first losses
+# ms/step (median of 20 after warm-up steps of 2 s at least, 3 at least), peak memory, the first losses
 # of each side, the card's SM clock and power draw while its steps ran
 # (GpuMonitor), and the ratios; writes the results as JSON to $OUT/gpu_train.json
 # (after each model: a run cut short keeps the models it finished).
@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "pyutil"))
 import st  # the project's safetensors reader and writer
 
 STEPS, WARM, LOSSES = 20, 3, 3
+WARM_S = 2.0  # and at least this many seconds of warm-up steps on every side (warm_up)
 # Other builds of a model, timed beside NAME.so: NAME_rc.so, and so on.
 VARIANTS = [("rc", "--recompute cheap"), ("whole", "--classifier-chunk-mb 0"), ("c512", "--classifier-chunk-mb 512"),
             ("c256", "--classifier-chunk-mb 256")]
@@ -109,23 +110,43 @@ def sgc_side(so, weights, name, comm="none", rank=0, world=1, id_file=None, kept
     # The batch (host tensors) is given once: the steps after the first keep it.
     inputs = dict(zip(s.inputs(), (t.contiguous() for t in gm.rank_batch(name, rank, world))))
     losses, times = [], []
-    steps = 4 if os.environ.get("SGC_PROFILE") else WARM + STEPS
+
+    def step():
+        t0 = time.perf_counter()
+        losses.append(s.step(**(inputs if not losses else {})))
+        times.append((time.perf_counter() - t0) * 1e3)
     with GpuMonitor() as gpu:
-        for i in range(steps):
-            t0 = time.perf_counter()
-            losses.append(s.step(**(inputs if i == 0 else {})))
-            times.append((time.perf_counter() - t0) * 1e3)
-    t = sorted(times[min(WARM, steps - 1):])
+        if os.environ.get("SGC_PROFILE"):  # the library's profile: its fourth step's launches
+            for _ in range(4):
+                step()
+            t = times[3:]
+        else:
+            warm_up(step, lambda: None)  # each step returns its loss: synchronized
+            for _ in range(STEPS):
+                step()
+            t = sorted(times[-STEPS:])
     print(json.dumps({"ms": t[len(t) // 2], "first_step_ms": times[0], "losses": losses[:kept], "peak_GiB": (free0 - free1) / 2**30, "clocks": gpu.summary(),
                       "plan_GiB": s.memory_plan_bytes() / 2**30, "device": s.description()}), flush=True)
     s.close()  # writes the profile
 
 
 # ---- the PyTorch side, as ../shared/bench/torch_peers.py measures it ----
+def warm_up(step, synchronize):
+    """Runs `step` WARM times, and more until WARM_S seconds of steps have run, each one
+    synchronized: the timed steps of every side then start from a card whose clock has settled
+    under that side's load. (Session 30, an H200, with 3 warm-up steps: sgc's timed steps, the first
+    GPU work after its session opened, ran at SM 1620-1710 MHz, torch.compile's at 1680-1845.)"""
+    t0, n = time.perf_counter(), 0
+    while n < WARM or time.perf_counter() - t0 < WARM_S:
+        step()
+        synchronize()
+        n += 1
+    return n
+
+
 def time_steps(step):
-    """The median GPU time of `step` in ms over STEPS runs after WARM warm-up runs (CUDA events)."""
-    for _ in range(WARM): step()
-    torch.cuda.synchronize()
+    """The median GPU time of `step` in ms over STEPS runs after warm_up (CUDA events)."""
+    warm_up(step, torch.cuda.synchronize)
     ts = []
     for _ in range(STEPS):
         s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
