@@ -16,9 +16,12 @@ Error mergeConstants(Graph& g, int* count) {
     const Tensor& t = *c->data;
     size_t h = std::hash<std::string_view>{}(std::string_view(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size()));
     std::vector<Value*>& same = kept[h];
-    Value* first = nullptr;
+    Value* first = nullptr; // the kept ones differ from each other: one at most is equal
     for (Value* k : same)
-      if (k->type == c->type && *k->data == t) first = k;
+      if (k->type == c->type && *k->data == t) {
+        first = k;
+        break;
+      }
     if (!first) {
       same.push_back(c);
       continue;
