@@ -75,10 +75,17 @@ def gpu_work(prof):
 
 
 def print_host_calls(prof):
-    """The host's calls of more than 5 us beside the GPU's first and last work, from the profile's start."""
+    """The host's calls of more than 5 us beside the GPU's first and last work, from the profile's
+    start; and where the host's step (record_function "step") began and ended against them."""
     evs = sorted(prof.events(), key=lambda e: e.time_range.start)
     if not evs:
         return
+    gpu = [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA]
+    host = next((e for e in evs if e.name == "step" and e.device_type != torch.autograd.DeviceType.CUDA), None)
+    if host and gpu:
+        first, last = gpu[0].time_range.start, max(e.time_range.end for e in gpu)
+        print(f"  host step {host.time_range.elapsed_us() / 1e3:.3f} ms: {(first - host.time_range.start) / 1e3:.3f} ms before the GPU's "
+              f"first work, {(last - first) / 1e3:.3f} ms from it to the GPU's last, {(host.time_range.end - last) / 1e3:.3f} ms after that")
     on_gpu = [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA]
     for e in [e for e in evs if e.device_type != torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 5] + on_gpu[:3] + on_gpu[-3:]:
         where = "GPU" if e.device_type == torch.autograd.DeviceType.CUDA else "host"
@@ -94,7 +101,8 @@ def main():
     torch.cuda.synchronize()
     wall_ms = host_wall_ms(step)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        step()
+        with torch.profiler.record_function("step"):  # the host's step, from the call to its return
+            step()
         torch.cuda.synchronize()
     work = gpu_work(prof)
     out = os.environ.get("OUT", ".")
