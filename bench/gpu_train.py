@@ -7,7 +7,8 @@
 # classifier whole) are timed too. Prints
 # ms/step (median of 20 after warm-up steps of 2 s at least, 3 at least), peak memory, the first losses
 # of each side, the card's SM clock and power draw while its steps ran
-# (GpuMonitor), and the ratios; writes the results as JSON to $OUT/gpu_train.json
+# (GpuMonitor), the ratios, and sgc's profile (SGC_PROFILE, no graph) by kernel family with its
+# hottest launches' TB/s or TFLOP/s against the H200's; writes the results as JSON to $OUT/gpu_train.json
 # (after each model: a run cut short keeps the models it finished).
 # Exits 1 where sgc's first losses do not follow eager's (losses_differ).
 # Usage: python3 bench/gpu_train.py bench/out [mlp,gpt]
@@ -199,9 +200,17 @@ FAMILIES = [("GEMM (cuBLASLt, with epilogues)", lambda ops, kind: kind == "cubla
             ("elementwise", lambda ops, kind: True)]
 
 
+# The limits the hot kernels are set against: the issue's figures for the H200 (HBM and bf16
+# tensor cores as kernels reach them).
+LIMIT_TBS, LIMIT_TFLOPS = 4.3, 780.0
+HOT = 12  # kernels listed by time
+
+
 def profile_summary(path):
-    """Milliseconds per step by kernel family, and the gaps between launches."""
-    fam, step, n, comm = {}, 0.0, 0, 0.0
+    """Milliseconds per step by kernel family, the gaps between launches, and the HOT launches
+    (by their ops, summed over their launches) with their rates: their tensors' bytes a second
+    (each tensor counted once a launch) and, for products, their flops a second."""
+    fam, step, n, comm, hot = {}, 0.0, 0, 0.0, {}
     for line in open(path).read().splitlines()[1:]:
         parts = line.split("\t")
         _, ops, kind, ms = parts[:4]
@@ -214,10 +223,30 @@ def profile_summary(path):
         name = next(f for f, match in FAMILIES if match(ops, kind))
         fam[name] = fam.get(name, 0.0) + float(ms)
         n += 1
+        h = hot.setdefault(ops, {"ms": 0.0, "launches": 0, "bytes": 0, "flops": 0.0, "family": name})
+        h["ms"] += float(ms)
+        h["launches"] += 1
+        if len(parts) > 7:  # libraries since session 30 write their tensors' bytes and products' flops
+            h["bytes"] += int(parts[6])
+            h["flops"] += float(parts[7])
     fam["launch gaps (step - kernels)"] = step - sum(fam.values())
     if comm:
         fam["(communication stream, concurrent)"] = comm
-    return {"step_ms": step, "launches": n, "families_ms": fam}
+    top = sorted(hot.items(), key=lambda kv: -kv[1]["ms"])[:HOT]
+    for _, h in top:
+        seconds = h["ms"] / 1e3
+        h["TB_per_s"] = h["bytes"] / seconds / 1e12 if seconds > 0 else 0.0
+        h["TFLOP_per_s"] = h["flops"] / seconds / 1e12 if seconds > 0 else 0.0
+    return {"step_ms": step, "launches": n, "families_ms": fam, "hot": [dict(h, ops=ops) for ops, h in top]}
+
+
+def print_hot(hot):
+    """The hot launches' rates against LIMIT_TBS and LIMIT_TFLOPS."""
+    print(f"  hottest launches (rates against {LIMIT_TBS} TB/s and {LIMIT_TFLOPS:.0f} TFLOP/s; bytes: their tensors', once each):")
+    for h in hot:
+        rate = f"{h['TFLOP_per_s']:6.0f} TFLOP/s ({h['TFLOP_per_s'] / LIMIT_TFLOPS:4.0%})" if h["flops"] else \
+            f"{h['TB_per_s']:6.2f} TB/s ({h['TB_per_s'] / LIMIT_TBS:4.0%})" if h["bytes"] else f"{'(no sizes)':>22}"
+        print(f"    {h['ms']:8.3f} ms {h['launches']:4d}x  {rate}  {h['ops'][:70]}")
 
 
 def losses_differ(sgc, eager):
@@ -316,6 +345,7 @@ def main():
             print(f"sgc profile (events around each of {p['launches']} launches, no CUDA graph): step {p['step_ms']:.2f} ms")
             for f, ms in sorted(p["families_ms"].items(), key=lambda kv: -kv[1]):
                 print(f"  {f:34} {ms:9.2f} ms", flush=True)
+            print_hot(p["hot"])
         # After each model, so that a run cut short by a time limit keeps the models it finished.
         out = os.environ.get("OUT", ".")
         json.dump(res, open(os.path.join(out, "gpu_train.json.tmp"), "w"), indent=1)
