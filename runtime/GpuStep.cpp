@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <set>
 #if SGC_NVTX
 #include <nvtx3/nvToolsExt.h>
 #endif
@@ -232,8 +231,7 @@ std::string GpuStep::description() const {
 void GpuStep::writeProfile() const {
   FILE* f = std::fopen(profile_.c_str(), "w");
   if (!f) return;
-  // tensor_bytes: the sizes of the tensors the launch reads or writes, each once (a kernel that
-  // reads one twice, or part of one, moves other amounts); flops: a product's 2 m n k a batch.
+  // tensor_bytes: launchTensorBytes; flops: a product's 2 m n k a batch.
   std::fprintf(f, "launch\tops\tkind\tms_per_step\tstart_ms\tstream\ttensor_bytes\tflops\n");
   double steps = std::max(1, profileSteps_);
   for (size_t i = 0; i + 1 < profileMs_.size(); ++i) {
@@ -242,20 +240,10 @@ void GpuStep::writeProfile() const {
     const char* kind = l.collective ? "collective" : gemmPlans_[i] >= 0 ? "cublaslt" : l.gpu ? "gpu-form" : "kernel";
     const char* stream = l.collective && onCommStream(*l.collective) ? "communication" : "compute";
     std::string ops = l.with.empty() ? l.label : l.label + " (with " + l.with + ")"; // its time is theirs too
-    std::set<int> tensors(l.args.begin(), l.args.end());
-    if (l.gpu)
-      for (const KernelCall& c : *l.gpu) tensors.insert(c.args.begin(), c.args.end());
-    double flops = 0;
-    if (const auto& g = l.gemm) {
-      tensors.insert(l.epilogue.args.begin(), l.epilogue.args.end());
-      tensors.insert({g->a, g->b, g->y});
-      flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch;
-    }
-    uint64_t bytes = 0;
-    for (int t : tensors)
-      if (t >= 0) bytes += prog_.tensors[t].bytes;
+    const auto& g = l.gemm;
+    double flops = g ? 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch : 0;
     std::fprintf(f, "%zu\t%s\t%s\t%.6f\t%.6f\t%s\t%llu\t%.0f\n", i, ops.c_str(), kind, profileMs_[i] / steps, profileStartMs_[i], stream,
-                 (unsigned long long)bytes, flops);
+                 (unsigned long long)launchTensorBytes(prog_, l), flops);
   }
   if (!profileMs_.empty()) std::fprintf(f, "step\t-\tstep\t%.6f\t0\tcompute\n", profileMs_.back() / steps);
   std::fclose(f);

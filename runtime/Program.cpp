@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace sgc::rt {
 namespace {
@@ -222,6 +223,20 @@ std::vector<std::vector<int>> collectiveWaits(const Program& p, const std::vecto
     if (p.launches[i].collective) open.push_back((int)i);
   }
   return waits;
+}
+
+uint64_t launchTensorBytes(const Program& p, const Launch& l) {
+  std::set<int> tensors(l.args.begin(), l.args.end());
+  if (l.gpu)
+    for (const KernelCall& c : *l.gpu) tensors.insert(c.args.begin(), c.args.end());
+  if (const auto& g = l.gemm) {
+    tensors.insert(l.epilogue.args.begin(), l.epilogue.args.end());
+    tensors.insert({g->a, g->b, g->y});
+  }
+  uint64_t bytes = 0;
+  for (int t : tensors)
+    if (t >= 0) bytes += p.tensors[t].bytes;
+  return bytes;
 }
 
 uint64_t planBytes(const Program& p) {

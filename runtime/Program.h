@@ -149,6 +149,11 @@ bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program&
 /// constants and the activations any needs beyond its own.
 uint64_t planBytes(const Program& p);
 
+/// The bytes of the tensors launch `l` reads or writes, each tensor once: its arguments, its GPU
+/// form's calls' and, for a product, its operands, result and epilogue's (for traces and profiles;
+/// a kernel that reads a tensor twice, or part of one, moves other amounts).
+uint64_t launchTensorBytes(const Program& p, const Launch& l);
+
 /// The regions' names, in region order (for what describes a plan).
 inline constexpr const char* kRegionNames[kNumRegions] = {"inputs", "params", "state", "consts", "grads", "activations"};
 
