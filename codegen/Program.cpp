@@ -5,6 +5,7 @@
 #include "codegen/GemmEpilogues.h"
 #include "codegen/GemmTransposes.h"
 #include "codegen/Schedule.h"
+#include "codegen/kir/AttentionGeometry.h"
 
 #include "codegen/kir/Lower.h"
 #include "codegen/kir/LowerOps.h"
@@ -450,6 +451,13 @@ Expected<CompiledProgram> buildProgram(const ir::Graph& g, const std::string& op
       for (size_t i = first; i < first + count; ++i) launches[i]["gpu"] = i == first ? calls : nlohmann::json::array();
       ++p.gpuForms;
     }
+    // A fused attention's products, on the launch that runs them (for profiles' rates; a GEMM's
+    // the runtime counts from its shape).
+    double attentionFlops = 0;
+    for (const ir::Node* n : group)
+      if (n->op == ir::Op::FusedAttention || n->op == ir::Op::FusedAttentionGrad)
+        attentionFlops += kir::AttentionGeometry(*n).flops(n->op == ir::Op::FusedAttentionGrad);
+    if (attentionFlops > 0) launches[first]["flops"] = attentionFlops;
     // On a GPU a product runs through the GEMM library, then its epilogue kernel.
     if (auto gemm = isProduct(*group[0]) ? kir::gemmShape(group) : std::nullopt) {
       auto epilogue = kir::lowerProductEpilogue(name + "_epilogue", group);

@@ -231,19 +231,19 @@ std::string GpuStep::description() const {
 void GpuStep::writeProfile() const {
   FILE* f = std::fopen(profile_.c_str(), "w");
   if (!f) return;
-  // tensor_bytes: launchTensorBytes; flops: a product's 2 m n k a batch.
+  // tensor_bytes: launchTensorBytes; flops: a product's 2 m n k a batch, a fused attention's (Launch::flops).
   std::fprintf(f, "launch\tops\tkind\tms_per_step\tstart_ms\tstream\ttensor_bytes\tflops\n");
   double steps = std::max(1, profileSteps_);
   for (size_t i = 0; i + 1 < profileMs_.size(); ++i) {
     const Launch& l = prog_.launches[i];
-    if (l.refresh) continue; // not a step's
+    if (l.refresh || skipped_[i]) continue; // not a step's, or its work in a product's epilogue
     const char* kind = l.collective ? "collective" : gemmPlans_[i] >= 0 ? "cublaslt" : l.gpu ? "gpu-form" : "kernel";
     const char* stream = l.collective && onCommStream(*l.collective) ? "communication" : "compute";
     std::string ops = l.with.empty() ? l.label : l.label + " (with " + l.with + ")"; // its time is theirs too
     const auto& g = l.gemm;
-    double flops = g ? 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch : 0;
+    double flops = g ? 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch : l.flops;
     std::fprintf(f, "%zu\t%s\t%s\t%.6f\t%.6f\t%s\t%llu\t%.0f\n", i, ops.c_str(), kind, profileMs_[i] / steps, profileStartMs_[i], stream,
-                 (unsigned long long)launchTensorBytes(prog_, l), flops);
+                 (unsigned long long)launchTensorBytes(prog_, l, true), flops);
   }
   if (!profileMs_.empty()) std::fprintf(f, "step\t-\tstep\t%.6f\t0\tcompute\n", profileMs_.back() / steps);
   std::fclose(f);

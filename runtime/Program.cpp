@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -118,6 +119,8 @@ bool parseLaunch(const nlohmann::json& l, const Program& p, Launch& L, std::stri
              l.value("label", ""), std::nullopt, {}, std::nullopt, std::nullopt};
   L.refresh = l.value("refresh", false);
   L.with = l.value("with", "");
+  L.flops = l.value("flops", 0.0);
+  if (!(L.flops >= 0) || !std::isfinite(L.flops)) return fail(error, "a launch's flops are not a finite count");
   if (l.contains("collective") && !parseCollective(l.at("collective"), p, L.collective.emplace(), error)) return false;
   // No kernel: a collective, or GPU-only work (its GPU form; a CPU has nothing to run).
   if ((L.kernel < 0 && !L.collective && !l.contains("gpu")) || L.kernel >= p.numKernels || L.extent < 0) return fail(error, "a launch names no kernel");
@@ -225,13 +228,16 @@ std::vector<std::vector<int>> collectiveWaits(const Program& p, const std::vecto
   return waits;
 }
 
-uint64_t launchTensorBytes(const Program& p, const Launch& l) {
-  std::set<int> tensors(l.args.begin(), l.args.end());
-  if (l.gpu)
+uint64_t launchTensorBytes(const Program& p, const Launch& l, bool onGpu) {
+  std::set<int> tensors;
+  if (onGpu && l.gpu) { // what the GPU runs instead; an emptied form (its work in an earlier launch) runs nothing
     for (const KernelCall& c : *l.gpu) tensors.insert(c.args.begin(), c.args.end());
-  if (const auto& g = l.gemm) {
-    tensors.insert(l.epilogue.args.begin(), l.epilogue.args.end());
-    tensors.insert({g->a, g->b, g->y});
+  } else {
+    tensors.insert(l.args.begin(), l.args.end());
+    if (const auto& g = l.gemm; onGpu && g) {
+      tensors.insert(l.epilogue.args.begin(), l.epilogue.args.end());
+      tensors.insert({g->a, g->b, g->y});
+    }
   }
   uint64_t bytes = 0;
   for (int t : tensors)

@@ -100,6 +100,8 @@ struct Launch {
   bool refresh = false;
   /// On a GPU, the later launches whose work its GPU form runs too ("AdamUpdate x6"), for profiles.
   std::string with{};
+  /// Its matrix products' flops where the compiler counts them (a fused attention's), for profiles.
+  double flops = 0;
 };
 
 /// A decode step over a paged key/value cache (compiled with --mode decode): its sizes, and the
@@ -149,10 +151,12 @@ bool parseProgram(const char* json, size_t size, uint64_t weightsBytes, Program&
 /// constants and the activations any needs beyond its own.
 uint64_t planBytes(const Program& p);
 
-/// The bytes of the tensors launch `l` reads or writes, each tensor once: its arguments, its GPU
-/// form's calls' and, for a product, its operands, result and epilogue's (for traces and profiles;
-/// a kernel that reads a tensor twice, or part of one, moves other amounts).
-uint64_t launchTensorBytes(const Program& p, const Launch& l);
+/// The bytes of the tensors launch `l` reads or writes, each tensor once (for traces and profiles;
+/// a kernel that reads a tensor twice, or part of one, moves other amounts). On the CPU: its
+/// arguments. On a GPU: its GPU form's calls' where it has one (none where its work runs in an
+/// earlier launch's form, codegen/FuseLaunches.h), else its arguments and, for a product, its
+/// operands, result and epilogue's.
+uint64_t launchTensorBytes(const Program& p, const Launch& l, bool onGpu);
 
 /// The regions' names, in region order (for what describes a plan).
 inline constexpr const char* kRegionNames[kNumRegions] = {"inputs", "params", "state", "consts", "grads", "activations"};

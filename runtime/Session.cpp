@@ -175,7 +175,7 @@ std::string traceJson(const sgc_session* s, const std::vector<TraceEvent>& event
   list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 1}, {"args", {{"name", gpu ? "communication stream" : "communication"}}}});
   for (const TraceEvent& e : events) {
     const Launch& l = s->prog.launches[e.launch];
-    nlohmann::json args = {{"launch", e.launch}, {"bytes", launchTensorBytes(s->prog, l)}};
+    nlohmann::json args = {{"launch", e.launch}, {"bytes", launchTensorBytes(s->prog, l, gpu)}};
     if (!e.kernel.empty()) args["kernel"] = e.kernel;
     std::string name = e.thread == 1 && !gpu ? "wait: " + l.collective->op : l.label.empty() ? "launch " + std::to_string(e.launch) : l.label;
     list.push_back({{"name", name}, {"cat", e.thread == 1 ? "collective" : "kernel"}, {"ph", "X"}, {"pid", 0}, {"tid", e.thread},

@@ -37,6 +37,14 @@ struct AttentionGeometry {
     causal = n.getInt("causal", 0) != 0;
   }
 
+  /// Its matrix products' flops, as attention benchmarks count them (bench/gpu_attention.py):
+  /// forward S = Q K^T and O = P V, 2 tq tk (d + dv) a problem; the gradient's S again, dP, dV, dK
+  /// and dQ, 2 tq tk (3 d + 2 dv); a causal problem half of that.
+  double flops(bool gradient) const {
+    double pairs = (double)heads * (double)tq * (double)tk / (causal ? 2 : 1);
+    return 2 * pairs * (gradient ? 3 * d + 2 * dv : d + dv);
+  }
+
   /// The result that holds operand `which`'s gradient (0 dq, 1 dk, 2 dv).
   const ir::Value* gradOf(int which) const { return n.outputs[packed ? 0 : which]; }
 };

@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <random>
 #include <set>
 
@@ -319,4 +320,67 @@ TEST(GpuLaunchTable, ReductionsRunTogetherOnlyOverWhatIsReady) {
     }
   }
   EXPECT_EQ(runs, 1);
+}
+
+// A profile's bytes count what each side runs (runtime/Program.h, launchTensorBytes): on a GPU a
+// launch whose work moved into an earlier launch's GPU form (an elementwise run's later part)
+// moves nothing, and a run's horizontal kernel moves at least the bytes of each launch it carries.
+TEST(GpuLaunchTable, LaunchBytesAreWhatEachSideRuns) {
+  std::string text = compiled().programJson, error;
+  rt::Program p;
+  ASSERT_TRUE(rt::parseProgram(text.data(), text.size(), 1 << 20, p, error)) << error;
+  int emptied = 0, runs = 0;
+  // Since the last launch with a GPU form: the largest CPU bytes of an emptied launch; that form's
+  // GPU bytes, where it is a run's horizontal kernel ("with": its parts are those launches' kernels).
+  uint64_t carried = 0, head = 0;
+  bool run = false;
+  auto checkRun = [&] {
+    if (run) {
+      EXPECT_GE(head, carried);
+    }
+  };
+  for (const rt::Launch& l : p.launches) {
+    if (l.kernel >= 0) {
+      EXPECT_GT(rt::launchTensorBytes(p, l, false), 0u) << l.label;
+    }
+    if (l.gpu && !l.gpu->empty()) {
+      checkRun();
+      run = !l.with.empty(), runs += run;
+      head = rt::launchTensorBytes(p, l, true), carried = 0;
+    } else if (l.gpu && l.gpu->empty() && l.kernel >= 0) {
+      ++emptied;
+      EXPECT_EQ(rt::launchTensorBytes(p, l, true), 0u) << l.label;
+      carried = std::max(carried, rt::launchTensorBytes(p, l, false));
+    }
+  }
+  checkRun();
+  EXPECT_GT(runs, 0); // the optimizer's small updates run together
+  EXPECT_GT(emptied, runs);
+}
+
+// A fused attention's launch carries its products' flops (for the profile's rates): forward
+// 2 products of 2 tq tk d, the gradient 5, causal halved, as bench/gpu_attention.py counts them.
+TEST(GpuLaunchTable, AttentionLaunchesCountTheirFlops) {
+  std::mt19937 rng(5);
+  std::string text = "graph @attention {\n";
+  for (const char* w : {"q", "k", "v"}) text += std::string(" param %") + w + " : f32[2, 3, 64, 16] = " + ir::denseNormal(2 * 3 * 64 * 16, rng) + "\n";
+  text += " %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.25}\n"
+          " %loss : ?[*] = ReduceSum(%y) {keepdims = 0}\n output %loss\n}";
+  auto g = ir::parse(text, "attention");
+  ASSERT_TRUE(!!g) << errorText(g.takeError());
+  ASSERT_FALSE(ir::inferShapes(**g, false));
+  ASSERT_FALSE(ir::buildTrainingStep(**g, ir::TrainingOptions{}));
+  auto compiledStep = codegen::buildProgram(**g, "test");
+  ASSERT_TRUE(!!compiledStep) << errorText(compiledStep.takeError());
+  std::string json = compiledStep->programJson, error;
+  rt::Program p;
+  ASSERT_TRUE(rt::parseProgram(json.data(), json.size(), 1 << 20, p, error)) << error;
+  double product = 2.0 * 2 * 3 * 64 * 64 * 16 / 2; // one causal product over the 6 problems
+  std::map<std::string, double> flops;
+  for (const rt::Launch& l : p.launches) flops[l.label] += l.flops;
+  EXPECT_EQ(flops["FusedAttention"], 2 * product);
+  EXPECT_EQ(flops["FusedAttentionGrad"], 5 * product);
+  double total = 0;
+  for (auto& [label, f] : flops) total += f;
+  EXPECT_EQ(total, 7 * product); // no other launch claims any
 }
