@@ -63,10 +63,18 @@ def host_wall_ms(step, runs=10):
     return sorted(walls)[runs // 2]
 
 
+STEP = "step"  # record_function around the host's step; the profiler shows it on the GPU's timeline too
+
+
+def on_gpu(e):
+    """Whether profile event `e` is the GPU's work (a kernel, memset or copy; not the span of STEP)."""
+    return e.device_type == torch.autograd.DeviceType.CUDA and e.name != STEP
+
+
 def gpu_work(prof):
     """The GPU's kernels, memsets and copies of a profile in start order: (start us, end us, name) and
     the idle time before each (none of the earlier ones running)."""
-    work = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    work = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events() if on_gpu(e))
     rows, end = [], work[0][0] if work else 0
     for a, b, n in work:
         rows.append((a, b, n, max(0.0, a - end)))
@@ -80,14 +88,13 @@ def print_host_calls(prof):
     evs = sorted(prof.events(), key=lambda e: e.time_range.start)
     if not evs:
         return
-    gpu = [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA]
-    host = next((e for e in evs if e.name == "step" and e.device_type != torch.autograd.DeviceType.CUDA), None)
+    gpu = [e for e in evs if on_gpu(e)]
+    host = next((e for e in evs if e.name == STEP and e.device_type != torch.autograd.DeviceType.CUDA), None)
     if host and gpu:
         first, last = gpu[0].time_range.start, max(e.time_range.end for e in gpu)
         print(f"  host step {host.time_range.elapsed_us() / 1e3:.3f} ms: {(first - host.time_range.start) / 1e3:.3f} ms before the GPU's "
               f"first work, {(last - first) / 1e3:.3f} ms from it to the GPU's last, {(host.time_range.end - last) / 1e3:.3f} ms after that")
-    on_gpu = [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA]
-    for e in [e for e in evs if e.device_type != torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 5] + on_gpu[:3] + on_gpu[-3:]:
+    for e in [e for e in evs if e.device_type != torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 5] + gpu[:3] + gpu[-3:]:
         where = "GPU" if e.device_type == torch.autograd.DeviceType.CUDA else "host"
         print(f"  {where:4} {(e.time_range.start - evs[0].time_range.start) / 1e3:9.3f} ms +{e.time_range.elapsed_us() / 1e3:8.3f} ms  {e.name[:80]}")
 
@@ -101,7 +108,7 @@ def main():
     torch.cuda.synchronize()
     wall_ms = host_wall_ms(step)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        with torch.profiler.record_function("step"):  # the host's step, from the call to its return
+        with torch.profiler.record_function(STEP):  # the host's step, from the call to its return
             step()
         torch.cuda.synchronize()
     work = gpu_work(prof)
