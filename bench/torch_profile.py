@@ -117,8 +117,6 @@ def main():
         f.write("start_us\tus\tidle_before_us\tname\n")
         for a, b, n, idle in work:
             f.write(f"{a - work[0][0]:.1f}\t{b - a:.1f}\t{idle:.1f}\t{n}\n")
-    if mode == "sgc":
-        print_host_calls(prof)
     kernels = {}
     for a, b, n, _ in work:
         k = kernels.setdefault(n, [0, 0.0])
@@ -129,15 +127,18 @@ def main():
         fams[family(k)] = fams.get(family(k), 0.0) + ms
     total, idle = sum(fams.values()), sum(w[3] for w in work) / 1e3
     span = (max(w[1] for w in work) - work[0][0]) / 1e3 if work else 0.0
+    # written before printing: a reader that stops early (| head) must not cost the file
+    json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "kernels_ms": total, "span_ms": span, "idle_ms": idle,
+               "host_wall_ms": wall_ms, "families_ms": fams, "kernels": {k: {"launches": n, "ms": ms} for k, (n, ms) in kernels.items()}},
+              open(os.path.join(out, f"torch_profile_{name}_{mode}.json"), "w"), indent=1)
+    if mode == "sgc":
+        print_host_calls(prof)
     print(f"{name} {mode} on {torch.cuda.get_device_name()}: kernels {total:.2f} ms in {len(work)} launches; "
           f"first start to last end {span:.2f} ms, of which idle {idle:.2f} ms; host wall time a step {wall_ms:.2f} ms")
     for f, ms in sorted(fams.items(), key=lambda kv: -kv[1]):
         print(f"  {f:32} {ms:8.2f} ms")
     for k, (n, ms) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:40]:
         print(f"  {ms:8.3f} ms {n:4d}x {family(k):10.10} {k[:110]}")
-    json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "kernels_ms": total, "span_ms": span, "idle_ms": idle,
-               "host_wall_ms": wall_ms, "families_ms": fams, "kernels": {k: {"launches": n, "ms": ms} for k, (n, ms) in kernels.items()}},
-              open(os.path.join(out, f"torch_profile_{name}_{mode}.json"), "w"), indent=1)
 
 
 if __name__ == "__main__":
