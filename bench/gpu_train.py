@@ -175,15 +175,28 @@ def torch_training_step(name, mode, init=None):
     return step, model, opt
 
 
+def dynamo_counts():
+    """torch.compile's graphs compiled and graph breaks so far in this process ({} without dynamo):
+    a count that grows during the timed steps means they recompiled."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    return {"graphs": counters["stats"]["unique_graphs"], "graph_breaks": sum(counters["graph_break"].values())}
+
+
 def torch_side(name, mode, init):
     step, model, opt = torch_training_step(name, mode, init)
     t0 = time.time()
     losses = [step().item() for _ in range(LOSSES)]
     first_s = time.time() - t0
+    compiled = dynamo_counts()
     torch.cuda.reset_peak_memory_stats()
     with GpuMonitor() as gpu:
         ms = time_steps(step)
     r = {"ms": ms, "peak_GiB": torch.cuda.max_memory_allocated() / 2**30, "losses": losses, "first_steps_s": first_s, "clocks": gpu.summary()}
+    if mode == "compile":  # this process's counts (eager compiles nothing), after the first steps and after the timed ones
+        r["dynamo"] = {"after_first_steps": compiled, "after_timing": dynamo_counts()}
     del model, opt, step
     torch.cuda.empty_cache()
     return r
@@ -335,6 +348,11 @@ def main():
                 print(f"{side:26} {v['ms']:9.2f} {v['peak_GiB']:9.2f}  {' '.join(f'{l:.5f}' for l in v['losses'])}{clocks}")
             else:
                 print(f"{side:26} failed: {v.get('error', '')[-300:]}")
+        if d := r["compile"].get("dynamo"):
+            a, b = d["after_first_steps"], d["after_timing"]
+            if b:
+                print(f"torch.compile in this process so far: {b['graphs']} graphs, {b['graph_breaks']} graph breaks"
+                      + ("; it COMPILED AGAIN during the timed steps" if a != b else ""))
         for side in sgcs:
             if why := losses_differ(r[side], r["eager"]):
                 print(f"LOSSES DIFFER, {side}: {why}")
