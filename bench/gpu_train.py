@@ -242,8 +242,6 @@ def profile_summary(path):
         if len(parts) > 7:  # libraries since session 30 write their tensors' bytes and products' flops
             h["bytes"] += int(parts[6])
             h["flops"] += float(parts[7])
-            if int(parts[6]) == 0 and not float(parts[7]):  # a GPU form left empty (its work in an earlier launch's): no launch
-                h["launches"] -= 1
     fam["launch gaps (step - kernels)"] = step - sum(fam.values())
     if comm:
         fam["(communication stream, concurrent)"] = comm

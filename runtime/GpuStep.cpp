@@ -23,6 +23,10 @@ struct Range {
 #endif
 };
 
+/// Whether launch `l` has nothing for a GPU to run: its GPU form left empty, its work in an
+/// earlier launch's form (codegen/FuseLaunches.h). It is neither launched nor timed.
+bool emptyForm(const Launch& l) { return l.gpu && l.gpu->empty(); }
+
 } // namespace
 
 GpuStep::GpuStep(const Program& prog, CudaDevice& gpu, std::vector<uint64_t> address, size_t slot)
@@ -140,7 +144,7 @@ bool GpuStep::enqueue(bool train, std::string& error) {
       started[c] = false;
       if (!gpu_.waitComm(c, error)) return false;
     }
-    if ((!train && !l.forward) || skipped_[i] || l.refresh) continue;
+    if ((!train && !l.forward) || skipped_[i] || l.refresh || emptyForm(l)) continue;
     Range range(l.label.empty() ? "launch " + std::to_string(i) : l.label);
     if (l.collective) { // a launch is a collective or kernels, never both
       if (!collective(i, *l.collective, error)) return false;
@@ -236,7 +240,7 @@ void GpuStep::writeProfile() const {
   double steps = std::max(1, profileSteps_);
   for (size_t i = 0; i + 1 < profileMs_.size(); ++i) {
     const Launch& l = prog_.launches[i];
-    if (l.refresh || skipped_[i]) continue; // not a step's, or its work in a product's epilogue
+    if (l.refresh || skipped_[i] || emptyForm(l)) continue; // not a step's, or its work in a product's epilogue or an earlier form
     const char* kind = l.collective ? "collective" : gemmPlans_[i] >= 0 ? "cublaslt" : l.gpu ? "gpu-form" : "kernel";
     const char* stream = l.collective && onCommStream(*l.collective) ? "communication" : "compute";
     std::string ops = l.with.empty() ? l.label : l.label + " (with " + l.with + ")"; // its time is theirs too

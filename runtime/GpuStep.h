@@ -8,8 +8,8 @@
 // Environment: SGC_CUDA_GRAPHS=0 (never capture), SGC_GEMM_TUNING=0 (each GEMM takes cuBLASLt's
 // first candidate instead of the fastest of its first eight, timed here), SGC_PROFILE=FILE (no graph;
 // each launch's GPU time, and where in the last step it started and on which
-// stream, its tensors' bytes and a product's flops, tab-separated, written when the stepper is
-// destroyed).
+// stream, its tensors' bytes and a product's or fused attention's flops, tab-separated, written
+// when the stepper is destroyed; a launch whose work runs in an earlier one has no row).
 #pragma once
 #include "runtime/Comm.h"
 #include "runtime/Cuda.h"
