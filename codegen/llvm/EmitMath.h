@@ -31,6 +31,7 @@ private:
   llvm::Value* libm(const char* f32Name, const char* f64Name, std::vector<llvm::Value*> args);
 
   llvm::Value* horner(llvm::Value* x, const std::vector<double>& coeffs); ///< sum of coeffs[i] x^i
+  llvm::Value* reciprocal(llvm::Value* x);
   llvm::Value* pow2(llvm::Value* n);
   llvm::Value* exp64(llvm::Value* x);
   llvm::Value* log64(llvm::Value* x);
