@@ -168,7 +168,7 @@ Expected<llvm::Value*> MathEmitter::erf(llvm::Value* x) {
   if (!e) return e;
   llvm::Value* big = intrinsic(llvm::Intrinsic::copysign, {b_.CreateFSub(c(x, 1), b_.CreateFMul(p, *e)), x});
   // Below 1/2 the series 2/sqrt(pi) (x - x^3/3 + x^5/10 - ...) (exact near 0, where the formula
-  // above keeps its absolute error): to x^15 in f32 (the next term under 1e-11 there; in f32 the
+  // above keeps its absolute error): to x^15 in f32 (the next term about 1e-11 there; in f32 the
   // same values as to x^23), to x^23 in f64.
   std::vector<double> series;
   double f = 1;
