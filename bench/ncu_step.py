@@ -45,10 +45,12 @@ def program(path):
 
 
 def kernel_ops(prog):
-    """Kernel name -> the labels of the launches whose GPU form (or CPU kernel, if none) runs it."""
+    """Kernel name -> the labels of the launches whose GPU form (or CPU kernel, if none) or
+    product's epilogue runs it."""
     names, ops = prog["kernel_names"], collections.defaultdict(list)
     for launch in prog["launches"]:
         calls = launch.get("gpu") if launch.get("gpu") is not None else [launch]
+        calls = calls + ([launch["epilogue"]] if "epilogue" in launch else [])
         for call in calls:
             k = call.get("kernel", -1)
             if k >= 0 and launch.get("label", "") not in ops[names[k]]:
