@@ -220,7 +220,12 @@ Expected<ExprRef> unaryDerivative(const ir::Node& n, ir::Op of, ExprRef x) {
       ExprRef th = tanh(k * (x + 0.044715 * x * x * x));
       return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * (k * (1 + 3 * 0.044715 * x * x));
     }
-    return 0.5 * (1 + erf(x * M_SQRT1_2)) + x * (1 / std::sqrt(2 * M_PI) * exp(-0.5 * x * x));
+    {
+      // d/dx x Phi(x) = Phi(x) + x phi(x), phi(x) = exp(-u^2) / sqrt(2 pi) with u = x / sqrt(2):
+      // the exp(-u^2) that erf(u) computes on the GPU, so that the kernel computes it once.
+      ExprRef u = x * M_SQRT1_2;
+      return 0.5 * (1 + erf(u)) + x * (1 / std::sqrt(2 * M_PI) * exp(-(u * u)));
+    }
   case Op::Softplus: return sigmoid(x);
   case Op::Softsign: return 1 / square(1 + abs(x));
   case Op::HardSigmoid: {

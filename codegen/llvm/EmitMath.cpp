@@ -164,7 +164,9 @@ Expected<llvm::Value*> MathEmitter::erf(llvm::Value* x) {
   llvm::Value* p = c(x, k[0]);
   for (int i = 1; i < 5; ++i) p = b_.CreateFAdd(b_.CreateFMul(p, t), c(x, k[i]));
   p = b_.CreateFMul(p, t);
-  auto e = exp(b_.CreateFNeg(b_.CreateFMul(ax, ax)));
+  // exp(-x^2) from x itself, not |x|: the same value, and the same instructions as a GELU
+  // gradient's exp(-u^2) (ElementwiseMath.cpp), which LLVM then computes once.
+  auto e = exp(b_.CreateFNeg(b_.CreateFMul(x, x)));
   if (!e) return e;
   llvm::Value* big = intrinsic(llvm::Intrinsic::copysign, {b_.CreateFSub(c(x, 1), b_.CreateFMul(p, *e)), x});
   // Below 1/2 the series 2/sqrt(pi) (x - x^3/3 + x^5/10 - ...) (exact near 0, where the formula
