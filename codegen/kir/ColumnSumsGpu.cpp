@@ -1,7 +1,6 @@
 #include "codegen/kir/ColumnSumsGpu.h"
 
 #include <algorithm>
-#include <map>
 
 namespace sgc::kir {
 namespace {
@@ -12,29 +11,6 @@ constexpr int kThreads = 256;           ///< a block: 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMostChunkRows = 128; ///< rows a block sums (16 a warp): each column gets rows / 128 atomic adds
 constexpr int64_t kRowsAtOnce = 4;      ///< rows whose loads a lane issues together
-
-/// `e` with each load from a buffer first read into a local (its let appended to `out`; a bf16
-/// element held as its bits, exactly): the loads of a lane's rows then all go out before any
-/// row's arithmetic (neither LLVM nor ptxas moves a load above the arithmetic written before it:
-/// with each row's term one expression, the GELU gradient loaded a row, ran ~370 instructions,
-/// then loaded the next).
-ExprRef loadedFirst(Builder& b, std::vector<StmtRef>& out, const ExprRef& e, std::map<const Expr*, ExprRef>& done) {
-  if (auto hit = done.find(e.get()); hit != done.end()) return hit->second;
-  std::vector<ExprRef> args;
-  for (const ExprRef& a : e->args) args.push_back(loadedFirst(b, out, a, done));
-  ExprRef r = e;
-  if (args != e->args) {
-    auto copy = std::make_shared<Expr>(*e);
-    copy->args = std::move(args);
-    r = copy;
-  }
-  if (e->kind == ExprKind::Load) {
-    int id = b.newLocal();
-    out.push_back(b.k.buffers.at(e->id).dtype == ir::DType::BF16 ? letBf16(id, r) : let(id, r));
-    r = local(id, e->type);
-  }
-  return done[e.get()] = r;
-}
 
 } // namespace
 
@@ -56,26 +32,23 @@ std::optional<Kernel> blockColumnSums(Builder& b, int64_t rows, int64_t C, int v
   std::vector<StmtRef> body;
   std::vector<std::vector<int>> acc;
   for (int64_t k = 0; k < K; ++k) acc.push_back(locals(b, v, body, [&](int64_t) { return B::c(0, t); }));
-  std::vector<StmtRef> loads, terms, sums;
+  std::vector<StmtRef> loads, sums;
   for (int64_t i = 0; i < atOnce; ++i) { // row chunk * chunkRows + (s * atOnce + i) * 8 + warp
     ExprRef row = B::add(B::add(B::mul(chunk, B::i(chunkRows)), B::mul(B::add(B::mul(loopVar(s), B::i(atOnce)), B::i(i)), B::i(kWarps))), warp);
     ColumnTerms ct = termsOf(row, col0);
     loads.insert(loads.end(), ct.setup.begin(), ct.setup.end());
-    std::map<const Expr*, ExprRef> done;
     std::vector<ExprRef> firsts;
     for (int64_t k = 0; k < K; ++k)
       for (int u = 0; u < v; ++u) {
         int term = b.newLocal();
-        terms.push_back(let(term, loadedFirst(b, loads, ct.terms.at(k).at(u), done)));
+        loads.push_back(let(term, ct.terms.at(k).at(u)));
         sums.push_back(set(acc[k][u], B::add(local(acc[k][u], t), local(term, t))));
         if (k == 0) firsts.push_back(local(term, t));
       }
     if (ct.after)
       for (StmtRef& st : ct.after(firsts)) sums.push_back(std::move(st));
   }
-  // Every row's loads, then every row's terms, then the sums.
-  loads.insert(loads.end(), terms.begin(), terms.end());
-  loads.insert(loads.end(), sums.begin(), sums.end());
+  loads.insert(loads.end(), sums.begin(), sums.end()); // every row's loads before any sum
   body.push_back(loop(s, chunkRows / (kWarps * atOnce), false, std::move(loads)));
 
   int partial = (int)b.k.shared.size(); // [k][warp][tile column]
