@@ -1,0 +1,78 @@
+#!/bin/bash
+# The device side of a GPU benchmark session in one call, within a time limit: the benchmark
+# (gpu_train.py: sgc, PyTorch eager and torch.compile in the same run), the card's own ceiling
+# for the optimizer's traffic (gpu_bandwidth.cu), an A/B of sgc builds (gpu_ab.py) and
+# check_gpu.sh over a bundle (tests/gpu/make_bundle.sh), each run only if its usual time still
+# fits, in that order. Everything it writes goes under $OUT (default ./gpu_session): the
+# benchmark's log and JSON, the A/B's JSON, and the rest in one results.tar.xz (a device call
+# brings back at most 8 files).
+# Usage (on the device, from the project root):
+#   bench/gpu_session.sh [--limit SECONDS] [--libs DIR] [--models gpt,llama,mlp] [--ab DIR]
+#                        [--ab-models LIST] [--ab-runs N] [--check BUNDLE_PART_DIR]
+#   --libs: gpt.so.xz, llama.so.xz, mlp.so.xz as bench/gpu_build.sh and gpu_llama_build.sh
+#   write them (default bench/out); --ab: NAME_VARIANT.so.xz for gpu_ab.py.
+set -u
+cd "$(dirname "$0")/.."
+limit=540 libs=bench/out models=gpt,llama,mlp ab= ab_models=mlp,gpt,llama ab_runs=2 check=
+while [ $# -gt 0 ]; do
+  case "$1" in -h | --help) sed -n '2,14p' "$0"; exit 0 ;; esac
+  [ $# -ge 2 ] || { echo "gpu_session.sh: $1 needs a value (see --help)" >&2; exit 2; }
+  case "$1" in
+    --limit) limit=$2 ;;
+    --libs) libs=$2 ;;
+    --models) models=$2 ;;
+    --ab) ab=$2 ;;
+    --ab-models) ab_models=$2 ;;
+    --ab-runs) ab_runs=$2 ;;
+    --check) check=$2 ;;
+    *) echo "gpu_session.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+[ -d "$libs" ] || { echo "gpu_session.sh: --libs $libs: no such folder" >&2; exit 2; }
+[ -z "$ab" ] || [ -d "$ab" ] || { echo "gpu_session.sh: --ab $ab: no such folder" >&2; exit 2; }
+[ -z "$check" ] || [ -f "$check/check_gpu.sh" ] || { echo "gpu_session.sh: --check $check: no check_gpu.sh there (tests/gpu/make_bundle.sh makes it)" >&2; exit 2; }
+case "$limit$ab_runs" in *[!0-9]*) echo "gpu_session.sh: --limit and --ab-runs take whole numbers" >&2; exit 2 ;; esac
+out=${OUT:-gpu_session}
+mkdir -p "$out"
+export OUT="$out" PYTHONUNBUFFERED=1 # gpu_train.py and gpu_ab.py write their profiles and JSON there
+# Whether a step of about $1 seconds still ends 15 s before the limit.
+fits() { [ $((SECONDS + $1)) -lt $((limit - 15)) ]; }
+# About 70 s a model for the benchmark (torch.compile's first steps included), 40 s a model and
+# run for the A/B, 60 s for a bundle part's checks.
+count() { echo "$1" | tr ',' '\n' | grep -c .; }
+nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader || exit 1
+if fits $((70 * $(count "$models"))); then
+  python3 bench/gpu_train.py "$libs" "$models" 2>&1 | tee "$out/gpu_train.log"
+else
+  echo "skipped: the benchmark (${SECONDS}s of ${limit}s gone)"
+fi
+echo "after the benchmark: ${SECONDS}s"
+if fits 40 && command -v nvcc >/dev/null; then
+  nvcc -O3 -arch=sm_90 -o "$out/gpu_bandwidth" bench/gpu_bandwidth.cu && "$out/gpu_bandwidth" > "$out/gpu_bandwidth.txt" 2>&1
+  grep -E "copy|V= [48] threads=256 one" "$out/gpu_bandwidth.txt"
+  rm -f "$out/gpu_bandwidth"
+fi
+if [ -n "$ab" ]; then
+  runs=$ab_runs
+  while [ "$runs" -gt 1 ] && ! fits $((40 * runs * $(count "$ab_models"))); do runs=$((runs - 1)); done
+  if fits $((40 * runs * $(count "$ab_models"))); then
+    python3 bench/gpu_ab.py "$ab" "$ab_models" "$runs" 2>&1 | tee "$out/ab.log" | grep -v "^ "
+  else
+    echo "skipped: the A/B (${SECONDS}s of ${limit}s gone)"
+  fi
+  echo "after the A/B: ${SECONDS}s"
+fi
+if [ -n "$check" ]; then
+  if fits 60; then
+    (cd "$check" && sh check_gpu.sh .) > "$out/check_gpu.log" 2>&1
+    grep -v SKIP "$out/check_gpu.log" | tail -5
+  else
+    echo "skipped: check_gpu.sh (${SECONDS}s of ${limit}s gone)"
+  fi
+fi
+rm -f "$out"/*.safetensors
+(cd "$out" && tar cJf results.tar.xz --exclude=results.tar.xz --exclude=gpu_train.log --exclude=gpu_train.json --exclude=ab.json * 2>/dev/null &&
+  find . -maxdepth 1 -type f ! -name results.tar.xz ! -name gpu_train.log ! -name gpu_train.json ! -name ab.json -delete)
+echo "done in ${SECONDS}s"
+ls -l "$out"
