@@ -15,7 +15,7 @@ set -u
 cd "$(dirname "$0")/.."
 limit=540 libs=bench/out models=gpt,llama,mlp ab= ab_models=mlp,gpt,llama ab_runs=2 check=
 while [ $# -gt 0 ]; do
-  case "$1" in -h | --help) sed -n '2,14p' "$0"; exit 0 ;; esac
+  case "$1" in -h | --help) sed -n '2,13p' "$0" | cut -c3-; exit 0 ;; esac
   [ $# -ge 2 ] || { echo "gpu_session.sh: $1 needs a value (see --help)" >&2; exit 2; }
   case "$1" in
     --limit) limit=$2 ;;
