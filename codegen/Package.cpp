@@ -7,6 +7,7 @@
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/GlobalVariable.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <sstream>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <thread>
@@ -77,7 +80,7 @@ static Expected<std::string> ptxOf(const std::vector<kir::Kernel>& kernels, cons
 
 Expected<std::string> kernelsPtx(const CompiledProgram& p, const std::string& sm) { return ptxOf(p.kernels, sm); }
 
-Expected<std::string> assemblePtx(const std::string& ptx, const std::string& sm, const std::string& ptxas) {
+Expected<std::string> assemblePtx(const std::string& ptx, const std::string& sm, const std::string& ptxas, std::string* log) {
   namespace fs = std::filesystem;
   std::string dirTemplate = (fs::temp_directory_path() / "sgc-ptx-XXXXXX").string();
   if (!mkdtemp(dirTemplate.data())) return makeError("cannot create a temporary folder");
@@ -90,10 +93,48 @@ Expected<std::string> assemblePtx(const std::string& ptx, const std::string& sm,
     std::ifstream f(dir / "kernels.cubin", std::ios::binary);
     cubin.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
   }
+  // The report from a second run: -v changes a few bytes of the cubin, and the library must not
+  // depend on whether --stats was asked for.
+  if (!e && log) e = run({ptxas, "-arch=" + arch, "-v", (dir / "kernels.ptx").string(), "-o", (dir / "report.cubin").string()}, (dir / "report.log").string());
+  if (!e && log) {
+    std::ifstream l(dir / "report.log");
+    log->assign(std::istreambuf_iterator<char>(l), std::istreambuf_iterator<char>());
+  }
   std::error_code ec;
   fs::remove_all(dir, ec);
   if (e) return makeError("ptxas -arch=" + arch + ": " + errorText(std::move(e)));
   return cubin;
+}
+
+int GpuKernelResources::blocksBySm() const {
+  constexpr int kRegistersPerSm = 65536, kThreadsPerSm = 2048, kBlocksPerSm = 32, kWarpAllocation = 256;
+  if (threads <= 0) return 0;
+  int perWarp = (registers * 32 + kWarpAllocation - 1) / kWarpAllocation * kWarpAllocation;
+  int perBlock = std::max(1, perWarp * ((threads + 31) / 32));
+  return std::min({kRegistersPerSm / perBlock, kThreadsPerSm / threads, kBlocksPerSm});
+}
+
+std::vector<GpuKernelResources> parsePtxasResources(const std::string& log) {
+  std::vector<GpuKernelResources> out;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    static const std::string entry = "Compiling entry function '";
+    if (size_t at = line.find(entry); at != std::string::npos) {
+      size_t from = at + entry.size(), to = line.find('\'', from);
+      if (to != std::string::npos) out.push_back({line.substr(from, to - from)});
+      continue;
+    }
+    if (out.empty()) continue;
+    int a = 0, b = 0;
+    if (size_t at = line.find("Used "); at != std::string::npos && std::sscanf(line.c_str() + at, "Used %d registers", &a) == 1)
+      out.back().registers = a;
+    if (size_t at = line.find("bytes spill stores"); at != std::string::npos) {
+      size_t start = line.rfind(',', at);
+      start = start == std::string::npos ? 0 : start + 1;
+      if (std::sscanf(line.c_str() + start, "%d bytes spill stores, %d bytes spill loads", &a, &b) == 2) out.back().spillBytes = a + b;
+    }
+  }
+  return out;
 }
 
 Expected<std::unique_ptr<llvm::Module>> hostModule(llvm::LLVMContext& ctx, const CompiledProgram& p, const TargetSpec& cpu) {
@@ -120,6 +161,24 @@ Expected<std::string> hostObject(const CompiledProgram& p, const TargetSpec& cpu
   auto m = hostModule(ctx, p, cpu);
   if (!m) return m.takeError();
   return compileModule(**m, cpu);
+}
+
+std::string resourcesReport(const std::vector<GpuKernelResources>& kernels, const std::string& sm) {
+  constexpr size_t kShown = 6;
+  int spilling = 0;
+  for (const GpuKernelResources& k : kernels) spilling += k.spillBytes > 0;
+  std::vector<const GpuKernelResources*> fewest;
+  for (const GpuKernelResources& k : kernels) fewest.push_back(&k);
+  auto warps = [](const GpuKernelResources* k) { return k->blocksBySm() * ((k->threads + 31) / 32); };
+  std::stable_sort(fewest.begin(), fewest.end(), [&](auto* a, auto* b) { return warps(a) < warps(b); });
+  std::string out = "GPU " + sm + ", ptxas: " + std::to_string(kernels.size()) + " kernels, " + std::to_string(spilling) + " spilling registers";
+  if (!fewest.empty()) out += "; fewest warps an SM by registers (of 64):";
+  for (size_t i = 0; i < std::min(kShown, fewest.size()); ++i) {
+    const GpuKernelResources& k = *fewest[i];
+    out += (i ? ", " : " ") + k.name + " " + std::to_string(warps(&k)) + " (" + std::to_string(k.registers) + " registers x " +
+           std::to_string(k.threads) + " threads" + (k.spillBytes ? ", " + std::to_string(k.spillBytes) + " bytes spilled" : "") + ")";
+  }
+  return out + "\n";
 }
 
 namespace {
@@ -160,6 +219,8 @@ struct GpuModuleJob {
   std::string sm, suffix;
   std::vector<kir::Kernel> kernels;
   std::string ptx, cubin, error;
+  bool report = false; ///< run ptxas with -v, its report into `log`
+  std::string log;
 };
 
 std::vector<GpuModuleJob> gpuModuleJobs(const CompiledProgram& p, const PackageOptions& o) {
@@ -170,7 +231,7 @@ std::vector<GpuModuleJob> gpuModuleJobs(const CompiledProgram& p, const PackageO
   std::vector<GpuModuleJob> jobs;
   for (const std::string& sm : o.gpus)
     for (size_t i = 0; i < parts; ++i) {
-      GpuModuleJob job{sm, parts == 1 ? "" : "." + std::to_string(i), {}, {}, {}, {}};
+      GpuModuleJob job{sm, parts == 1 ? "" : "." + std::to_string(i), {}, {}, {}, {}, o.resources && sm == o.gpus.front(), {}};
       for (size_t k = i; k < launched.size(); k += parts) job.kernels.push_back(*launched[k]); // neighbours (a kernel's pieces) apart
       jobs.push_back(std::move(job));
     }
@@ -184,9 +245,24 @@ void runGpuModuleJob(GpuModuleJob& job, const std::string& ptxas) {
     return;
   }
   job.ptx = std::move(*text);
-  auto c = assemblePtx(job.ptx, job.sm, ptxas);
+  auto c = assemblePtx(job.ptx, job.sm, ptxas, job.report ? &job.log : nullptr);
   if (c) job.cubin = std::move(*c);
   else job.error = errorText(c.takeError());
+}
+
+/// The reported modules' kernels (ptxas -v), in the program's order, each with its block's threads.
+std::vector<GpuKernelResources> resourcesOf(const CompiledProgram& p, const std::vector<GpuModuleJob>& modules) {
+  std::map<std::string, GpuKernelResources> byName;
+  for (const GpuModuleJob& m : modules)
+    if (m.report)
+      for (GpuKernelResources& r : parsePtxasResources(m.log)) byName[r.name] = r;
+  std::vector<GpuKernelResources> out;
+  for (const kir::Kernel& k : p.kernels)
+    if (auto it = byName.find(k.name); it != byName.end()) {
+      out.push_back(it->second);
+      out.back().threads = kir::isSerial(k) ? 1 : k.threads;
+    }
+  return out;
 }
 
 /// Runs the jobs on as many threads as there are cores (and jobs), the first job first.
@@ -222,6 +298,7 @@ Error writeSharedObject(const CompiledProgram& p, const std::string& out, const 
   for (GpuModuleJob& m : modules) jobs.push_back([&m, &o] { runGpuModuleJob(m, o.ptxas); });
   runJobs(jobs);
   if (!host) return host.takeError();
+  if (o.resources) *o.resources = resourcesOf(p, modules);
   GpuBlobs blobs;
   for (GpuModuleJob& m : modules) {
     if (!m.error.empty()) return makeError(m.error);

@@ -9,8 +9,28 @@
 #include "codegen/llvm/Emitter.h"
 
 #include <string>
+#include <vector>
 
 namespace sgc::codegen {
+
+/// What ptxas reports of one GPU kernel (`ptxas -v`), for --stats: a memory-bound kernel with few
+/// warps an SM waits on memory latency, so its registers bound its speed.
+struct GpuKernelResources {
+  std::string name;
+  int threads = 0;    ///< a block's
+  int registers = 0;  ///< a thread's
+  int spillBytes = 0; ///< stored and loaded again through local memory
+  /// The blocks an SM holds by registers (65,536 an SM on sm_80 and sm_90, given to a warp 256 at
+  /// a time), within its limits of 2,048 threads and 32 blocks (shared memory not counted).
+  int blocksBySm() const;
+};
+
+/// The kernels' resources in a ptxas -v log (each "Compiling entry function" and the counts after
+/// it; threads left 0).
+std::vector<GpuKernelResources> parsePtxasResources(const std::string& log);
+
+/// --stats' lines on them: how many, how many spill, and the few with the fewest warps an SM.
+std::string resourcesReport(const std::vector<GpuKernelResources>& kernels, const std::string& sm);
 
 struct PackageOptions {
   std::string runtimeLib;    ///< path of libsgcrt.a
@@ -20,6 +40,8 @@ struct PackageOptions {
   TargetSpec cpu = TargetSpec::x86();
   std::vector<std::string> gpus; ///< sm_90, sm_80: PTX and cubin carried for each
   class Progress* progress = nullptr; ///< where the stages are reported (none: silent)
+  /// If set, filled with the first GPU target's kernels as ptxas reports them, in program order.
+  std::vector<GpuKernelResources>* resources = nullptr;
 };
 
 /// The ELF section of a library that holds its program's JSON (sgc inspect reads it from the file).
@@ -28,8 +50,9 @@ constexpr const char* kProgramSection = ".sgc_program";
 /// The kernels a GPU launches as PTX for one GPU architecture (--emit=ptx), in one module.
 Expected<std::string> kernelsPtx(const CompiledProgram& p, const std::string& sm);
 
-/// PTX assembled by ptxas into a cubin for `sm`.
-Expected<std::string> assemblePtx(const std::string& ptx, const std::string& sm, const std::string& ptxas);
+/// PTX assembled by ptxas into a cubin for `sm`; with `log`, ptxas's -v report goes there (from a
+/// second run: the cubin is the same either way).
+Expected<std::string> assemblePtx(const std::string& ptx, const std::string& sm, const std::string& ptxas, std::string* log = nullptr);
 
 /// The LLVM module of the host object (the CPU's kernels, the program, the weights and the kernel
 /// table), for --emit=llvm. The GPU code is in an object of its own.

@@ -43,7 +43,7 @@ const CommandSpec kCompile{
     [] {
       std::vector<OptionSpec> o{{"emit", "KIND", "so (default), ir, plan, kernels, llvm, ptx or obj"},
                                 {"target", "LIST", "what the .so carries: cpu (always) and GPU architectures, default cpu,sm_90"},
-                                {"stats", "", "print kernels, launches and bytes moved per step"},
+                                {"stats", "", "print kernels, launches and bytes moved per step, and ptxas's registers a GPU kernel"},
                                 {"quiet", "", "no progress lines (they are written to stderr when it is a terminal)"},
                                 {"weights", "WHERE", "embedded (default), external (a .weights.safetensors file beside the .so) or none"},
                                 {"cache-dir", "DIR", "reuse (and store) compiled .so files keyed by their content hash"},
@@ -306,7 +306,10 @@ int compileMain(int argc, char** argv) {
       return 0;
     }
   }
+  std::vector<codegen::GpuKernelResources> resources;
+  if (args->has("stats") && !gpus.empty()) po.resources = &resources;
   if (Error e = codegen::writeSharedObject(*program, out, po)) return reportError(std::move(e));
+  if (po.resources) fputs(codegen::resourcesReport(resources, gpus.front()).c_str(), stderr);
   if (!cached.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(args->get("cache-dir"), ec);

@@ -81,6 +81,10 @@ grep -q "compile" "$tmp/trace.err" || { echo "FAIL: unclear --trace error: $(cat
 grep -q "cache: hit" "$tmp/a/c2.err" && ! grep -q "cache: hit" "$tmp/a/c1.err" || { echo "FAIL: no cache hit"; exit 1; }
 cmp "$tmp/a/c1.so" "$tmp/a/c2.so" && cmp "$tmp/a/c1.so" "$tmp/a/train.so" || { echo "FAIL: cached library differs"; exit 1; }
 echo "cache: ok"
+# --stats reports ptxas's registers a kernel (c1.so, compiled with --stats, is train.so's bytes: above).
+gpu_kernels=$(sed -n 's/^GPU sm_90, ptxas: \([0-9]*\) kernels, .*fewest warps an SM by registers (of 64): sgc_.* (.* registers x .* threads.*$/\1/p' "$tmp/a/c1.err")
+[ "${gpu_kernels:-0}" -gt 0 ] || { echo "FAIL: no ptxas report in --stats: $(cat "$tmp/a/c1.err")"; exit 1; }
+echo "stats: ptxas's registers for $gpu_kernels GPU kernels"
 # --recompute: the same losses with a smaller activation peak.
 for mode in none fused cheap selective full; do
   (cd "$tmp/a" && "$sgc" compile model.onnx -o "r_$mode.so" --optimizer adamw --target cpu --recompute "$mode" --stats 2> "r_$mode.err")
