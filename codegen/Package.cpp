@@ -110,7 +110,7 @@ int GpuKernelResources::blocksBySm() const {
   constexpr int kRegistersPerSm = 65536, kThreadsPerSm = 2048, kBlocksPerSm = 32, kWarpAllocation = 256;
   if (threads <= 0) return 0;
   int perWarp = (registers * 32 + kWarpAllocation - 1) / kWarpAllocation * kWarpAllocation;
-  int perBlock = std::max(1, perWarp * ((threads + 31) / 32));
+  int perBlock = std::max(1, perWarp * warpsPerBlock());
   return std::min({kRegistersPerSm / perBlock, kThreadsPerSm / threads, kBlocksPerSm});
 }
 
@@ -169,7 +169,7 @@ std::string resourcesReport(const std::vector<GpuKernelResources>& kernels, cons
   for (const GpuKernelResources& k : kernels) spilling += k.spillBytes > 0;
   std::vector<const GpuKernelResources*> fewest;
   for (const GpuKernelResources& k : kernels) fewest.push_back(&k);
-  auto warps = [](const GpuKernelResources* k) { return k->blocksBySm() * ((k->threads + 31) / 32); };
+  auto warps = [](const GpuKernelResources* k) { return k->blocksBySm() * k->warpsPerBlock(); };
   std::stable_sort(fewest.begin(), fewest.end(), [&](auto* a, auto* b) { return warps(a) < warps(b); });
   std::string out = "GPU " + sm + ", ptxas: " + std::to_string(kernels.size()) + " kernels, " + std::to_string(spilling) + " spilling registers";
   if (!fewest.empty()) out += "; fewest warps an SM by registers (of 64):";

@@ -23,6 +23,7 @@ struct GpuKernelResources {
   /// The blocks an SM holds by registers (65,536 an SM on sm_80 and sm_90, given to a warp 256 at
   /// a time), within its limits of 2,048 threads and 32 blocks (shared memory not counted).
   int blocksBySm() const;
+  int warpsPerBlock() const { return (threads + 31) / 32; }
 };
 
 /// The kernels' resources in a ptxas -v log (each "Compiling entry function" and the counts after
