@@ -10,7 +10,7 @@ using B = Builder;
 constexpr int kThreads = 256;           ///< a block: 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMostChunkRows = 128; ///< rows a block sums (16 a warp): each column gets rows / 128 atomic adds
-constexpr int64_t kRowsAtOnce = 4;      ///< rows whose loads a lane issues together
+constexpr int64_t kRowsAtOnce = 2;      ///< rows whose loads a lane issues together
 
 } // namespace
 

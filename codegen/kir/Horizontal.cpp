@@ -98,9 +98,7 @@ int loopVectorWidth(const Kernel& k, const Stmt& loop) {
   if (!storesOnly(loop)) return 1;
   std::set<int> used;
   buffersOf(loop, used);
-  size_t narrowest = 8;
-  for (int b : used) narrowest = std::min(narrowest, ir::dtypeSize(k.buffers[b].dtype));
-  return storeVectorWidth(narrowest, loop.extent);
+  return streamVectorWidth(k, used, loop.extent);
 }
 
 namespace {

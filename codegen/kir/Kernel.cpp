@@ -428,18 +428,25 @@ bool isZeroing(const Kernel& k) {
          v.value == 0 && !std::signbit(v.value) && v.bits == 0;
 }
 
-int storeVectorWidth(size_t narrowest, int64_t extent) {
-  int width = (int)std::min<size_t>(8, 16 / std::max<size_t>(1, narrowest));
+int storeVectorWidth(size_t elementBytes, int64_t extent) {
+  int width = (int)std::min<size_t>(8, 16 / std::max<size_t>(1, elementBytes));
   while (width > 1 && extent % width) width /= 2;
   return width;
+}
+
+int streamVectorWidth(const Kernel& k, const std::set<int>& buffers, int64_t extent) {
+  size_t widest = 1;
+  for (int b : buffers)
+    if (k.buffers[b].numel >= extent) widest = std::max(widest, ir::dtypeSize(k.buffers[b].dtype));
+  return storeVectorWidth(widest, extent);
 }
 
 int vectorWidthFor(const Kernel& k) {
   const Stmt* top = k.body.get();
   if (k.gpuOnly || !top || top->kind != StmtKind::Loop || !top->parallel || k.buffers.empty() || !storesOnly(*top)) return 1;
-  size_t narrowest = 8;
-  for (const BufferArg& b : k.buffers) narrowest = std::min(narrowest, ir::dtypeSize(b.dtype));
-  return storeVectorWidth(narrowest, top->extent);
+  std::set<int> all;
+  for (int b = 0; b < (int)k.buffers.size(); ++b) all.insert(b);
+  return streamVectorWidth(k, all, top->extent);
 }
 
 namespace {

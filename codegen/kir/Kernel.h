@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -277,16 +278,23 @@ struct Kernel {
 };
 
 /// GPU: how many consecutive iterations of the parallel loop each thread of `k` runs, so that
-/// neighbouring elements' loads and stores merge into 16-byte accesses: 16 bytes of its
-/// narrowest buffer's elements (at most 8) when its body is one parallel loop of stores only
-/// (an elementwise kernel) whose extent that width divides; else 1. The iterations of a parallel loop are independent, so any width is
-/// correct; the emitter computes a store's values for all of a thread's iterations before it
-/// stores them, so that loads and stores are adjacent and merge.
+/// neighbouring elements' loads and stores merge into 16-byte accesses: streamVectorWidth over
+/// all its buffers when its body is one parallel loop of stores only (an elementwise kernel);
+/// else 1. The iterations of a parallel loop are independent, so any width is correct; the
+/// emitter computes a store's values for all of a thread's iterations before it stores them, so
+/// that loads and stores are adjacent and merge.
 int vectorWidthFor(const Kernel& k);
 
-/// The rule vectorWidthFor and loopVectorWidth share: 16 bytes of elements `narrowest` bytes wide
-/// (at most 8), halved until it divides `extent`.
-int storeVectorWidth(size_t narrowest, int64_t extent);
+/// The rule vectorWidthFor and loopVectorWidth share: 16 bytes of the widest element among
+/// `buffers` that a loop of `extent` iterations streams through (numel >= extent: a broadcast
+/// operand such as the learning rate does not count), at most 8, halved until it divides
+/// `extent`. The widest, not the narrowest: AdamUpdate's f32 state with its bf16 copy at 8
+/// elements a thread held 64-72 registers and ran 2-3% slower than at 4, and the MLP's GELU
+/// (bf16 in and out of an f32 computation) 21% slower (A/B on an H100, bench/RESULTS.md).
+int streamVectorWidth(const Kernel& k, const std::set<int>& buffers, int64_t extent);
+
+/// 16 bytes of elements `elementBytes` wide (at most 8), halved until it divides `extent`.
+int storeVectorWidth(size_t elementBytes, int64_t extent);
 
 /// Whether a warp's operations appear in `s` (warp reductions, mma and wgmma products): its lanes
 /// must all reach them together.
