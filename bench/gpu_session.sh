@@ -8,14 +8,15 @@
 # brings back at most 8 files).
 # Usage (on the device, from the project root):
 #   bench/gpu_session.sh [--limit SECONDS] [--libs DIR] [--models gpt,llama,mlp] [--ab DIR]
-#                        [--ab-models LIST] [--ab-runs N] [--check BUNDLE_PART_DIR]
+#                        [--ab-models LIST] [--ab-runs N] [--check BUNDLE_PART_DIR] [--bandwidth no]
 #   --libs: gpt.so.xz, llama.so.xz, mlp.so.xz as bench/gpu_build.sh and gpu_llama_build.sh
-#   write them (default bench/out); --ab: NAME_VARIANT.so.xz for gpu_ab.py.
+#   write them (default bench/out); --ab: NAME_VARIANT.so.xz for gpu_ab.py; --bandwidth no:
+#   leave out gpu_bandwidth.cu (a card whose ceiling is already measured).
 set -u
 cd "$(dirname "$0")/.."
-limit=540 libs=bench/out models=gpt,llama,mlp ab= ab_models=mlp,gpt,llama ab_runs=2 check=
+limit=540 libs=bench/out models=gpt,llama,mlp ab= ab_models=mlp,gpt,llama ab_runs=2 check= bandwidth=yes
 while [ $# -gt 0 ]; do
-  case "$1" in -h | --help) sed -n '2,13p' "$0" | cut -c3-; exit 0 ;; esac
+  case "$1" in -h | --help) sed -n '2,14p' "$0" | cut -c3-; exit 0 ;; esac
   [ $# -ge 2 ] || { echo "gpu_session.sh: $1 needs a value (see --help)" >&2; exit 2; }
   case "$1" in
     --limit) limit=$2 ;;
@@ -25,6 +26,7 @@ while [ $# -gt 0 ]; do
     --ab-models) ab_models=$2 ;;
     --ab-runs) ab_runs=$2 ;;
     --check) check=$2 ;;
+    --bandwidth) bandwidth=$2 ;;
     *) echo "gpu_session.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift 2
@@ -32,6 +34,7 @@ done
 [ -d "$libs" ] || { echo "gpu_session.sh: --libs $libs: no such folder" >&2; exit 2; }
 [ -z "$ab" ] || [ -d "$ab" ] || { echo "gpu_session.sh: --ab $ab: no such folder" >&2; exit 2; }
 [ -z "$check" ] || [ -f "$check/check_gpu.sh" ] || { echo "gpu_session.sh: --check $check: no check_gpu.sh there (tests/gpu/make_bundle.sh makes it)" >&2; exit 2; }
+case "$bandwidth" in yes | no) ;; *) echo "gpu_session.sh: --bandwidth takes yes or no" >&2; exit 2 ;; esac
 case "$limit$ab_runs" in *[!0-9]*) echo "gpu_session.sh: --limit and --ab-runs take whole numbers" >&2; exit 2 ;; esac
 out=${OUT:-gpu_session}
 mkdir -p "$out"
@@ -48,7 +51,7 @@ else
   echo "skipped: the benchmark (${SECONDS}s of ${limit}s gone)"
 fi
 echo "after the benchmark: ${SECONDS}s"
-if fits 40 && command -v nvcc >/dev/null; then
+if [ "$bandwidth" = yes ] && fits 40 && command -v nvcc >/dev/null; then
   nvcc -O3 -arch=sm_90 -o "$out/gpu_bandwidth" bench/gpu_bandwidth.cu && "$out/gpu_bandwidth" > "$out/gpu_bandwidth.txt" 2>&1
   grep -E "copy|V= [48] threads=256 one" "$out/gpu_bandwidth.txt"
   rm -f "$out/gpu_bandwidth"
