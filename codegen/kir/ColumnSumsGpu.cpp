@@ -10,7 +10,10 @@ using B = Builder;
 constexpr int kThreads = 256;           ///< a block: 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMostChunkRows = 128; ///< rows a block sums (16 a warp): each column gets rows / 128 atomic adds
-constexpr int64_t kRowsAtOnce = 2;      ///< rows whose loads a lane issues together
+/// Rows a lane sums in one pass. ptxas orders their loads as it likes; 4 held the MLP's GELU
+/// gradient with its bias sums at 82 registers (2 blocks an SM), 2 at 64 (4 blocks): 20% faster
+/// on an H100 (bench/RESULTS.md, session 35).
+constexpr int64_t kRowsAtOnce = 2;
 
 } // namespace
 
