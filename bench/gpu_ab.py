@@ -42,12 +42,12 @@ def main():
                 print(v, run, round(r.get("ms", -1), 3), r.get("losses", r.get("error")), f"SM {c['sm_MHz']:.0f} MHz, {c['power_W']:.0f} W" if c else "", flush=True)
                 if run == 0 and "device" in r:
                     print("   ", r["device"], flush=True)
-        medians = {v: sorted(r["ms"] for r in res[v] if "ms" in r) for v, _, _ in cases}
+        times = {v: sorted(r["ms"] for r in res[v] if "ms" in r) for v, _, _ in cases}
         first = None
-        for v, ms in medians.items():
+        for v, ms in times.items():
             if not ms:
                 continue
-            m = ms[len(ms) // 2]
+            m = (ms[(len(ms) - 1) // 2] + ms[len(ms) // 2]) / 2  # of an even count, the middle two's mean
             first = first or m
             print(f"{v}: median {m:.3f} ms, {m / first:.4f}x the first", flush=True)
         for lib in [] if a.no_profile else libs:
@@ -59,7 +59,7 @@ def main():
                 s = gt.profile_summary(prof)
                 print(variant, "profile", round(s["step_ms"], 3), {k: round(x, 3) for k, x in s["families_ms"].items()}, flush=True)
         os.remove(weights)
-    json.dump(res, open(os.path.join(out, "ab.json"), "w"), indent=1)
+        json.dump(res, open(os.path.join(out, "ab.json"), "w"), indent=1)  # after each model: a cut call keeps the finished ones
 
 
 if __name__ == "__main__":

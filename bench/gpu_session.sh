@@ -41,9 +41,12 @@ mkdir -p "$out"
 export OUT="$out" PYTHONUNBUFFERED=1 # gpu_train.py and gpu_ab.py write their profiles and JSON there
 # Whether a step of about $1 seconds still ends 15 s before the limit.
 fits() { [ $((SECONDS + $1)) -lt $((limit - 15)) ]; }
-# About 70 s a model for the benchmark (torch.compile's first steps included), 40 s a model and
-# run for the A/B, 60 s for a bundle part's checks.
+# About 70 s a model for the benchmark (torch.compile's first steps included; up to 100 s on a
+# fresh machine), 20 s a library and run for the A/B plus 20 s a library for its profile, 60 s
+# for a bundle part's checks.
 count() { echo "$1" | tr ',' '\n' | grep -c .; }
+ab_libs=0
+[ -z "$ab" ] || for m in $(echo "$ab_models" | tr ',' ' '); do ab_libs=$((ab_libs + $(ls "$ab" | grep -c "^${m}_.*\.so"))); done
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader || exit 1
 if fits $((70 * $(count "$models"))); then
   python3 bench/gpu_train.py "$libs" "$models" 2>&1 | tee "$out/gpu_train.log"
@@ -58,9 +61,10 @@ if [ "$bandwidth" = yes ] && fits 40 && command -v nvcc >/dev/null; then
 fi
 if [ -n "$ab" ]; then
   runs=$ab_runs
-  while [ "$runs" -gt 1 ] && ! fits $((40 * runs * $(count "$ab_models"))); do runs=$((runs - 1)); done
-  if fits $((40 * runs * $(count "$ab_models"))); then
-    python3 bench/gpu_ab.py "$ab" "$ab_models" "$runs" 2>&1 | tee "$out/ab.log" | grep -v "^ "
+  while [ "$runs" -gt 1 ] && ! fits $((20 * (runs + 1) * ab_libs)); do runs=$((runs - 1)); done
+  if fits $((20 * (runs + 1) * ab_libs)); then
+    # Cut 15 s before the limit, so that what it finished is packed and comes back.
+    timeout $((limit - 15 - SECONDS)) python3 bench/gpu_ab.py "$ab" "$ab_models" "$runs" 2>&1 | tee "$out/ab.log" | grep -v "^ "
   else
     echo "skipped: the A/B (${SECONDS}s of ${limit}s gone)"
   fi
