@@ -45,6 +45,7 @@ struct Case {
   const char* name;
   std::string text; ///< a graph whose every value is an output
   double tol;       ///< relative to 1 + |reference|
+  int64_t labels = 1000; ///< integer inputs (class labels) drawn from [0, labels)
 };
 
 /// Runs each node's GPU form (it must have one) in the simulator, on the interpreter's values of
@@ -62,7 +63,7 @@ void checkForms(const Case& c, kir::GpuArch arch = {}, bool scratch = false) {
   auto in = randomInputs(**g, 11, -2, 2);
   for (ir::Value* v : (*g)->inputs)
     if (!ir::isFloat(v->type.dtype)) // class labels in [0, classes), one of them ignored (-100) where the loss allows it
-      for (int64_t i = 0; i < in[v->name].numel(); ++i) in[v->name].setI(i, i == 3 ? -100 : (i * 7919) % 1000);
+      for (int64_t i = 0; i < in[v->name].numel(); ++i) in[v->name].setI(i, i == 3 ? -100 : (i * 7919) % c.labels);
   auto want = ir::run(**g, in);
   ASSERT_TRUE(!!want) << errorText(want.takeError());
   for (const auto& [name, t] : in) want->emplace(name, t);
@@ -101,6 +102,14 @@ std::string layerNorm(bool rms, int64_t rows = 64, int64_t d = 256) {
   return head + " %y : ?[*], %m : " + stat + ", %r : " + stat + " = LayerNormalization(%x, %s, %b) {axis = -1, epsilon = 1e-5}\n"
                 " %dx : ?[*], %ds : " + p + ", %db : " + p + " = LayerNormGrad(%x, %s, %dy, %m, %r) {axis = -1, epsilon = 1e-5}\n"
                 " output %y, %m, %r, %dx, %ds, %db }";
+}
+
+/// The gradient of a softmax cross-entropy over `rows` x `classes` scores of `dtype`, with its loss.
+std::string sceLoss(const std::string& dtype, int rows, int classes) {
+  std::string r = std::to_string(rows);
+  return "graph @g { input %x : " + dtype + "[" + r + ", " + std::to_string(classes) + "]\n input %t : i64[" + r +
+         "]\n input %d : f32[]\n %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100" +
+         (dtype == "f32" ? "" : ", to = \"f32\"") + "}\n output %dx, %l }";
 }
 
 /// Causal attention and its gradient over q of type `qs`, k and v of type `kvs` (fewer heads:
@@ -147,6 +156,12 @@ TEST(GpuSim, FormsMatchInterpreter) {
                           " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }", 1e-4},
       {"loss_grad_block_odd", "graph @g { input %x : f32[3, 8193]\n input %t : i64[3]\n input %d : f32[]\n"
                               " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }", 1e-4},
+      // bf16 rows: 8,193 classes (one element a load), 8,200 (two whole steps of 16-byte loads
+      // and a part step of one), 21 and 13 (short rows a warp's lanes do not divide).
+      {"loss_grad_block_bf16_odd", sceLoss("bf16", 3, 8193), 1e-2},
+      {"loss_grad_block_bf16_part", sceLoss("bf16", 2, 8200), 1e-2},
+      {"loss_grad_edges_bf16", sceLoss("bf16", 6, 21), 1e-2, 21},
+      {"loss_grad_short_bf16", sceLoss("bf16", 6, 13), 1e-2, 13},
       {"argmax", "graph @g { input %x : f32[16, 512]\n %y : ?[*] = ArgMax(%x) {axis = -1, keepdims = 0}\n output %y }", 0},
       {"attention_bf16", attention("bf16[1, 2, 64, 64]", "bf16[1, 2, 64, 64]"), 3e-2},
       // Grouped-query attention: 4 query heads over 2 key/value heads.
@@ -403,16 +418,16 @@ TEST(GpuSim, LossGradientOfAnOddVocabularyIsABlockPerRow) {
   // GPT-2's 50,257 classes: no 16-byte loads fit a row, yet the row is a block's (one element a
   // load); and 1,000 classes, which a warp's lanes do not divide: not the fallback's thread per
   // row that re-sums every target's weight. (FormsMatchInterpreter simulates both sizes' forms.)
-  for (int64_t classes : {50257, 1000}) {
-    auto g = ir::parse("graph @g { input %x : f32[4, " + std::to_string(classes) + "]\n input %t : i64[4]\n input %d : f32[]\n"
-                       " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }",
-                       "odd");
-    ASSERT_TRUE(!!g) << errorText(g.takeError());
-    ASSERT_FALSE(ir::inferShapes(**g, false));
-    auto ks = kir::lowerForGpu("k", *(*g)->nodes().front());
-    ASSERT_TRUE(ks && *ks);
-    EXPECT_TRUE(std::any_of((*ks)->begin(), (*ks)->end(), [](const kir::Kernel& k) { return k.threads == 512 && !k.shared.empty(); })) << classes;
-  }
+  for (int64_t classes : {50257, 1000})
+    for (const char* dtype : {"f32", "bf16"}) {
+      auto g = ir::parse(sceLoss(dtype, 4, (int)classes), "odd");
+      ASSERT_TRUE(!!g) << errorText(g.takeError());
+      ASSERT_FALSE(ir::inferShapes(**g, false));
+      auto ks = kir::lowerForGpu("k", *(*g)->nodes().front());
+      ASSERT_TRUE(ks && *ks);
+      EXPECT_TRUE(std::any_of((*ks)->begin(), (*ks)->end(), [](const kir::Kernel& k) { return k.threads == 512 && !k.shared.empty(); }))
+          << classes << " " << dtype;
+    }
 }
 
 // --- the simulator's checks: each mistake a kernel could make, caught ---
