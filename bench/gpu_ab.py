@@ -41,7 +41,7 @@ def main():
                 c = r.get("clocks") or {}
                 print(v, run, round(r.get("ms", -1), 3), r.get("losses", r.get("error")), f"SM {c['sm_MHz']:.0f} MHz, {c['power_W']:.0f} W" if c else "", flush=True)
                 if run == 0 and "device" in r:
-                    print("   ", r["device"], flush=True)
+                    print("   ", r["device"], "; library sha256", gt.library_hash(lib)[:12], flush=True)
         times = {v: sorted(r["ms"] for r in res[v] if "ms" in r) for v, _, _ in cases}
         first = None
         for v, ms in times.items():

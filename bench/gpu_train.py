@@ -290,6 +290,13 @@ def unpacked(so):
     return so
 
 
+def library_hash(so):
+    """The library's SHA-256 (hex): a stale build shows as a hash that differs from today's."""
+    import hashlib
+    with open(so, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 def library_env():
     """The environment for the sgc side: the device image may have cuBLASLt and NCCL only in PyTorch's wheels."""
     env = dict(os.environ)
@@ -313,8 +320,8 @@ def main():
         init = {k: v.clone() for k, v in gm.make(name).state_dict().items()}
         wfile = os.path.join(out_dir, name + "_init.safetensors")
         st.write(wfile, init)
-        r = {}
         so = unpacked(os.path.join(out_dir, name + ".so"))
+        r = {"library_sha256": library_hash(so)}  # which build ran: compare with bench/gpu_build.sh's list
         proc = subprocess.run([sys.executable, __file__, "--sgc", so, wfile, name], capture_output=True, text=True, env=env)
         lines = proc.stdout.splitlines()
         r["sgc"] = json.loads(lines[0]) if lines else {"error": proc.stderr[-2000:]}
@@ -335,7 +342,7 @@ def main():
         for mode in ("eager", "compile"):
             r[mode] = torch_side(name, mode, init)
         res[name] = r
-        print(f"\n{name}: {r['sgc'].get('device', r['sgc'].get('error'))}")
+        print(f"\n{name}: {r['sgc'].get('device', r['sgc'].get('error'))}; library sha256 {r['library_sha256'][:12]}")
         print(f"{'':26} {'ms/step':>9} {'peak GiB':>9}  first losses")
         sgcs = [k for k in r if k.startswith("sgc") and k != "sgc_profile"]
         for side in sgcs + ["eager", "compile"]:
