@@ -10,8 +10,8 @@
 #   bench/gpu_session.sh [--limit SECONDS] [--libs DIR] [--models gpt,llama,mlp] [--ab DIR]
 #                        [--ab-models LIST] [--ab-runs N] [--check BUNDLE_PART_DIR] [--bandwidth no]
 #   --libs: gpt.so.xz, llama.so.xz, mlp.so.xz as bench/gpu_build.sh and gpu_llama_build.sh
-#   write them (default bench/out); --ab: NAME_VARIANT.so.xz for gpu_ab.py; --bandwidth no:
-#   leave out gpu_bandwidth.cu (a card whose ceiling is already measured).
+#   write them (default bench/out); --models none: no benchmark; --ab: NAME_VARIANT.so.xz for
+#   gpu_ab.py; --bandwidth no: leave out gpu_bandwidth.cu (a card whose ceiling is measured).
 set -u
 cd "$(dirname "$0")/.."
 limit=540 libs=bench/out models=gpt,llama,mlp ab= ab_models=mlp,gpt,llama ab_runs=2 check= bandwidth=yes
@@ -48,7 +48,9 @@ count() { echo "$1" | tr ',' '\n' | grep -c .; }
 ab_libs=0
 [ -z "$ab" ] || for m in $(echo "$ab_models" | tr ',' ' '); do ab_libs=$((ab_libs + $(ls "$ab" | grep -c "^${m}_.*\.so"))); done
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader || exit 1
-if fits $((70 * $(count "$models"))); then
+if [ "$models" = none ]; then
+  echo "skipped: the benchmark (--models none)"
+elif fits $((70 * $(count "$models"))); then
   python3 bench/gpu_train.py "$libs" "$models" 2>&1 | tee "$out/gpu_train.log"
 else
   echo "skipped: the benchmark (${SECONDS}s of ${limit}s gone)"
