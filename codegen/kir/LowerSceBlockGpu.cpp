@@ -10,12 +10,18 @@
 // from where the first ended, finds the row in L2: the scores cross the memory
 // bus once.
 //
+// A thread moves 16 bytes a load: v neighbours from a multiple of v in the buffer.
+// Where the class count is no multiple of v (GPT-2's 50,257), a row's first and
+// last few elements (fewer than 2v) lie outside its whole vectors and go one a
+// thread.
+//
 // A row's partial results meet in two steps: a warp's lanes by warpReduce,
 // then the block's 16 warps through shared memory, each warp combining the 16
 // partials in its lanes (one exp a thread, not 16).
 #include "codegen/kir/Builder.h"
 #include "codegen/kir/LowerOps.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -30,44 +36,73 @@ constexpr int64_t kLongRow = 1 << 13;    ///< from this many classes
 
 ExprRef f(double v) { return B::c(v, Scalar::F32); }
 
-/// Thread tid (e % kThreads) of the block of row e / kThreads; in step s it visits the v
-/// neighbouring elements from (kThreads s + tid) v. A row has `full` whole steps, then a part step that threads
-/// tid < `partThreads` take.
+/// Thread tid (e % kThreads) of the block of row e / kThreads visits the row's elements v at a
+/// time: in step s the vector q0 + kThreads s + tid, where q0 is the row's first whole vector (v
+/// elements from a multiple of v in the buffer, so that they move as one 16-byte access even
+/// where the row length C is no multiple of v: GPT-2's 50,257 classes). A row has `full()` whole
+/// steps, then a part step on the threads whose vector is still the row's; and where C is no
+/// multiple of v, the row's edges (fewer than 2v elements before its first whole vector and
+/// after its last), one a thread.
 struct BlockRow {
   B& b;
   int e;
-  int64_t d, v;
-  int base = -1;
+  int64_t C, v;
+  int q = -1, nv = -1, first = -1; ///< locals: the thread's vector in step 0, the row's whole vectors, its first
+  bool even() const { return C % v == 0; } ///< every row's vectors start at the row
   ExprRef row() const { return binary(KOp::IDiv, loopVar(e), B::i(kThreads)); }
   ExprRef tid() const { return binary(KOp::IMod, loopVar(e), B::i(kThreads)); }
   ExprRef lane() const { return binary(KOp::IMod, tid(), B::i(32)); }
   ExprRef warp() const { return binary(KOp::IDiv, tid(), B::i(32)); }
-  int64_t full() const { return d / (kThreads * v); }
-  int64_t partThreads() const { return (d % (kThreads * v)) / v; }
-  StmtRef begin() {
-    base = b.newLocal();
-    return let(base, B::add(B::mul(row(), B::i(d)), B::mul(tid(), B::i(v))));
+  ExprRef rowStart() const { return B::mul(row(), B::i(C)); }
+  /// Whole steps: of C / v vectors, or of one fewer where a row's first vector may start past its start.
+  int64_t full() const { return (C / v - (even() ? 0 : 1)) / kThreads; }
+  std::vector<StmtRef> begin() {
+    first = b.newLocal(), nv = b.newLocal(), q = b.newLocal();
+    ExprRef q0 = binary(KOp::IDiv, B::add(rowStart(), B::i(v - 1)), B::i(v)); // ceil(row start / v)
+    ExprRef count = even() ? B::i(C / v) : B::sub(binary(KOp::IDiv, B::add(rowStart(), B::i(C)), B::i(v)), local(first, Scalar::I64));
+    return {let(first, q0), let(nv, count), let(q, B::add(local(first, Scalar::I64), tid()))};
   }
-  /// Element u of step `step` (an i64 expression), as its flat index.
-  ExprRef at(const ExprRef& step, int64_t u) const { return B::add(B::add(local(base, Scalar::I64), B::mul(step, B::i(kThreads * v))), B::i(u)); }
-  /// The most steps (up to kUnroll) dividing the whole steps.
-  int64_t unroll() const {
-    int64_t u = std::min(kUnroll, std::max<int64_t>(full(), 1));
-    while (full() % u) --u;
-    return u;
+  /// Element u of step `step` (an i64 expression), as its flat index: v times a vector's index,
+  /// plus u, so that LLVM sees v neighbours aligned to v.
+  ExprRef at(const ExprRef& step, int64_t u) const {
+    return B::add(B::mul(B::add(local(q, Scalar::I64), B::mul(step, B::i(kThreads))), B::i(v)), B::i(u));
   }
-  /// body(first step) for each group of unroll() whole steps (`backwards`: the last group
-  /// first), then (or, backwards, before them) body for the part step on the threads that have one.
-  std::vector<StmtRef> walk(bool backwards, const std::function<std::vector<StmtRef>(const ExprRef& step0, int64_t steps)>& body) const {
-    std::vector<StmtRef> out;
-    int64_t u = unroll(), groups = full() / u;
-    if (partThreads() && backwards) out.push_back(when(b, binary(KOp::Lt, tid(), B::i(partThreads())), body(B::i(full()), 1)));
+  std::vector<ExprRef> ats(const ExprRef& step0, int64_t steps) const {
+    std::vector<ExprRef> out;
+    for (int64_t s = 0; s < steps; ++s)
+      for (int64_t u = 0; u < v; ++u) out.push_back(at(B::add(step0, B::i(s)), u));
+    return out;
+  }
+  /// The row's edge element of this thread, where tid < the edges' count: the h = v q0 - start
+  /// before the first whole vector, then those after the last.
+  std::pair<ExprRef, ExprRef> edge() const {
+    ExprRef q0 = local(first, Scalar::I64), start = rowStart(), count = local(nv, Scalar::I64);
+    ExprRef head = B::sub(B::mul(q0, B::i(v)), start);
+    ExprRef edges = B::sub(B::i(C), B::mul(count, B::i(v)));
+    ExprRef at = select(binary(KOp::Lt, tid(), head), B::add(start, tid()), B::add(B::mul(B::add(q0, count), B::i(v)), B::sub(tid(), head)));
+    return {binary(KOp::Lt, tid(), edges), at};
+  }
+  /// body(indices) for each group of up to kUnroll whole steps (`backwards`: from the row's end),
+  /// then the part step and the edges, on the threads that have them (backwards: those first).
+  std::vector<StmtRef> walk(bool backwards, const std::function<std::vector<StmtRef>(const std::vector<ExprRef>& at)>& body) const {
+    std::vector<StmtRef> wholes, rest;
+    int64_t u = std::min<int64_t>(kUnroll, std::max<int64_t>(full(), 1)), groups = full() / u, left = full() % u;
     if (groups) {
       int j = b.newLoopVar();
       ExprRef g = backwards ? B::sub(B::i(groups - 1), loopVar(j)) : loopVar(j);
-      out.push_back(loop(j, groups, false, body(B::mul(g, B::i(u)), u)));
+      wholes.push_back(loop(j, groups, false, body(ats(B::mul(g, B::i(u)), u))));
     }
-    if (partThreads() && !backwards) out.push_back(when(b, binary(KOp::Lt, tid(), B::i(partThreads())), body(B::i(full()), 1)));
+    if (left) wholes.insert(backwards ? wholes.begin() : wholes.end(), block(body(ats(B::i(groups * u), left))));
+    int64_t partFirst = full() * kThreads; // the part step's first vector
+    if (!even() || partFirst < C / v)
+      rest.push_back(when(b, binary(KOp::Lt, B::add(B::i(partFirst), tid()), local(nv, Scalar::I64)), body(ats(B::i(full()), 1))));
+    if (!even()) {
+      auto [has, at] = edge();
+      rest.push_back(when(b, has, body({at})));
+    }
+    if (backwards) std::reverse(rest.begin(), rest.end());
+    std::vector<StmtRef> out = backwards ? std::move(rest) : std::move(wholes);
+    for (StmtRef& st : backwards ? wholes : rest) out.push_back(std::move(st));
     return out;
   }
 };
@@ -80,7 +115,10 @@ std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir
   const ir::Value* lossOut = n.outputs.size() > 1 ? n.outputs[1] : nullptr;
   if (!dx || x->type.rank() != 2 || computeType(x->type.dtype) != Scalar::F32) return std::nullopt;
   int64_t P = x->type.dims[0].value, C = x->type.dims[1].value;
-  int64_t v = storeVectorWidth(ir::dtypeSize(x->type.dtype), C); // 16-byte loads, or narrower where C needs: GPT-2's 50,257 classes, one element a load
+  // 16-byte loads, from the buffer's vectors whatever C (BlockRow); rows shorter than two
+  // vectors in vectors that divide them.
+  int64_t bytes = (int64_t)ir::dtypeSize(x->type.dtype), widest = std::min<int64_t>(8, 16 / bytes);
+  int64_t v = C >= 2 * widest ? widest : storeVectorWidth(bytes, C);
   std::string red = n.getString("reduction", "mean");
   if ((C < kLongRow && !shortRows) || P < 1 || (lossOut && (red == "none" || lossOut->type.dtype != ir::DType::F32))) return std::nullopt;
   Scalar t = Scalar::F32;
@@ -101,13 +139,13 @@ std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir
     out.push_back(let(id, std::move(value)));
     return id;
   };
-  std::vector<StmtRef> body{rows.begin()};
+  std::vector<StmtRef> body = rows.begin();
   ExprRef tp = tgt(rows.row());
   ExprRef isFirst = binary(KOp::Eq, rows.tid(), B::i(0));
   int xt = -1;
   if (lossOut) { // the target's score, read before the barrier that every write of the gradient follows
     xt = newLocal(body, f(0));
-    body.push_back(when(b, isFirst, {set(xt, b.ld(x, B::add(B::mul(rows.row(), B::i(C)), B::clamp(tp, C))))}));
+    body.push_back(when(b, isFirst, {set(xt, b.ld(x, B::add(rows.rowStart(), B::clamp(tp, C))))}));
   }
   int wsum = -1;
   if (red == "mean") { // the weights of all positions, a thread's share of them
@@ -119,15 +157,14 @@ std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir
   }
   // The online maximum and sum over the thread's elements, a group of steps' loads at once.
   int mx = newLocal(body, f(-INFINITY)), sum = newLocal(body, f(0));
-  for (StmtRef& s : rows.walk(false, [&](const ExprRef& step0, int64_t steps) {
+  for (StmtRef& s : rows.walk(false, [&](const std::vector<ExprRef>& ats) {
          std::vector<StmtRef> step;
          std::vector<int> xs;
          ExprRef top = lf(mx);
-         for (int64_t s = 0; s < steps; ++s)
-           for (int64_t u = 0; u < v; ++u) {
-             xs.push_back(newLocal(step, b.ld(x, rows.at(B::add(step0, B::i(s)), u))));
-             top = binary(KOp::Max, top, lf(xs.back()));
-           }
+         for (const ExprRef& at : ats) {
+           xs.push_back(newLocal(step, b.ld(x, at)));
+           top = binary(KOp::Max, top, lf(xs.back()));
+         }
          int mn = newLocal(step, top);
          ExprRef fresh = binary(KOp::Eq, lf(mn), f(-INFINITY)); // nothing but -inf yet: nothing to add
          ExprRef add = select(fresh, f(0), B::mul(lf(sum), unary(KOp::Exp, B::sub(lf(mx), lf(mn)))));
@@ -168,16 +205,14 @@ std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir
   // a group's values into locals, then its stores, so that neighbours merge into vectors.
   ExprRef up = red == "none" ? b.ld(dl, rows.row()) : red == "sum" ? b.ld(dl, B::i(0)) : B::div(b.ld(dl, B::i(0)), lf(wsum));
   int coef = newLocal(body, B::mul(lf(wt), up));
-  ExprRef rowStart = B::mul(rows.row(), B::i(C));
-  for (StmtRef& s : rows.walk(true, [&](const ExprRef& step0, int64_t steps) {
+  ExprRef rowStart = rows.rowStart();
+  for (StmtRef& s : rows.walk(true, [&](const std::vector<ExprRef>& ats) {
          std::vector<StmtRef> step;
          std::vector<std::pair<ExprRef, int>> values;
-         for (int64_t s = 0; s < steps; ++s)
-           for (int64_t u = 0; u < v; ++u) {
-             ExprRef at = rows.at(B::add(step0, B::i(s)), u);
-             ExprRef isT = cast(binary(KOp::Eq, B::sub(at, rowStart), tp), t);
-             values.emplace_back(at, newLocal(step, B::mul(B::sub(unary(KOp::Exp, B::sub(b.ld(x, at), lf(lse))), isT), lf(coef))));
-           }
+         for (const ExprRef& at : ats) {
+           ExprRef isT = cast(binary(KOp::Eq, B::sub(at, rowStart), tp), t);
+           values.emplace_back(at, newLocal(step, B::mul(B::sub(unary(KOp::Exp, B::sub(b.ld(x, at), lf(lse))), isT), lf(coef))));
+         }
          for (auto& [at, id] : values) step.push_back(b.st(dx, at, lf(id)));
          return step;
        }))

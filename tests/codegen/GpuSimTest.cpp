@@ -415,9 +415,10 @@ TEST(GpuSim, RowGroupsMatchInterpreter) {
 }
 
 TEST(GpuSim, LossGradientOfAnOddVocabularyIsABlockPerRow) {
-  // GPT-2's 50,257 classes: no 16-byte loads fit a row, yet the row is a block's (one element a
-  // load); and 1,000 classes, which a warp's lanes do not divide: not the fallback's thread per
-  // row that re-sums every target's weight. (FormsMatchInterpreter simulates both sizes' forms.)
+  // GPT-2's 50,257 classes: a row is a block's, its scores moved 16 bytes a load though no row
+  // but every eighth starts on a multiple of 8 (bf16) or 4 (f32); and 1,000 classes, which a
+  // warp's lanes do not divide: not the fallback's thread per row that re-sums every target's
+  // weight. (FormsMatchInterpreter simulates both sizes' forms.)
   for (int64_t classes : {50257, 1000})
     for (const char* dtype : {"f32", "bf16"}) {
       auto g = ir::parse(sceLoss(dtype, 4, (int)classes), "odd");
@@ -427,6 +428,11 @@ TEST(GpuSim, LossGradientOfAnOddVocabularyIsABlockPerRow) {
       ASSERT_TRUE(ks && *ks);
       EXPECT_TRUE(std::any_of((*ks)->begin(), (*ks)->end(), [](const kir::Kernel& k) { return k.threads == 512 && !k.shared.empty(); }))
           << classes << " " << dtype;
+      auto ptx = sm90Ptx(**ks);
+      ASSERT_TRUE(!!ptx) << errorText(ptx.takeError());
+      std::string load = std::string(dtype) == "f32" ? "ld.global.v4.f32" : "ld.global.v4.b32";
+      EXPECT_NE(ptx->find(load), std::string::npos) << classes << " " << dtype << ":\n" << *ptx;
+      EXPECT_NE(ptx->find("st.global.v4"), std::string::npos) << classes << " " << dtype;
     }
 }
 
