@@ -2,21 +2,23 @@
 # The device side of a GPU benchmark session in one call, within a time limit: the benchmark
 # (gpu_train.py: sgc, PyTorch eager and torch.compile in the same run), the card's own ceiling
 # for the optimizer's traffic (gpu_bandwidth.cu), an A/B of sgc builds (gpu_ab.py) and
-# check_gpu.sh over a bundle (tests/gpu/make_bundle.sh), each run only if its usual time still
-# fits, in that order. Everything it writes goes under $OUT (default ./gpu_session): the
+# check_gpu.sh over a bundle (tests/gpu/make_bundle.sh) or the real-model suite
+# (check_gpu_models.py over scripts/gpu.sh models' folder), each run only if its usual time
+# still fits, in that order. Everything it writes goes under $OUT (default ./gpu_session): the
 # benchmark's log and JSON, the A/B's JSON, and the rest in one results.tar.xz (a device call
 # brings back at most 8 files).
 # Usage (on the device, from the project root):
 #   bench/gpu_session.sh [--limit SECONDS] [--libs DIR] [--models gpt,llama,mlp] [--ab DIR]
-#                        [--ab-models LIST] [--ab-runs N] [--check BUNDLE_PART_DIR] [--bandwidth no]
+#                        [--ab-models LIST] [--ab-runs N] [--check DIR] [--bandwidth no]
 #   --libs: gpt.so.xz, llama.so.xz, mlp.so.xz as bench/gpu_build.sh and gpu_llama_build.sh
 #   write them (default bench/out); --models none: no benchmark; --ab: NAME_VARIANT.so.xz for
-#   gpu_ab.py; --bandwidth no: leave out gpu_bandwidth.cu (a card whose ceiling is measured).
+#   gpu_ab.py; --check: a bundle part (check_gpu.sh) or build/gpu-models (check_gpu_models.py);
+#   --bandwidth no: leave out gpu_bandwidth.cu (a card whose ceiling is measured).
 set -u
 cd "$(dirname "$0")/.."
 limit=540 libs=bench/out models=gpt,llama,mlp ab= ab_models=mlp,gpt,llama ab_runs=2 check= bandwidth=yes
 while [ $# -gt 0 ]; do
-  case "$1" in -h | --help) sed -n '2,14p' "$0" | cut -c3-; exit 0 ;; esac
+  case "$1" in -h | --help) sed -n '2,16p' "$0" | cut -c3-; exit 0 ;; esac
   [ $# -ge 2 ] || { echo "gpu_session.sh: $1 needs a value (see --help)" >&2; exit 2; }
   case "$1" in
     --limit) limit=$2 ;;
@@ -33,7 +35,8 @@ while [ $# -gt 0 ]; do
 done
 [ -d "$libs" ] || { echo "gpu_session.sh: --libs $libs: no such folder" >&2; exit 2; }
 [ -z "$ab" ] || [ -d "$ab" ] || { echo "gpu_session.sh: --ab $ab: no such folder" >&2; exit 2; }
-[ -z "$check" ] || [ -f "$check/check_gpu.sh" ] || { echo "gpu_session.sh: --check $check: no check_gpu.sh there (tests/gpu/make_bundle.sh makes it)" >&2; exit 2; }
+[ -z "$check" ] || [ -f "$check/check_gpu.sh" ] || [ -f "$check/check_gpu_models.py" ] ||
+  { echo "gpu_session.sh: --check $check: no check_gpu.sh (tests/gpu/make_bundle.sh) or check_gpu_models.py (scripts/gpu.sh models) there" >&2; exit 2; }
 case "$bandwidth" in yes | no) ;; *) echo "gpu_session.sh: --bandwidth takes yes or no" >&2; exit 2 ;; esac
 case "$limit$ab_runs" in *[!0-9]*) echo "gpu_session.sh: --limit and --ab-runs take whole numbers" >&2; exit 2 ;; esac
 out=${OUT:-gpu_session}
@@ -73,11 +76,16 @@ if [ -n "$ab" ]; then
   echo "after the A/B: ${SECONDS}s"
 fi
 if [ -n "$check" ]; then
-  if fits 60; then
-    (cd "$check" && sh check_gpu.sh .) > "$out/check_gpu.log" 2>&1
+  if fits 60; then # cut 15 s before the limit, as the A/B
+    if [ -f "$check/check_gpu.sh" ]; then
+      (cd "$check" && timeout $((limit - 15 - SECONDS)) sh check_gpu.sh .) > "$out/check_gpu.log" 2>&1
+    else
+      timeout $((limit - 15 - SECONDS)) python3 "$check/check_gpu_models.py" "$check" > "$out/check_gpu.log" 2>&1
+    fi
+    echo "check: exit $? at ${SECONDS}s"
     grep -v SKIP "$out/check_gpu.log" | tail -5
   else
-    echo "skipped: check_gpu.sh (${SECONDS}s of ${limit}s gone)"
+    echo "skipped: the check (${SECONDS}s of ${limit}s gone)"
   fi
 fi
 rm -f "$out"/*.safetensors
