@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -114,10 +115,26 @@ int GpuKernelResources::blocksBySm() const {
   return std::min({kRegistersPerSm / perBlock, kThreadsPerSm / threads, kBlocksPerSm});
 }
 
+/// A ptxas note that a function's warpgroup products are serialized, as (function, reason): "...
+/// wgmma.mma_async instructions are serialized due to REASON in (or for) the function 'NAME'".
+static std::optional<std::pair<std::string, std::string>> serializedNote(const std::string& line) {
+  static const std::string due = "instructions are serialized due to ", fn = " the function '";
+  size_t at = line.find(due), name = line.rfind(fn);
+  if (at == std::string::npos || name == std::string::npos || name < at + due.size()) return std::nullopt;
+  size_t from = name + fn.size(), to = line.find('\'', from), reasonEnd = line.rfind(' ', name - 1); // before "in" or "for"
+  if (to == std::string::npos || reasonEnd == std::string::npos || reasonEnd < at + due.size()) return std::nullopt;
+  return std::make_pair(line.substr(from, to - from), line.substr(at + due.size(), reasonEnd - at - due.size()));
+}
+
 std::vector<GpuKernelResources> parsePtxasResources(const std::string& log) {
   std::vector<GpuKernelResources> out;
+  std::vector<std::pair<std::string, std::string>> serialized; // a note may come before its function's entry
   std::istringstream lines(log);
   for (std::string line; std::getline(lines, line);) {
+    if (auto note = serializedNote(line)) {
+      serialized.push_back(std::move(*note));
+      continue;
+    }
     static const std::string entry = "Compiling entry function '";
     if (size_t at = line.find(entry); at != std::string::npos) {
       size_t from = at + entry.size(), to = line.find('\'', from);
@@ -134,6 +151,9 @@ std::vector<GpuKernelResources> parsePtxasResources(const std::string& log) {
       if (std::sscanf(line.c_str() + start, "%d bytes spill stores, %d bytes spill loads", &a, &b) == 2) out.back().spillBytes = a + b;
     }
   }
+  for (auto& [name, reason] : serialized)
+    for (GpuKernelResources& k : out)
+      if (k.name == name) k.serialized = reason;
   return out;
 }
 
@@ -178,6 +198,10 @@ std::string resourcesReport(const std::vector<GpuKernelResources>& kernels, cons
     out += (i ? ", " : " ") + k.name + " " + std::to_string(warps(&k)) + " (" + std::to_string(k.registers) + " registers x " +
            std::to_string(k.threads) + " threads" + (k.spillBytes ? ", " + std::to_string(k.spillBytes) + " bytes spilled" : "") + ")";
   }
+  std::string serialized;
+  for (const GpuKernelResources& k : kernels)
+    if (!k.serialized.empty()) serialized += (serialized.empty() ? "" : ", ") + k.name + " (" + k.serialized + ")";
+  if (!serialized.empty()) out += "; warpgroup products serialized by ptxas: " + serialized;
   return out + "\n";
 }
 

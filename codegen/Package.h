@@ -20,6 +20,7 @@ struct GpuKernelResources {
   int threads = 0;    ///< a block's
   int registers = 0;  ///< a thread's
   int spillBytes = 0; ///< stored and loaded again through local memory
+  std::string serialized = {}; ///< why ptxas serialized its warpgroup products (wgmma), if it did
   /// The blocks an SM holds by registers (65,536 an SM on sm_80 and sm_90, given to a warp 256 at
   /// a time), within its limits of 2,048 threads and 32 blocks (shared memory not counted).
   int blocksBySm() const;
@@ -27,10 +28,11 @@ struct GpuKernelResources {
 };
 
 /// The kernels' resources in a ptxas -v log (each "Compiling entry function" and the counts after
-/// it; threads left 0).
+/// it, and the notes that name a kernel whose warpgroup products ptxas serialized; threads left 0).
 std::vector<GpuKernelResources> parsePtxasResources(const std::string& log);
 
-/// --stats' lines on them: how many, how many spill, and the few with the fewest warps an SM.
+/// --stats' lines on them: how many, how many spill, the few with the fewest warps an SM, and
+/// those whose warpgroup products run one after another (ptxas's reason with each).
 std::string resourcesReport(const std::vector<GpuKernelResources>& kernels, const std::string& sm);
 
 struct PackageOptions {

@@ -54,5 +54,32 @@ TEST(PtxasReport, NamesTheKernelsWithTheFewestWarps) {
                                          "sgc_k39_gpu 16 (82 registers x 256 threads), sgc_h68 32 (64 registers x 256 threads, 100 bytes spilled)\n");
 }
 
+TEST(PtxasReport, NamesKernelsWhoseWarpgroupProductsAreSerialized) {
+  // ptxas 13's notes (session 36's pipelined attention forward), one before its function's entry,
+  // and the C7519 note of kLog, which serializes nothing.
+  std::string log = std::string(kLog) +
+                    "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma "
+                    "instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the function "
+                    "'sgc_k9_gpu_fwd'\n"
+                    "ptxas info    : Compiling entry function 'sgc_k9_gpu_fwd' for 'sm_90a'\n"
+                    "ptxas info    : Used 124 registers, used 1 barriers, 32768 bytes smem\n"
+                    "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient "
+                    "register resources for the function 'sgc_h68'\n";
+  std::vector<GpuKernelResources> k = parsePtxasResources(log);
+  ASSERT_EQ(k.size(), 3u);
+  EXPECT_EQ(k[0].serialized, "");
+  EXPECT_EQ(k[1].serialized, "insufficient register resources");
+  EXPECT_EQ(k[2].name, "sgc_k9_gpu_fwd");
+  EXPECT_EQ(k[2].registers, 124);
+  EXPECT_EQ(k[2].serialized, "non wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage");
+  for (GpuKernelResources& r : k) r.threads = 128;
+  std::string report = resourcesReport(k, "sm_90");
+  EXPECT_NE(report.find("; warpgroup products serialized by ptxas: sgc_h68 (insufficient register resources), sgc_k9_gpu_fwd (non wgmma"),
+            std::string::npos)
+      << report;
+  k[1].serialized = k[2].serialized = "";
+  EXPECT_EQ(resourcesReport(k, "sm_90").find("serialized"), std::string::npos);
+}
+
 } // namespace
 } // namespace sgc::codegen
