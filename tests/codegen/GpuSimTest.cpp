@@ -150,14 +150,12 @@ TEST(GpuSim, FormsMatchInterpreter) {
                       " %y : ?[*] = ReduceMean(%x, %a) {keepdims = 0}\n output %y }", 1e-5},
       {"gather_grad", "graph @g { input %dy : f32[6, 64]\n input %i : i64[6]\n const %s : i64[2] = dense<\"0xe8030000000000004000000000000000\">\n"
                       " %dx : ?[*] = GatherGrad(%dy, %i, %s) {axis = 0}\n output %dx }", 1e-6},
-      {"loss_grad_rows", "graph @g { input %x : f32[64, 1000]\n input %t : i64[64]\n input %d : f32[]\n"
-                         " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }", 1e-4},
-      {"loss_grad_block", "graph @g { input %x : f32[4, 8192]\n input %t : i64[4]\n input %d : f32[]\n"
-                          " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }", 1e-4},
-      {"loss_grad_block_odd", "graph @g { input %x : f32[3, 8193]\n input %t : i64[3]\n input %d : f32[]\n"
-                              " %dx : ?[*], %l : f32[] = SceLossGrad(%x, %t, %d) {ignore_index = -100}\n output %dx, %l }", 1e-4},
-      // bf16 rows: 8,193 classes (one element a load), 8,200 (two whole steps of 16-byte loads
-      // and a part step of one), 21 and 13 (short rows a warp's lanes do not divide).
+      {"loss_grad_rows", sceLoss("f32", 64, 1000), 1e-4},
+      {"loss_grad_block", sceLoss("f32", 4, 8192), 1e-4},
+      {"loss_grad_block_odd", sceLoss("f32", 3, 8193), 1e-4},
+      // bf16 rows: 8,193 classes (rows off the 16-byte vectors' alignment: their edge elements one
+      // a thread), 8,200 (two whole steps of 16-byte loads and a part step of one thread), 21 and
+      // 13 (short rows a warp's lanes do not divide).
       {"loss_grad_block_bf16_odd", sceLoss("bf16", 3, 8193), 1e-2},
       {"loss_grad_block_bf16_part", sceLoss("bf16", 2, 8200), 1e-2},
       {"loss_grad_edges_bf16", sceLoss("bf16", 6, 21), 1e-2, 21},
