@@ -428,8 +428,10 @@ bool isZeroing(const Kernel& k) {
          v.value == 0 && !std::signbit(v.value) && v.bits == 0;
 }
 
+int widestVector(size_t elementBytes) { return (int)std::min<size_t>(8, 16 / std::max<size_t>(1, elementBytes)); }
+
 int storeVectorWidth(size_t elementBytes, int64_t extent) {
-  int width = (int)std::min<size_t>(8, 16 / std::max<size_t>(1, elementBytes));
+  int width = widestVector(elementBytes);
   while (width > 1 && extent % width) width /= 2;
   return width;
 }

@@ -294,7 +294,9 @@ int vectorWidthFor(const Kernel& k);
 /// session 35).
 int streamVectorWidth(const Kernel& k, const std::set<int>& buffers, int64_t extent);
 
-/// 16 bytes of elements `elementBytes` wide (at most 8), halved until it divides `extent`.
+/// 16 bytes of elements `elementBytes` wide, at most 8: the widest vector a thread moves.
+int widestVector(size_t elementBytes);
+/// widestVector(elementBytes), halved until it divides `extent`.
 int storeVectorWidth(size_t elementBytes, int64_t extent);
 
 /// Whether a warp's operations appear in `s` (warp reductions, mma and wgmma products): its lanes

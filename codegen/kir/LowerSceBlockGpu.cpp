@@ -117,8 +117,8 @@ std::optional<std::vector<Kernel>> sceBlockGpu(const std::string& name, const ir
   int64_t P = x->type.dims[0].value, C = x->type.dims[1].value;
   // 16-byte loads, from the buffer's vectors whatever C (BlockRow); rows shorter than two
   // vectors in vectors that divide them.
-  int64_t bytes = (int64_t)ir::dtypeSize(x->type.dtype), widest = std::min<int64_t>(8, 16 / bytes);
-  int64_t v = C >= 2 * widest ? widest : storeVectorWidth(bytes, C);
+  size_t bytes = ir::dtypeSize(x->type.dtype);
+  int64_t widest = widestVector(bytes), v = C >= 2 * widest ? widest : storeVectorWidth(bytes, C);
   std::string red = n.getString("reduction", "mean");
   if ((C < kLongRow && !shortRows) || P < 1 || (lossOut && (red == "none" || lossOut->type.dtype != ir::DType::F32))) return std::nullopt;
   Scalar t = Scalar::F32;
