@@ -474,15 +474,21 @@ inline void runningStats(Writer& w, std::array<int, 2>& m, std::array<int, 2>& l
   }
 }
 
-/// The forward pass's results for a warp's 16 rows (`qrows` maps 0..15 to flat rows): y = O / l,
-/// O's element i of fragment n in column col(n, i), and the log-sum-exp m ln 2 + log l.
+/// The forward pass's results for a warp's 16 rows (`qrows` maps 0..15 to flat rows): y = O (1 / l)
+/// (one division a row, not one an element), O's element i of fragment n in column col(n, i), and
+/// the log-sum-exp m ln 2 + log l.
 inline void forwardResults(Writer& w, const Lane& ln, const RowOf& qrows, const std::vector<Frag>& o, const std::array<int, 2>& m,
                            const std::array<int, 2>& l, const std::function<ExprRef(int64_t n, int i)>& col) {
   const ir::Value *y = w.a.n.outputs[0], *lse = w.a.n.outputs[1];
-  for (int r = 0; r < 2; ++r) w.body.push_back(set(l[r], warpReduce(KOp::Add, lf(l[r]), 4)));
+  int inv[2];
+  for (int r = 0; r < 2; ++r) {
+    w.body.push_back(set(l[r], warpReduce(KOp::Add, lf(l[r]), 4)));
+    inv[r] = w.b.newLocal();
+    w.body.push_back(let(inv[r], B::div(f(1), lf(l[r]))));
+  }
   for (size_t n = 0; n < o.size(); ++n)
     for (int i = 0; i < 4; ++i)
-      w.body.push_back(w.b.st(y, B::add(B::mul(qrows(ln.row(i)), B::i(w.a.dv)), col((int64_t)n, i)), B::div(lf(o[n][i]), lf(l[i / 2]))));
+      w.body.push_back(w.b.st(y, B::add(B::mul(qrows(ln.row(i)), B::i(w.a.dv)), col((int64_t)n, i)), B::mul(lf(o[n][i]), lf(inv[i / 2]))));
   for (int r = 0; r < 2; ++r)
     w.body.push_back(w.b.st(lse, qrows(ln.row(2 * r)), B::add(B::mul(lf(m[r]), f(M_LN2)), unary(KOp::Log, lf(l[r])))));
 }

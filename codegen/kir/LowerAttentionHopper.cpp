@@ -154,7 +154,11 @@ Kernel gradQueriesWgmma(const std::string& name, const Geometry& a) {
   for (int64_t n = 0; n < a.d / 8; ++n)
     for (int i = 0; i < 4; ++i)
       w.body.push_back(b.st(dq, B::add(B::mul(qIn(ln.row(i)), B::i(a.d)), colOf(ln, B::i(0), n, i)), B::mul(lf(acc[n][i]), f(a.scale))));
-  return w.finish(iv, a.heads * (a.tq / 16), wb.threads);
+  Kernel k = w.finish(iv, a.heads * (a.tq / 16), wb.threads);
+  // Heads of 64: three blocks an SM (168 registers, no spills); free, ptxas takes 192 and two
+  // blocks, 2% slower (session 39, H100).
+  if (a.d <= 64) k.minBlocks = 3;
+  return k;
 }
 
 /// dk and dv on Hopper: gradKeysValues' walk for a warpgroup per 64 keys over blocks of qb

@@ -251,6 +251,15 @@ TEST(Kernel, AttentionOnHopperIsWarpgroupProducts) {
     EXPECT_NE(ptx->find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(d) + "k16.f32.bf16.bf16"), std::string::npos);
     EXPECT_NE(ptx->find("fence.proxy.async.shared::cta"), std::string::npos);
     EXPECT_EQ(ptx->find("mma.sync"), std::string::npos);
+    // Each softmax weight is one ex2 that flushes subnormals (without .ftz ptxas adds a compare
+    // and two multiplies around each), and the forward divides once a row (a thread's two rows),
+    // not once an output element.
+    EXPECT_NE(ptx->find("ex2.approx.ftz.f32"), std::string::npos);
+    EXPECT_EQ(ptx->find("ex2.approx.f32"), std::string::npos);
+    EXPECT_EQ(ptx->find("div.rn.f32"), std::string::npos);
+    int64_t reciprocals = 0;
+    for (size_t at = ptx->find("rcp.rn.f32"); at != std::string::npos; at = ptx->find("rcp.rn.f32", at + 1)) ++reciprocals;
+    EXPECT_EQ(reciprocals, 2);
     auto [rc, log] = assembled(*ptx, ptxas);
     EXPECT_EQ(rc, 0) << log;
     EXPECT_EQ(log.find("serialized"), std::string::npos) << log;
