@@ -13,22 +13,18 @@ namespace {
 /// Scores at or below this count as masked out: exp of them is 0 next to any real score.
 constexpr double kMasked = -1e9;
 
-/// A constant's value, when it is a one-element floating-point tensor.
-std::optional<double> scalarConst(const Value* v) {
-  if (!v || v->kind != ValueKind::Const || !isFloat(v->type.dtype) || v->data->numel() != 1) return std::nullopt;
-  return v->data->getF(0);
-}
-
-/// Whether `mask` (a constant [1, ..., 1, Tq, Tk]) says, through `visible(element)`, that query i
-/// sees exactly keys j <= i.
+/// Whether `mask` (a constant [..., Tq, Tk]) says, through `visible(element)`, that query i sees
+/// exactly keys j <= i, in each of its [Tq, Tk] slices (Hugging Face's masks have the batch's rows:
+/// [B, 1, Tq, Tk], the same causal triangle in each).
 template <typename F>
 bool isCausal(const Value* mask, int64_t tq, int64_t tk, F visible) {
   if (!mask || mask->kind != ValueKind::Const) return false;
   const Tensor& m = *mask->data;
-  if (m.rank() < 2 || m.shape[m.rank() - 2] != tq || m.shape.back() != tk || m.numel() != tq * tk) return false;
-  for (int64_t i = 0; i < tq; ++i)
-    for (int64_t j = 0; j < tk; ++j)
-      if (visible(m, i * tk + j) != (j <= i)) return false;
+  if (m.rank() < 2 || m.shape[m.rank() - 2] != tq || m.shape.back() != tk || tq * tk == 0 || m.numel() % (tq * tk)) return false;
+  for (int64_t at = 0; at < m.numel(); at += tq * tk)
+    for (int64_t i = 0; i < tq; ++i)
+      for (int64_t j = 0; j < tk; ++j)
+        if (visible(m, at + i * tk + j) != (j <= i)) return false;
   return true;
 }
 
@@ -41,6 +37,39 @@ struct Matcher {
 
   Node* inner(const Value* v, Op op) const { return producerReadOnce(v, op, uses); }
 
+  /// x when `t` is Reshape(Transpose(Reshape(x))) that swaps x's last two dims through a flattened
+  /// batch, as the dynamo exporter writes k^T: x [..., T, D] -> [P, T, D] -> [P, D, T] -> [..., D, T].
+  Value* swappedThroughReshapes(const Value* t) const {
+    Node* outer = inner(t, Op::Reshape);
+    Node* tr = outer ? inner(outer->inputs[0], Op::Transpose) : nullptr;
+    Node* in = tr ? inner(tr->inputs[0], Op::Reshape) : nullptr;
+    if (!in || !tr->has("perm") || tr->getInts("perm") != std::vector<int64_t>{0, 2, 1}) return nullptr;
+    Value* x = in->inputs[0];
+    const Type &xt = x->type, &flat = in->outputs[0]->type;
+    if (!xt.isStatic() || !t->type.isStatic() || xt.rank() < 2 || xt.rank() != t->type.rank() || flat.rank() != 3) return nullptr;
+    int64_t r = xt.rank(), rows = 1;
+    for (int64_t d = 0; d + 2 < r; ++d) rows *= xt.dims[d].value;
+    if (flat.dims[0].value != rows || flat.dims[1] != xt.dims[r - 2] || flat.dims[2] != xt.dims[r - 1]) return nullptr;
+    for (int64_t d = 0; d + 2 < r; ++d)
+      if (t->type.dims[d] != xt.dims[d]) return nullptr;
+    return t->type.dims[r - 2] == xt.dims[r - 1] && t->type.dims[r - 1] == xt.dims[r - 2] ? x : nullptr;
+  }
+
+  /// The softmax under SDPA's guard of rows with no visible key, Where(IsNaN(p), 0, p), as both
+  /// exporters write `scaled_dot_product_attention`: p's producer when `probs` is that guard
+  /// (read once, p read by it alone), else null. The fused node never makes such a row's NaN
+  /// (its masks are causal: every row sees its own key), so the guard goes with the pattern.
+  Node* guardedSoftmax(const Value* probs) const {
+    Node* w = inner(probs, Op::Where);
+    if (!w || w->inputs.size() != 3) return nullptr;
+    Node* isNan = inner(w->inputs[0], Op::IsNaN);
+    auto zero = constantScalar(w->inputs[1]);
+    Value* p = w->inputs[2];
+    auto readers = uses.find(p);
+    if (!isNan || !zero || *zero != 0 || isNan->inputs[0] != p || readers == uses.end() || readers->second != 2) return nullptr;
+    return p->producer && p->producer->op == Op::Softmax ? p->producer : nullptr;
+  }
+
   /// Nodes that give `kT` with its last two dims swapped: nothing when it is a transpose that
   /// undoes it; else one Transpose (of kT's source when kT is itself a transpose).
   Value* keys(Value* kT, std::vector<Node*>& added) {
@@ -48,6 +77,7 @@ struct Matcher {
     std::vector<int64_t> perm(r);
     for (int64_t i = 0; i < r; ++i) perm[i] = i;
     std::swap(perm[r - 1], perm[r - 2]);
+    if (Value* x = swappedThroughReshapes(kT)) return x;
     Value* src = kT;
     if (kT->producer && kT->producer->op == Op::Transpose && kT->producer->has("perm")) {
       std::vector<int64_t> p = kT->producer->getInts("perm"), composed(r);
@@ -67,12 +97,15 @@ struct Matcher {
   }
 
   /// Grouped-query attention's shared keys or values: when `kv` [..., H, T, D] is a read-once
-  /// Reshape(Expand(Unsqueeze(x))) that repeats each of x's heads [..., H / g, T, D] g times
-  /// (query head h reads x's head h / g), x and g; else kv and 1.
+  /// Reshape(Expand(Unsqueeze(x))) (an Identity between the Reshape and the Expand aside: the
+  /// dynamo exporter's clone) that repeats each of x's heads [..., H / g, T, D] g times (query
+  /// head h reads x's head h / g), x and g; else kv and 1.
   std::pair<Value*, int64_t> ungroup(Value* kv) {
     const Type& t = kv->type;
     Node* reshape = inner(kv, Op::Reshape);
-    Node* expand = reshape ? inner(reshape->inputs[0], Op::Expand) : nullptr;
+    const Value* repeated = reshape ? reshape->inputs[0] : nullptr;
+    while (Node* copy = repeated ? inner(repeated, Op::Identity) : nullptr) repeated = copy->inputs[0];
+    Node* expand = repeated ? inner(repeated, Op::Expand) : nullptr;
     Node* unsqueeze = expand ? inner(expand->inputs[0], Op::Unsqueeze) : nullptr;
     if (!unsqueeze || !t.isStatic() || t.rank() < 3) return {kv, 1};
     Value* x = unsqueeze->inputs[0];
@@ -96,6 +129,7 @@ struct Matcher {
   /// nodes to place before it, or nothing when the pattern does not hold.
   std::optional<std::vector<Node*>> match(Node& out) {
     Node* softmax = inner(out.inputs[0], Op::Softmax);
+    if (!softmax) softmax = guardedSoftmax(out.inputs[0]);
     if (!softmax) return std::nullopt;
     Value *x = softmax->inputs[0], *v = out.inputs[1];
     if (!x->type.isStatic() || x->type.rank() < 2) return std::nullopt;
@@ -105,8 +139,8 @@ struct Matcher {
     // The mask.
     bool causal = false;
     if (Node* w = inner(x, Op::Where)) {
-      int s = scalarConst(w->inputs[1]) ? 2 : 1; // the branch that holds the scores
-      auto fill = scalarConst(w->inputs[3 - s]);
+      int s = constantScalar(w->inputs[1]) ? 2 : 1; // the branch that holds the scores
+      auto fill = constantScalar(w->inputs[3 - s]);
       if (!fill || *fill > kMasked || w->inputs[s]->type != x->type) return std::nullopt;
       if (!isCausal(w->inputs[0], tq, tk, [&](const Tensor& m, int64_t e) { return (m.getF(e) != 0) == (s == 1); })) return std::nullopt;
       x = w->inputs[s], causal = true;
@@ -123,18 +157,25 @@ struct Matcher {
     // The scale.
     double scale = 1;
     if (Node* m = inner(x, Op::Mul)) {
-      int s = scalarConst(m->inputs[1]) ? 0 : 1;
-      auto c = scalarConst(m->inputs[1 - s]);
+      int s = constantScalar(m->inputs[1]) ? 0 : 1;
+      auto c = constantScalar(m->inputs[1 - s]);
       if (!c || m->inputs[s]->type != x->type) return std::nullopt;
       x = m->inputs[s], scale = *c;
     } else if (Node* d = inner(x, Op::Div)) {
-      auto c = scalarConst(d->inputs[1]);
+      auto c = constantScalar(d->inputs[1]);
       if (!c || *c == 0 || d->inputs[0]->type != x->type) return std::nullopt;
       x = d->inputs[0], scale = 1 / *c;
     }
     Node* scores = inner(x, Op::MatMul);
     if (!scores) return std::nullopt;
     Value *q = scores->inputs[0], *kT = scores->inputs[1];
+    // The scale split over both operands, each times sqrt(scale), as SDPA's decompositions write it.
+    for (Value** side : {&q, &kT})
+      if (Node* m = inner(*side, Op::Mul)) {
+        int s = constantScalar(m->inputs[1]) ? 0 : 1;
+        auto c = constantScalar(m->inputs[1 - s]);
+        if (c && m->inputs[s]->type == (*side)->type) *side = m->inputs[s], scale *= *c;
+      }
     // One rank and the same leading dims everywhere: no broadcasting inside the fused node.
     for (const Value* t : {q, kT, v})
       if (!t->type.ranked || t->type.rank() != r || t->type.dtype != x->type.dtype) return std::nullopt;

@@ -16,6 +16,7 @@ bool foldable(const Node& n, const InferCtx& c) {
     if (!numel || *numel > kFoldLimit) return false;
   }
   if ((n.op == Op::Shape || n.op == Op::Size) && c.in[0].isStatic()) return true;
+  if (n.op == Op::CastLike && c.values[0]) return true; // the other operand gives only its dtype (SDPA's scale)
   for (size_t i = 0; i < n.inputs.size(); ++i)
     if (n.inputs[i] && !c.values[i]) return false;
   return true;
@@ -26,7 +27,7 @@ Error fold(Graph& g, Node& n, const InferCtx& c) {
   placeholders.reserve(n.inputs.size());
   std::vector<const Tensor*> ins = c.values;
   for (size_t i = 0; i < ins.size(); ++i)
-    if (n.inputs[i] && !ins[i]) { // Shape/Size read only the shape: no data needed
+    if (n.inputs[i] && !ins[i]) { // Shape/Size read only the shape, CastLike the dtype: no data needed
       placeholders.emplace_back();
       placeholders.back().dtype = c.in[i].dtype;
       placeholders.back().shape = c.in[i].shape();

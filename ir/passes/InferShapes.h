@@ -1,7 +1,7 @@
 // Pass infer-shapes: gives every node result a type by running the op's
 // shape rule over its inputs' types, and folds shape computations: a node
 // whose inputs are all constants (or a Shape/Size of a statically shaped
-// tensor) becomes a constant when its result is small, so Shape -> Gather ->
+// tensor, or a CastLike of a constant) becomes a constant when its result is small, so Shape -> Gather ->
 // Concat -> Reshape chains over static shapes end as constant shapes.
 //
 // Requires: a verified graph. Ensures: every value has a dtype; results are

@@ -174,3 +174,71 @@ TEST(FuseAttentionNode, GroupedKeysAndValuesReadOncePerGroup) {
   ASSERT_EQ(got.shape, want.shape);
   for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
 }
+
+// scaled_dot_product_attention as both exporters decompose it for Hugging Face's Llama and Qwen2
+// (torch 2.11): q and k^T each times sqrt(scale) (the scale a CastLike of a constant, then Sqrt,
+// which infer-shapes folds), k^T as Reshape(Transpose(Reshape(k))) through [B H, T, D], the causal
+// mask a [B, 1, T, T] constant of 0 and float's lowest added to the scores, the softmax guarded by
+// Where(IsNaN(p), 0, p), and the grouped keys and values repeated with a copy (Identity) between
+// the Expand and the Reshape. Fused, the node reads k and v themselves with the whole scale, and
+// gives the decomposition's result; with one batch row's mask not causal, nothing is fused.
+TEST(FuseAttentionNode, ScaledDotProductAttentionAsExported) {
+  for (bool secondRowCausal : {true, false}) {
+    SCOPED_TRACE(secondRowCausal ? "causal mask" : "the second row's mask not causal");
+    auto g = std::make_unique<Graph>();
+    Value* q = g->addParam("q", random({B, 4, T, D}, 1));
+    Value* k = g->addParam("k", random({B, 2, T, D}, 2));
+    Value* vals = g->addParam("v", random({B, 2, T, DV}, 3));
+    auto node = [&](Op op, std::vector<Value*> ins) { return g->addNode(op, std::move(ins), 1, "n" + std::to_string(g->nodes().size())); };
+    auto ints = [&](const std::string& name, std::vector<int64_t> v) {
+      Tensor t(DType::I64, {(int64_t)v.size()});
+      for (size_t i = 0; i < v.size(); ++i) t.setI((int64_t)i, v[i]);
+      return g->addConst(name, t);
+    };
+    auto repeat = [&](Value* x, int64_t d, const std::string& tag) {
+      Value* u = node(Op::Unsqueeze, {x, ints(tag + "_axes", {2})})->outputs[0];
+      Value* e = node(Op::Expand, {u, ints(tag + "_to", {B, 2, 2, T, d})})->outputs[0];
+      Value* copy = node(Op::Identity, {e})->outputs[0];
+      return node(Op::Reshape, {copy, ints(tag + "_shape", {B, 4, T, d})})->outputs[0];
+    };
+    Value* flat = node(Op::Reshape, {repeat(k, D, "k"), ints("flat", {B * 4, T, D})})->outputs[0];
+    Node* swap = node(Op::Transpose, {flat});
+    swap->attrs["perm"] = std::vector<int64_t>{0, 2, 1};
+    Value* kT = node(Op::Reshape, {swap->outputs[0], ints("kT", {B, 4, D, T})})->outputs[0];
+    Value* scale = node(Op::CastLike, {g->addConst("scale", Tensor::fromF64(DType::F32, {}, {1 / std::sqrt((double)D)})), q})->outputs[0];
+    Value* root = node(Op::Sqrt, {scale})->outputs[0];
+    Value* s = node(Op::MatMul, {node(Op::Mul, {q, root})->outputs[0], node(Op::Mul, {kT, root})->outputs[0]})->outputs[0];
+    Tensor m(DType::F64, {B, 1, T, T});
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j)
+          m.setF((b * T + i) * T + j, j <= i || (b == 1 && !secondRowCausal && j == i + 1) ? 0.0 : -3.4028234663852886e38);
+    Node* p = node(Op::Softmax, {node(Op::Add, {s, g->addConst("mask", m)})->outputs[0]});
+    p->attrs["axis"] = int64_t(-1);
+    Value* isNan = node(Op::IsNaN, {p->outputs[0]})->outputs[0];
+    Value* guarded = node(Op::Where, {isNan, g->addConst("zero", Tensor::fromF64(DType::F64, {}, {0})), p->outputs[0]})->outputs[0];
+    g->outputs = {node(Op::MatMul, {guarded, repeat(vals, DV, "v")})->outputs[0]};
+    ASSERT_FALSE(inferShapes(*g)); // folds the scale
+    auto before = run(*g, {});
+    ASSERT_TRUE(!!before) << errorText(before.takeError());
+    std::string y = g->outputs[0]->name;
+    int fused = -1;
+    ASSERT_FALSE(fuseAttention(*g, &fused));
+    ASSERT_EQ(fused, secondRowCausal ? 1 : 0);
+    if (!secondRowCausal) continue;
+    const Node* a = g->outputs[0]->producer;
+    ASSERT_TRUE(a && a->op == Op::FusedAttention);
+    EXPECT_EQ(a->inputs[0]->name, "q");
+    EXPECT_EQ(a->inputs[1]->name, "k");
+    EXPECT_EQ(a->inputs[2]->name, "v");
+    EXPECT_EQ(a->getInt("causal", 0), 1);
+    EXPECT_NEAR(a->getFloat("scale", 0), 1 / std::sqrt((double)D), 1e-7); // sqrt(scale) in f32, squared
+    for (const auto& n : g->nodes())
+      for (Op gone : {Op::Softmax, Op::IsNaN, Op::Where, Op::Expand, Op::Transpose, Op::Mul}) EXPECT_NE(n->op, gone) << n->name;
+    auto after = run(*g, {});
+    ASSERT_TRUE(!!after) << errorText(after.takeError());
+    const Tensor &want = before->at(y), &got = after->at(g->outputs[0]->name);
+    ASSERT_EQ(got.shape, want.shape);
+    for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
+  }
+}

@@ -32,8 +32,16 @@ RTOL = 1e-4
 # The language models' heads also train in row chunks (passes/ChunkClassifier: forced here with a
 # tiny chunk size, as GPT-2 small's 1.6 GB of scores are by default): the same losses, and more than
 # one softmax cross-entropy node in the step.
-CHUNKED = ["gpt2", "llama", "qwen2", "t5"]
-CHUNK_FLAGS = ["--classifier-chunk-mb", "0.01", "--stats"]
+# Their causal attention also trains fused (passes/FuseAttention over scaled_dot_product_attention
+# as each exporter decomposes it: one FusedAttention node a layer, on the CPU here, on the GPU in
+# bf16 by default).
+VARIANTS = {
+    "chunks": dict(models=["gpt2", "llama", "qwen2", "t5"], exports=["legacy"],
+                   flags=["--classifier-chunk-mb", "0.01", "--stats"],
+                   line="softmax cross-entropy nodes", least=2, why="the head was not run in chunks"),
+    "fused": dict(models=["gpt2", "llama", "qwen2"], exports=["legacy", "dynamo_noopt"], flags=["--attention", "fused", "--stats"],
+                  line="fused attention nodes", least=2, why="the attention was not fused (one node a layer)"),
+}
 # Exports whose graph is not the module's training graph, and the error sgc must give: the
 # dynamo exporter's optimizer (on by default) merges equal-valued parameters, folds
 # BatchNormalization into the convolutions as in inference and repeats ViT's cls token.
@@ -89,12 +97,13 @@ def rel(got, ref):
     return max(abs(a - b) / abs(b) for a, b in zip(got, ref)) if len(got) == len(ref) else float("inf")
 
 
-def chunks_of(stderr):
-    line = next((l for l in stderr.splitlines() if l.startswith("softmax cross-entropy nodes")), "")
-    return int(line.rsplit(":", 1)[1]) if line else 0
+def count_of(stderr, what):
+    """The count `sgc compile --stats` gives on its line starting with `what`."""
+    line = next((l for l in stderr.splitlines() if l.startswith(what)), "")
+    return int(line.split(":", 1)[1].split()[0]) if line else 0
 
 
-def check(sgc, work, name, info, exporter, interp, chunked=False):
+def check(sgc, work, name, info, exporter, interp, variant=None):
     onnx = os.path.join(work, f"{name}.{exporter}.onnx")
     facts = info["exports"].get(exporter, {})
     if "error" in facts or not os.path.exists(onnx):
@@ -103,14 +112,15 @@ def check(sgc, work, name, info, exporter, interp, chunked=False):
     data = data_for(work, name, facts["inputs"])
     ref = info["losses_f32"]
     flags = ["--optimizer", "adamw", "--lr", str(info["lr"]), "--weight-decay", str(info["weight_decay"])]
-    label = exporter + ("+chunks" if chunked else "")
+    v = VARIANTS.get(variant)
+    label = exporter + ("+" + variant if v else "")
     so = os.path.join(work, f"{name}.{label}.so")
-    p, compile_s = run([sgc, "compile", onnx, "-o", so] + flags + (CHUNK_FLAGS if chunked else []))
+    p, compile_s = run([sgc, "compile", onnx, "-o", so] + flags + (v["flags"] if v else []))
     row = {"model": name, "export": label, "compile_s": round(compile_s, 1)}
-    if chunked and p.returncode == 0:
-        row["chunks"] = chunks_of(p.stderr)
-        if row["chunks"] < 2:
-            row.update(status="FAILED", why=f"the head was not run in chunks ({row['chunks']} cross-entropy nodes)")
+    if v and p.returncode == 0:
+        row[variant] = count_of(p.stderr, v["line"])
+        if row[variant] < v["least"]:
+            row.update(status="FAILED", why=f"{v['why']} ({v['line']}: {row[variant]})")
             return row
     refused = REFUSED.get((name, exporter))
     if refused:
@@ -210,9 +220,10 @@ def main():
                 continue
             rows.append(check(a.sgc, a.work, name, info, exporter, a.interp))
             report(rows[-1])
-            if exporter == "legacy" and name in CHUNKED:
-                rows.append(check(a.sgc, a.work, name, info, exporter, False, chunked=True))
-                report(rows[-1])
+            for variant, v in VARIANTS.items():
+                if name in v["models"] and exporter in v["exports"]:
+                    rows.append(check(a.sgc, a.work, name, info, exporter, False, variant))
+                    report(rows[-1])
         legacy = next((r for r in rows if r["model"] == name and r["export"] == "legacy" and r.get("losses")), None)
         for version in TORCHSCRIPT:
             if "." in a.only and not a.only.split(".", 1)[1].startswith("torchscript"):
