@@ -62,6 +62,23 @@ TEST(AttentionLayout, HeadTransposesFoldIntoTheNode) {
   EXPECT_EQ(a->getString("layout", ""), "bthd");
 }
 
+// Hugging Face's GPT-2 concatenates its keys and values to an empty cache (a Concat of one
+// tensor: the legacy exporter) or copies them (an Identity: the dynamo exporter) between the head
+// transposes and the attention: looked through, the same rewrite.
+TEST(AttentionLayout, HeadTransposesFoldThroughCopies) {
+  std::string t = std::string(" = Transpose(") , p = std::string(") ") + kHeads + "\n";
+  auto g = parsed(std::string("graph @g { input %qt : f64[2, 5, 3, 4]\n input %kt : f64[2, 5, 3, 4]\n input %vt : f64[2, 5, 3, 6]\n") +
+                  " %q : ?[*]" + t + "%qt" + p + " %k0 : ?[*]" + t + "%kt" + p + " %v0 : ?[*]" + t + "%vt" + p +
+                  " %k : ?[*] = Concat(%k0) {axis = -2}\n %v : ?[*] = Identity(%v0)\n"
+                  " %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.5}\n"
+                  " %yt : ?[*]" + t + "%y" + p + " output %yt }");
+  const Node* a = rewritesToTheSameResult(*g, 4);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->getString("layout", ""), "bthd");
+  EXPECT_EQ(a->inputs[1]->name, "kt");
+  EXPECT_EQ(a->inputs[2]->name, "vt");
+}
+
 TEST(AttentionLayout, LeavesOtherTransposesAndReadResults) {
   for (const char* perm : {"{perm = [0, 2, 1, 3]}", "{perm = [0, 1, 2, 3]}"}) {
     std::string t = " = Transpose(", p = std::string(") ") + kHeads + "\n";
