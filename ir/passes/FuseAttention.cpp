@@ -37,6 +37,16 @@ struct Matcher {
 
   Node* inner(const Value* v, Op op) const { return producerReadOnce(v, op, uses); }
 
+  /// (x, c) when `v` is a read-once Mul of x (of v's type) by a scalar constant c, either way round.
+  std::optional<std::pair<Value*, double>> scaled(const Value* v) const {
+    Node* m = inner(v, Op::Mul);
+    if (!m) return std::nullopt;
+    int s = constantScalar(m->inputs[1]) ? 0 : 1;
+    auto c = constantScalar(m->inputs[1 - s]);
+    if (!c || m->inputs[s]->type != v->type) return std::nullopt;
+    return std::pair{m->inputs[s], *c};
+  }
+
   /// x when `t` is Reshape(Transpose(Reshape(x))) that swaps x's last two dims through a flattened
   /// batch, as the dynamo exporter writes k^T: x [..., T, D] -> [P, T, D] -> [P, D, T] -> [..., D, T].
   Value* swappedThroughReshapes(const Value* t) const {
@@ -156,11 +166,10 @@ struct Matcher {
     }
     // The scale.
     double scale = 1;
-    if (Node* m = inner(x, Op::Mul)) {
-      int s = constantScalar(m->inputs[1]) ? 0 : 1;
-      auto c = constantScalar(m->inputs[1 - s]);
-      if (!c || m->inputs[s]->type != x->type) return std::nullopt;
-      x = m->inputs[s], scale = *c;
+    if (auto sc = scaled(x)) {
+      x = sc->first, scale = sc->second;
+    } else if (inner(x, Op::Mul)) {
+      return std::nullopt; // a product with something else than a scalar
     } else if (Node* d = inner(x, Op::Div)) {
       auto c = constantScalar(d->inputs[1]);
       if (!c || *c == 0 || d->inputs[0]->type != x->type) return std::nullopt;
@@ -171,11 +180,7 @@ struct Matcher {
     Value *q = scores->inputs[0], *kT = scores->inputs[1];
     // The scale split over both operands, each times sqrt(scale), as SDPA's decompositions write it.
     for (Value** side : {&q, &kT})
-      if (Node* m = inner(*side, Op::Mul)) {
-        int s = constantScalar(m->inputs[1]) ? 0 : 1;
-        auto c = constantScalar(m->inputs[1 - s]);
-        if (c && m->inputs[s]->type == (*side)->type) *side = m->inputs[s], scale *= *c;
-      }
+      if (auto sc = scaled(*side)) *side = sc->first, scale *= sc->second;
     // One rank and the same leading dims everywhere: no broadcasting inside the fused node.
     for (const Value* t : {q, kT, v})
       if (!t->type.ranked || t->type.rank() != r || t->type.dtype != x->type.dtype) return std::nullopt;
