@@ -21,13 +21,8 @@ bool swapsHeads(const Node* n) {
   return true;
 }
 
-/// The head transpose that gives `v`, looking through copies: an Identity, or a Concat of one
-/// tensor (Hugging Face's GPT-2 concatenates its keys and values to an empty cache); else null.
-const Node* headTranspose(const Value* v) {
-  while (v && v->producer && (v->producer->op == Op::Identity || (v->producer->op == Op::Concat && v->producer->inputs.size() == 1)))
-    v = v->producer->inputs[0];
-  return v && swapsHeads(v->producer) ? v->producer : nullptr;
-}
+/// The head transpose that gives `v`; else null.
+const Node* headTranspose(const Value* v) { return v && swapsHeads(v->producer) ? v->producer : nullptr; }
 
 } // namespace
 

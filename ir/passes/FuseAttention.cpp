@@ -107,15 +107,12 @@ struct Matcher {
   }
 
   /// Grouped-query attention's shared keys or values: when `kv` [..., H, T, D] is a read-once
-  /// Reshape(Expand(Unsqueeze(x))) (an Identity between the Reshape and the Expand aside: the
-  /// dynamo exporter's clone) that repeats each of x's heads [..., H / g, T, D] g times (query
+  /// Reshape(Expand(Unsqueeze(x))) that repeats each of x's heads [..., H / g, T, D] g times (query
   /// head h reads x's head h / g), x and g; else kv and 1.
   std::pair<Value*, int64_t> ungroup(Value* kv) {
     const Type& t = kv->type;
     Node* reshape = inner(kv, Op::Reshape);
-    const Value* repeated = reshape ? reshape->inputs[0] : nullptr;
-    while (Node* copy = repeated ? inner(repeated, Op::Identity) : nullptr) repeated = copy->inputs[0];
-    Node* expand = repeated ? inner(repeated, Op::Expand) : nullptr;
+    Node* expand = reshape ? inner(reshape->inputs[0], Op::Expand) : nullptr;
     Node* unsqueeze = expand ? inner(expand->inputs[0], Op::Unsqueeze) : nullptr;
     if (!unsqueeze || !t.isStatic() || t.rank() < 3) return {kv, 1};
     Value* x = unsqueeze->inputs[0];

@@ -8,6 +8,7 @@
 #include "ir/passes/FuseLossGrad.h"
 #include "ir/passes/ExpandResize.h"
 #include "ir/passes/FoldTransposes.h"
+#include "ir/passes/ForwardCopies.h"
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/FuseGelu.h"
 #include "ir/passes/FuseRmsNorm.h"
@@ -30,6 +31,7 @@ Error runDeadCodeElimination(Graph& g) {
 }
 
 Error runMergeConstants(Graph& g) { return mergeConstants(g); }
+Error runForwardCopies(Graph& g) { return forwardCopies(g); }
 Error runFuseAttention(Graph& g) { return fuseAttention(g); }
 Error runAttentionLayout(Graph& g) { return attentionLayout(g); }
 Error runPackAttention(Graph& g) { return packAttention(g); }

@@ -9,6 +9,7 @@
 #include "ir/passes/FuseLossGrad.h"
 #include "ir/passes/Autocast.h"
 #include "ir/passes/FoldTransposes.h"
+#include "ir/passes/ForwardCopies.h"
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/FuseGelu.h"
 #include "ir/passes/FuseRmsNorm.h"
@@ -153,16 +154,6 @@ void applyOnlyIfFinite(Graph& g, Value* loss) {
   }
 }
 
-/// A SumTo to its own shape (autodiff emits one where a shape was not known yet) is a copy: its
-/// readers read its input instead, so that a product and the elementwise nodes after it meet.
-void readThroughCopies(Graph& g) {
-  std::vector<std::pair<Value*, Value*>> copies;
-  for (auto& n : g.nodes())
-    if (n->op == Op::SumTo && n->inputs[0]->type.isStatic() && n->inputs[0]->type == n->outputs[0]->type)
-      copies.push_back({n->outputs[0], n->inputs[0]});
-  for (auto [copy, source] : copies) g.replaceAllUses(copy, source);
-}
-
 } // namespace
 
 Error checkTrainingOptions(const TrainingOptions& opts) {
@@ -229,6 +220,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   g.setOrder(order);
   g.updates.push_back({step, nextStep});
 
+  if (Error e = forwardCopies(g)) return e; // the patterns below match producers, not their copies
   if (Error e = fuseGelu(g)) return e;
   if (Error e = fuseRmsNorm(g)) return e;
   if (opts.attention == "fused") {
@@ -282,7 +274,7 @@ Error buildTrainingStep(Graph& g, const TrainingOptions& opts) {
   applyOnlyIfFinite(g, *loss);
   g.outputs = {*loss};
   if (Error e = inferShapes(g)) return e;
-  readThroughCopies(g);
+  if (Error e = forwardCopies(g)) return e; // autodiff's SumTo to a shape it already has: a product meets its elementwise readers
   if (Error e = foldTransposes(g)) return e; // the optimizer reads the weight gradients it rewrites
   if (opts.precision == "bf16") {
     readNarrowGradients(g);

@@ -7,6 +7,7 @@
 #include "ir/Text.h"
 #include "ir/interp/Interpreter.h"
 #include "ir/passes/AttentionLayout.h"
+#include "ir/passes/ForwardCopies.h"
 #include "ir/passes/InferShapes.h"
 #include "tests/ir/RandomInputs.h"
 
@@ -64,7 +65,8 @@ TEST(AttentionLayout, HeadTransposesFoldIntoTheNode) {
 
 // Hugging Face's GPT-2 concatenates its keys and values to an empty cache (a Concat of one
 // tensor: the legacy exporter) or copies them (an Identity: the dynamo exporter) between the head
-// transposes and the attention: looked through, the same rewrite.
+// transposes and the attention: once forward-copies (which the training step runs first) has
+// forwarded them, the same rewrite.
 TEST(AttentionLayout, HeadTransposesFoldThroughCopies) {
   std::string t = std::string(" = Transpose(") , p = std::string(") ") + kHeads + "\n";
   auto g = parsed(std::string("graph @g { input %qt : f64[2, 5, 3, 4]\n input %kt : f64[2, 5, 3, 4]\n input %vt : f64[2, 5, 3, 6]\n") +
@@ -72,6 +74,9 @@ TEST(AttentionLayout, HeadTransposesFoldThroughCopies) {
                   " %k : ?[*] = Concat(%k0) {axis = -2}\n %v : ?[*] = Identity(%v0)\n"
                   " %y : ?[*], %lse : ?[*] = FusedAttention(%q, %k, %v) {causal = 1, scale = 0.5}\n"
                   " %yt : ?[*]" + t + "%y" + p + " output %yt }");
+  int forwarded = -1;
+  ASSERT_FALSE(forwardCopies(*g, &forwarded));
+  EXPECT_EQ(forwarded, 2);
   const Node* a = rewritesToTheSameResult(*g, 4);
   ASSERT_TRUE(a);
   EXPECT_EQ(a->getString("layout", ""), "bthd");

@@ -3,6 +3,7 @@
 // the interpreter, in float64) equals the decomposition's; patterns it must
 // not touch (another mask, a score read elsewhere) stay as they are.
 #include "ir/interp/Interpreter.h"
+#include "ir/passes/ForwardCopies.h"
 #include "ir/passes/FuseAttention.h"
 #include "ir/passes/InferShapes.h"
 
@@ -180,7 +181,7 @@ TEST(FuseAttentionNode, GroupedKeysAndValuesReadOncePerGroup) {
 // which infer-shapes folds), k^T as Reshape(Transpose(Reshape(k))) through [B H, T, D], the causal
 // mask a [B, 1, T, T] constant of 0 and float's lowest added to the scores, the softmax guarded by
 // Where(IsNaN(p), 0, p), and the grouped keys and values repeated with a copy (Identity) between
-// the Expand and the Reshape. Fused, the node reads k and v themselves with the whole scale, and
+// the Expand and the Reshape, which forward-copies forwards (the training step runs it first). Fused, the node reads k and v themselves with the whole scale, and
 // gives the decomposition's result; with one batch row's mask not causal, nothing is fused.
 TEST(FuseAttentionNode, ScaledDotProductAttentionAsExported) {
   for (bool secondRowCausal : {true, false}) {
@@ -222,7 +223,9 @@ TEST(FuseAttentionNode, ScaledDotProductAttentionAsExported) {
     auto before = run(*g, {});
     ASSERT_TRUE(!!before) << errorText(before.takeError());
     std::string y = g->outputs[0]->name;
-    int fused = -1;
+    int forwarded = -1, fused = -1;
+    ASSERT_FALSE(forwardCopies(*g, &forwarded));
+    ASSERT_EQ(forwarded, 2);
     ASSERT_FALSE(fuseAttention(*g, &fused));
     ASSERT_EQ(fused, secondRowCausal ? 1 : 0);
     if (!secondRowCausal) continue;
