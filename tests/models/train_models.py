@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "pyutil"))
 import fixtures  # noqa: E402
 import st  # noqa: E402
 
-MODELS = ["gpt2", "llama", "qwen2", "bert", "t5", "vit", "resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]
+MODELS = ["gpt2", "gpt2_h64", "llama_h128", "llama", "qwen2", "bert", "t5", "vit", "resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]
 EXPORTS = ["legacy", "dynamo", "dynamo_noopt"]
 # TorchScript archives of the same models (export_torchscript.py), by the torch that saved them:
 # fixtures/torchscript-VERSION.tar.xz holds NAME.torch-VERSION.pt and .json for each.
@@ -39,7 +39,7 @@ VARIANTS = {
     "chunks": dict(models=["gpt2", "llama", "qwen2", "t5"], exports=["legacy"],
                    flags=["--classifier-chunk-mb", "0.01", "--stats"],
                    line="softmax cross-entropy nodes", least=2, why="the head was not run in chunks"),
-    "fused": dict(models=["gpt2", "llama", "qwen2"], exports=["legacy", "dynamo_noopt"], flags=["--attention", "fused", "--stats"],
+    "fused": dict(models=["gpt2", "gpt2_h64", "llama_h128", "llama", "qwen2"], exports=["legacy", "dynamo_noopt"], flags=["--attention", "fused", "--stats"],
                   line="fused attention nodes", least=2, why="the attention was not fused (one node a layer)"),
 }
 # Exports whose graph is not the module's training graph, and the error sgc must give: the
