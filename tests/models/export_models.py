@@ -153,6 +153,27 @@ def llama_h128():
     return CausalLM(LlamaForCausalLM(c)), lambda g: lm_batches(g, HOPPER_SEQ)
 
 
+def gpt_neox():
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    c = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      max_position_embeddings=64, rotary_pct=0.25, attention_dropout=0.0, hidden_dropout=0.0)
+    return CausalLM(GPTNeoXForCausalLM(c)), lm_batches
+
+
+def opt():
+    from transformers import OPTConfig, OPTForCausalLM
+    c = OPTConfig(vocab_size=VOCAB, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
+                  max_position_embeddings=64, word_embed_proj_dim=64, dropout=0.0, attention_dropout=0.0, layerdrop=0.0)
+    return CausalLM(OPTForCausalLM(c)), lm_batches
+
+
+def gemma():
+    from transformers import GemmaConfig, GemmaForCausalLM
+    c = GemmaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=1, head_dim=16, max_position_embeddings=64, attention_dropout=0.0)
+    return CausalLM(GemmaForCausalLM(c)), lm_batches
+
+
 def qwen2():
     from transformers import Qwen2Config, Qwen2ForCausalLM
     c = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -231,7 +252,7 @@ def dropout_mlp():
                                     for _ in range(STEPS)]
 
 
-MODELS = {"gpt2": gpt2, "gpt2_h64": gpt2_h64, "llama_h128": llama_h128, "llama": llama, "qwen2": qwen2, "bert": bert, "t5": t5, "vit": vit,
+MODELS = {"gpt2": gpt2, "gpt_neox": gpt_neox, "opt": opt, "gemma": gemma, "gpt2_h64": gpt2_h64, "llama_h128": llama_h128, "llama": llama, "qwen2": qwen2, "bert": bert, "t5": t5, "vit": vit,
           "resnet18": resnet18, "mobilenet_v3": mobilenet_v3, "efficientnet_b0": efficientnet_b0,
           "shufflenet_v2": shufflenet_v2, "dropout_mlp": dropout_mlp}
 EXPORTS = {"legacy": dict(dynamo=False, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,

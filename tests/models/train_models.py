@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "pyutil"))
 import fixtures  # noqa: E402
 import st  # noqa: E402
 
-MODELS = ["gpt2", "gpt2_h64", "llama_h128", "llama", "qwen2", "bert", "t5", "vit", "resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]
+MODELS = ["gpt2", "gpt_neox", "opt", "gemma", "gpt2_h64", "llama_h128", "llama", "qwen2", "bert", "t5", "vit", "resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]
 EXPORTS = ["legacy", "dynamo", "dynamo_noopt"]
 # TorchScript archives of the same models (export_torchscript.py), by the torch that saved them:
 # fixtures/torchscript-VERSION.tar.xz holds NAME.torch-VERSION.pt and .json for each.
