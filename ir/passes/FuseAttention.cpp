@@ -178,13 +178,18 @@ struct Matcher {
     // The scale split over both operands, each times sqrt(scale), as SDPA's decompositions write it.
     for (Value** side : {&q, &kT})
       if (auto sc = scaled(*side)) *side = sc->first, scale *= sc->second;
-    // One rank and the same leading dims everywhere: no broadcasting inside the fused node.
+    // One rank and the same leading dims everywhere: no broadcasting inside the fused node, but
+    // for multi-query attention's one key and value head, which the products broadcast over the
+    // query heads [..., H, T, D] (Falcon): the grouped node with one group of all H.
     for (const Value* t : {q, kT, v})
       if (!t->type.ranked || t->type.rank() != r || t->type.dtype != x->type.dtype) return std::nullopt;
-    for (int64_t d = 0; d + 2 < r; ++d)
-      if (!sameDim(q->type.dims[d], kT->type.dims[d]) || !sameDim(q->type.dims[d], v->type.dims[d]) ||
+    auto oneHead = [&](const Value* t, int64_t d) { return d + 3 == r && t->type.dims[d] == Dim::of(1) && q->type.dims[d].isStatic(); };
+    for (int64_t d = 0; d + 2 < r; ++d) {
+      bool shared = oneHead(kT, d) && oneHead(v, d);
+      if (!(shared || (sameDim(q->type.dims[d], kT->type.dims[d]) && sameDim(q->type.dims[d], v->type.dims[d]))) ||
           !sameDim(q->type.dims[d], x->type.dims[d]))
         return std::nullopt;
+    }
     std::vector<Node*> added;
     Value* k = keys(kT, added);
     // Keys and values repeated for groups of query heads: read once per group instead.

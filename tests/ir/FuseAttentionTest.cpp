@@ -245,3 +245,44 @@ TEST(FuseAttentionNode, ScaledDotProductAttentionAsExported) {
     for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
   }
 }
+
+// Multi-query attention as Falcon writes it: one key and value head [B, 1, T, D] that the two
+// products broadcast over the query heads. Fused as the grouped node (one group of all H heads)
+// reading k and v themselves, with the decomposition's result; with only the keys shared (values
+// per head) nothing is fused.
+TEST(FuseAttentionNode, MultiQueryKeysAndValuesBroadcast) {
+  for (bool valuesShared : {true, false}) {
+    SCOPED_TRACE(valuesShared ? "one key and value head" : "one key head, values per head");
+    auto g = std::make_unique<Graph>();
+    Value* q = g->addParam("q", random({B, H, T, D}, 1));
+    Value* k = g->addParam("k", random({B, 1, T, D}, 2));
+    Value* vals = g->addParam("v", random({B, valuesShared ? 1 : H, T, DV}, 3));
+    auto node = [&](Op op, std::vector<Value*> ins) { return g->addNode(op, std::move(ins), 1, "n" + std::to_string(g->nodes().size())); };
+    Node* kT = node(Op::Transpose, {k});
+    kT->attrs["perm"] = std::vector<int64_t>{0, 1, 3, 2};
+    Value* s = node(Op::MatMul, {q, kT->outputs[0]})->outputs[0];
+    Value* scaled = node(Op::Mul, {s, g->addConst("c", Tensor::fromF64(DType::F64, {}, {0.4}))})->outputs[0];
+    Value* masked = node(Op::Add, {scaled, g->addConst("m", mask(DType::F64, [](int64_t i, int64_t j) { return j <= i ? 0.0 : -1e30; }))})->outputs[0];
+    Node* p = node(Op::Softmax, {masked});
+    p->attrs["axis"] = int64_t(-1);
+    g->outputs = {node(Op::MatMul, {p->outputs[0], vals})->outputs[0]};
+    ASSERT_FALSE(inferShapes(*g, false));
+    auto before = run(*g, {});
+    ASSERT_TRUE(!!before) << errorText(before.takeError());
+    std::string y = g->outputs[0]->name;
+    int fused = -1;
+    ASSERT_FALSE(fuseAttention(*g, &fused));
+    ASSERT_EQ(fused, valuesShared ? 1 : 0);
+    if (!valuesShared) continue;
+    const Node* a = g->outputs[0]->producer;
+    ASSERT_TRUE(a && a->op == Op::FusedAttention);
+    EXPECT_EQ(a->inputs[1]->name, "k");
+    EXPECT_EQ(a->inputs[2]->name, "v");
+    EXPECT_EQ(a->getInt("causal", 0), 1);
+    auto after = run(*g, {});
+    ASSERT_TRUE(!!after) << errorText(after.takeError());
+    const Tensor &want = before->at(y), &got = after->at(g->outputs[0]->name);
+    ASSERT_EQ(got.shape, want.shape);
+    for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
+  }
+}

@@ -174,6 +174,35 @@ def gemma():
     return CausalLM(GemmaForCausalLM(c)), lm_batches
 
 
+def bloom():
+    from transformers import BloomConfig, BloomForCausalLM
+    c = BloomConfig(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4, hidden_dropout=0.0, attention_dropout=0.0)
+    return CausalLM(BloomForCausalLM(c)), lm_batches
+
+
+def phi3():
+    from transformers import Phi3Config, Phi3ForCausalLM
+    c = Phi3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, max_position_embeddings=64, original_max_position_embeddings=64,
+                   attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return CausalLM(Phi3ForCausalLM(c)), lm_batches
+
+
+def falcon():
+    from transformers import FalconConfig, FalconForCausalLM
+    c = FalconConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, multi_query=True,
+                     parallel_attn=True, new_decoder_architecture=False, max_position_embeddings=64,
+                     hidden_dropout=0.0, attention_dropout=0.0, bos_token_id=1, eos_token_id=2)
+    return CausalLM(FalconForCausalLM(c)), lm_batches
+
+
+def distilbert():
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+    c = DistilBertConfig(vocab_size=VOCAB, dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=64,
+                         dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0, num_labels=3)
+    return Masked(DistilBertForSequenceClassification(c)), lambda g: masked_batches(g, 3)
+
+
 def qwen2():
     from transformers import Qwen2Config, Qwen2ForCausalLM
     c = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -252,7 +281,7 @@ def dropout_mlp():
                                     for _ in range(STEPS)]
 
 
-MODELS = {"gpt2": gpt2, "gpt_neox": gpt_neox, "opt": opt, "gemma": gemma, "gpt2_h64": gpt2_h64, "llama_h128": llama_h128, "llama": llama, "qwen2": qwen2, "bert": bert, "t5": t5, "vit": vit,
+MODELS = {"gpt2": gpt2, "gpt_neox": gpt_neox, "opt": opt, "gemma": gemma, "bloom": bloom, "phi3": phi3, "falcon": falcon, "distilbert": distilbert, "gpt2_h64": gpt2_h64, "llama_h128": llama_h128, "llama": llama, "qwen2": qwen2, "bert": bert, "t5": t5, "vit": vit,
           "resnet18": resnet18, "mobilenet_v3": mobilenet_v3, "efficientnet_b0": efficientnet_b0,
           "shufflenet_v2": shufflenet_v2, "dropout_mlp": dropout_mlp}
 EXPORTS = {"legacy": dict(dynamo=False, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,

@@ -12,7 +12,7 @@ sgc=$1 work=$2 out=$3
 shift 3
 exports=${*:-legacy dynamo_noopt torchscript}
 mkdir -p "$out"
-for m in gpt2 gpt_neox opt gemma gpt2_h64 llama_h128 llama qwen2 bert t5 vit resnet18 mobilenet_v3 efficientnet_b0 shufflenet_v2; do
+for m in gpt2 gpt_neox opt gemma bloom phi3 falcon distilbert gpt2_h64 llama_h128 llama qwen2 bert t5 vit resnet18 mobilenet_v3 efficientnet_b0 shufflenet_v2; do
   [ -f "$work/$m.json" ] || continue # not unpacked: train_models.py unpacks what it runs
   lr=$(python3 -c "import json; print(json.load(open('$work/$m.json'))['lr'])")
   for e in $exports; do

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "pyutil"))
 import fixtures  # noqa: E402
 import st  # noqa: E402
 
-MODELS = ["gpt2", "gpt_neox", "opt", "gemma", "gpt2_h64", "llama_h128", "llama", "qwen2", "bert", "t5", "vit", "resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]
+MODELS = ["gpt2", "gpt_neox", "opt", "gemma", "bloom", "phi3", "falcon", "distilbert", "gpt2_h64", "llama_h128", "llama", "qwen2", "bert", "t5", "vit", "resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]
 EXPORTS = ["legacy", "dynamo", "dynamo_noopt"]
 # TorchScript archives of the same models (export_torchscript.py), by the torch that saved them:
 # fixtures/torchscript-VERSION.tar.xz holds NAME.torch-VERSION.pt and .json for each.
@@ -39,7 +39,7 @@ VARIANTS = {
     "chunks": dict(models=["gpt2", "llama", "qwen2", "t5"], exports=["legacy"],
                    flags=["--classifier-chunk-mb", "0.01", "--stats"],
                    line="softmax cross-entropy nodes", least=2, why="the head was not run in chunks"),
-    "fused": dict(models=["gpt2", "gpt_neox", "opt", "gemma", "gpt2_h64", "llama_h128", "llama", "qwen2"], exports=["legacy", "dynamo_noopt"],
+    "fused": dict(models=["gpt2", "gpt_neox", "opt", "gemma", "phi3", "falcon", "gpt2_h64", "llama_h128", "llama", "qwen2"], exports=["legacy", "dynamo_noopt"],
                   flags=["--attention", "fused", "--stats"], line="fused attention nodes", least="layers",
                   why="the attention was not fused (one node a layer)"),
 }
@@ -48,7 +48,7 @@ ONE_LAYER = {"gpt2_h64", "llama_h128"}
 # Exports whose graph is not the module's training graph, and the error sgc must give: the
 # dynamo exporter's optimizer (on by default) merges equal-valued parameters, folds
 # BatchNormalization into the convolutions as in inference and repeats ViT's cls token.
-REFUSED = {(m, "dynamo"): "merged them with equal-valued initializers" for m in ["gpt2", "gpt_neox", "gemma", "llama", "qwen2", "bert"]}
+REFUSED = {(m, "dynamo"): "merged them with equal-valued initializers" for m in ["gpt2", "gpt_neox", "gemma", "bloom", "phi3", "falcon", "distilbert", "llama", "qwen2", "bert"]}
 REFUSED.update({(m, "dynamo"): "folded its BatchNormalization into the convolutions"
                 for m in ["resnet18", "mobilenet_v3", "efficientnet_b0", "shufflenet_v2"]})
 REFUSED[("vit", "dynamo")] = "merged them with equal-valued initializers"
