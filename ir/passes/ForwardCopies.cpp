@@ -17,12 +17,13 @@ bool isCopy(const Node& n) {
   }
 }
 
-} // namespace
-
+/// The value `v` copies (`v` itself when it is no copy), through chains of copies.
 Value* copiedValue(Value* v) {
   while (v && v->producer && isCopy(*v->producer)) v = v->producer->inputs[0];
   return v;
 }
+
+} // namespace
 
 Error forwardCopies(Graph& g, int* count) {
   bool forwarded = false;

@@ -19,9 +19,6 @@
 
 namespace sgc::ir {
 
-/// The value `v` copies (`v` itself when it is no copy), through chains of copies.
-Value* copiedValue(Value* v);
-
 /// Returns the number of nodes removed (copies no reader is left to) through `count`.
 Error forwardCopies(Graph& g, int* count = nullptr);
 
