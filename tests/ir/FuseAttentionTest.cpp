@@ -45,6 +45,15 @@ Tensor mask(DType t, F f) {
   return m;
 }
 
+/// The graph's first output, run again, equals `want` (the decomposition's result) within 1e-12.
+void expectResult(Graph& g, const Tensor& want) {
+  auto after = run(g, {});
+  ASSERT_TRUE(!!after) << errorText(after.takeError());
+  const Tensor& got = after->at(g.outputs[0]->name);
+  ASSERT_EQ(got.shape, want.shape);
+  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
+}
+
 std::unique_ptr<Graph> build(const Variant& v) {
   auto g = std::make_unique<Graph>();
   Value* q = g->addParam("q", random({B, H, T, D}, 1));
@@ -99,11 +108,7 @@ TEST_P(FuseAttention, SameResultAsTheDecomposition) {
   }
   EXPECT_EQ(attentions, v.expectFused);
   EXPECT_EQ(softmaxes, 1 - v.expectFused); // the decomposition is gone (dead code removed)
-  auto after = run(*g, {});
-  ASSERT_TRUE(!!after) << errorText(after.takeError());
-  const Tensor &want = before->at(y), &got = after->at(g->outputs[0]->name);
-  ASSERT_EQ(got.shape, want.shape);
-  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
+  expectResult(*g, before->at(y));
 }
 
 INSTANTIATE_TEST_SUITE_P(Patterns, FuseAttention,
@@ -169,11 +174,7 @@ TEST(FuseAttentionNode, GroupedKeysAndValuesReadOncePerGroup) {
   EXPECT_EQ(a->inputs[1]->name, "k");
   EXPECT_EQ(a->inputs[2]->name, "v");
   for (const auto& n : g->nodes()) EXPECT_NE(n->op, Op::Expand); // the repeats are gone
-  auto after = run(*g, {});
-  ASSERT_TRUE(!!after) << errorText(after.takeError());
-  const Tensor &want = before->at(y), &got = after->at(g->outputs[0]->name);
-  ASSERT_EQ(got.shape, want.shape);
-  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
+  expectResult(*g, before->at(y));
 }
 
 // scaled_dot_product_attention as both exporters decompose it for Hugging Face's Llama and Qwen2
@@ -238,11 +239,7 @@ TEST(FuseAttentionNode, ScaledDotProductAttentionAsExported) {
     EXPECT_NEAR(a->getFloat("scale", 0), 1 / std::sqrt((double)D), 1e-7); // sqrt(scale) in f32, squared
     for (const auto& n : g->nodes())
       for (Op gone : {Op::Softmax, Op::IsNaN, Op::Where, Op::Expand, Op::Transpose, Op::Mul}) EXPECT_NE(n->op, gone) << n->name;
-    auto after = run(*g, {});
-    ASSERT_TRUE(!!after) << errorText(after.takeError());
-    const Tensor &want = before->at(y), &got = after->at(g->outputs[0]->name);
-    ASSERT_EQ(got.shape, want.shape);
-    for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
+    expectResult(*g, before->at(y));
   }
 }
 
@@ -279,10 +276,6 @@ TEST(FuseAttentionNode, MultiQueryKeysAndValuesBroadcast) {
     EXPECT_EQ(a->inputs[1]->name, "k");
     EXPECT_EQ(a->inputs[2]->name, "v");
     EXPECT_EQ(a->getInt("causal", 0), 1);
-    auto after = run(*g, {});
-    ASSERT_TRUE(!!after) << errorText(after.takeError());
-    const Tensor &want = before->at(y), &got = after->at(g->outputs[0]->name);
-    ASSERT_EQ(got.shape, want.shape);
-    for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.getF(i), want.getF(i), 1e-12) << i;
+    expectResult(*g, before->at(y));
   }
 }
