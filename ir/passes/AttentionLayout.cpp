@@ -21,9 +21,6 @@ bool swapsHeads(const Node* n) {
   return true;
 }
 
-/// The head transpose that gives `v`; else null.
-const Node* headTranspose(const Value* v) { return v && swapsHeads(v->producer) ? v->producer : nullptr; }
-
 } // namespace
 
 Error attentionLayout(Graph& g, int* count) {
@@ -39,9 +36,9 @@ Error attentionLayout(Graph& g, int* count) {
     const Type &q = n.inputs[0]->type, &k = n.inputs[1]->type;
     if (!q.ranked || !k.ranked || q.rank() < 3 || k.rank() != q.rank()) return std::nullopt;
     bool grouped = q.dims[q.rank() - 3] != k.dims[k.rank() - 3]; // grouped keys and values stay "bhtd"
-    bool operands = !grouped && std::all_of(n.inputs.begin(), n.inputs.end(), [](const Value* v) { return headTranspose(v); });
+    bool operands = !grouped && std::all_of(n.inputs.begin(), n.inputs.end(), [](const Value* v) { return swapsHeads(v->producer); });
     if (operands) {
-      for (size_t i = 0; i < 3; ++i) n.inputs[i] = headTranspose(n.inputs[i])->inputs[0];
+      for (size_t i = 0; i < 3; ++i) n.inputs[i] = n.inputs[i]->producer->inputs[0];
       n.attrs["layout"] = std::string("bthd");
     } else { // operands made some other way (a rotary embedding's, grouped ones): the result alone
       n.attrs["result_layout"] = std::string("bthd");

@@ -7,9 +7,9 @@
 //   Transpose(FusedAttention(Transpose(q), Transpose(k), Transpose(v)))
 //     ->  FusedAttention(q, k, v) {layout = "bthd"}
 //
-// (each Transpose swapping the two dims before the last; an Identity or a Concat
-// of one tensor between it and the node, as Hugging Face's GPT-2 writes its
-// keys and values, is looked through). Its kernels take a
+// (each Transpose swapping the two dims before the last; the copies Hugging
+// Face's GPT-2 puts between it and the node, an Identity or a Concat of one
+// tensor, are gone once forward-copies has run). Its kernels take a
 // problem's rows H rows apart instead of side by side, so the four transposes
 // (and the four of the backward pass, which autodiff derives afterwards from
 // the rewritten node) are gone. Where the operands come some other way (a
